@@ -1,0 +1,108 @@
+"""Argument wiring only: every verb lives in lucepatch/commands/<verb>.py and returns an exit code.
+
+A command module exposes ``command``, a click.Command whose callback returns an int exit code.
+Modules are imported lazily so `lucepatch list` does not pay for docker/kubernetes imports.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import traceback
+
+import click
+
+from lucepatch import __version__
+from lucepatch.errors import EXIT_USAGE, LucepatchError
+
+# verb name -> module under lucepatch.commands
+VERBS = {
+    "list": "list_",
+    "apply": "apply",
+    "check": "check",
+    "status": "status",
+    "export": "export",
+    "build": "build",
+    "verify": "verify",
+    "pr": "pr",
+    "mark": "mark",
+    "lint": "lint",
+    "doctor": "doctor",
+    "ci": "ci",
+    "render": "render",
+    "deploy": "deploy",
+    "cluster": "cluster",
+    "inspect": "inspect",
+    "probe": "probe",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx):
+        return sorted(name for name in VERBS if self._module(name) is not None)
+
+    def get_command(self, ctx, name):
+        module = self._module(name)
+        return getattr(module, "command", None) if module else None
+
+    @staticmethod
+    def _module(name):
+        modname = VERBS.get(name)
+        if modname is None:
+            return None
+        try:
+            return importlib.import_module(f"lucepatch.commands.{modname}")
+        except ModuleNotFoundError as exc:
+            # A verb whose module is not written yet is simply absent; a missing
+            # dependency *inside* a verb module is a real error.
+            if exc.name == f"lucepatch.commands.{modname}":
+                return None
+            raise
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="lucepatch")
+@click.option("--workspace", type=click.Path(file_okay=False), default=None,
+              help="Folder holding lucepatch.toml, patches/ and reproducers/ "
+                   "(default: $LUCEPATCH_WORKSPACE, nearest ancestor with lucepatch.toml, packaged copy).")
+@click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
+              help="Cache for worktrees, builds and runs (default: $LUCEPATCH_CACHE, $XDG_CACHE_HOME/lucepatch).")
+@click.pass_context
+def cli(ctx, workspace, cache_dir):
+    """lucepatch: carry, prove and upstream fixes for HAMi-core, Lucebox and friends."""
+    ctx.ensure_object(dict)
+    ctx.obj["workspace"] = workspace
+    ctx.obj["cache_dir"] = cache_dir
+
+
+def main(argv=None) -> int:
+    try:
+        rc = cli.main(args=argv, prog_name="lucepatch", standalone_mode=False)
+    except LucepatchError as exc:
+        click.echo(f"lucepatch: error: {exc}", err=True)
+        return exc.exit_code
+    except click.exceptions.Abort:
+        click.echo("lucepatch: interrupted", err=True)
+        return 130
+    except click.ClickException as exc:
+        # click's own usage errors: one line, exit 2.
+        click.echo(f"lucepatch: error: {exc.format_message()}", err=True)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        click.echo("lucepatch: interrupted", err=True)
+        return 130
+    except Exception:  # a bug: show everything so it can be reported
+        traceback.print_exc()
+        click.echo("lucepatch: internal error (a bug); the traceback above says where", err=True)
+        return 70
+    if isinstance(rc, int):
+        return rc
+    return 0
+
+
+def entrypoint():  # pragma: no cover - console script shim
+    sys.exit(main())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
