@@ -1,0 +1,1 @@
+"""One module per verb: parse → call domain code → report. No domain logic lives here."""

@@ -1,0 +1,34 @@
+"""Options and resolution shared by the verbs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from lucepatch.workspace import Workspace, resolve_cache, resolve_workspace
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print a JSON document (with schema_version) on stdout.")
+source_option = click.option("--source", type=click.Path(), default=None,
+                             help="Upstream git checkout of the target (never modified except by `apply`).")
+
+
+def workspace(ctx: click.Context) -> Workspace:
+    return resolve_workspace(ctx.obj.get("workspace") if ctx.obj else None)
+
+
+def cache(ctx: click.Context) -> Path:
+    return resolve_cache(ctx.obj.get("cache_dir") if ctx.obj else None)
+
+
+def require_source(source: str | None, target_name: str) -> Path:
+    import os
+
+    from lucepatch.errors import EnvironmentMissing
+
+    if source:
+        return Path(source)
+    env = f"LUCEPATCH_SRC_{target_name.upper().replace('-', '_').replace('.', '_')}"
+    if os.environ.get(env):
+        return Path(os.environ[env])
+    raise EnvironmentMissing(f"no upstream checkout of {target_name}: pass --source PATH or set {env}")

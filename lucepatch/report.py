@@ -1,0 +1,36 @@
+"""Output: JSON on stdout (one schema per verb, always with schema_version), humans on stderr."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+SCHEMA_VERSION = 1
+
+# Progress and tables for people go to stderr, so stdout stays machine-readable.
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def progress(msg: str) -> None:
+    err.print(f"[dim]lucepatch:[/dim] {msg}")
+
+
+def emit_json(verb: str, payload: dict) -> None:
+    doc = {"schema_version": SCHEMA_VERSION, "verb": verb, **payload}
+    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False) + "\n")
+    sys.stdout.flush()
+
+
+def table(title: str, columns: list[str], rows: list[list], *, to_stdout: bool = False) -> None:
+    t = Table(title=title, show_lines=False)
+    for c in columns:
+        t.add_column(c)
+    for r in rows:
+        t.add_row(*["" if v is None else str(v) for v in r])
+    if to_stdout:
+        Console(highlight=False).print(t)
+    else:
+        err.print(t)

@@ -1,0 +1,127 @@
+"""Targets: an upstream, its pinned base and the series carried on it (patches/<target>/)."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from lucepatch.errors import UsageError
+from lucepatch.series import Patch, parse_patch, read_series, series_hash
+from lucepatch.workspace import Workspace
+
+_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
+
+
+@dataclass
+class Target:
+    name: str
+    dir: Path
+    upstream: str
+    branch: str
+    base: str
+    version: str
+    description: str = ""
+    build: dict = field(default_factory=dict)
+    profiles: dict = field(default_factory=dict)
+    submodules: list[dict] = field(default_factory=list)
+    pr: dict = field(default_factory=dict)
+    raw: dict = field(default_factory=dict)
+
+    @property
+    def toml_path(self) -> Path:
+        return self.dir / "target.toml"
+
+    @cached_property
+    def series(self) -> list[str]:
+        return read_series(self.dir / "series")
+
+    @cached_property
+    def patches(self) -> list[Patch]:
+        out = []
+        for name in self.series:
+            path = (self.dir / name)
+            if not path.resolve().is_relative_to(self.dir.resolve()):
+                raise UsageError(f"series of {self.name}: {name} resolves outside {self.dir}")
+            out.append(parse_patch(path, name))
+        return out
+
+    @property
+    def build_only_patches(self) -> list[Patch]:
+        return [p for p in self.patches if p.build_only]
+
+    @cached_property
+    def series_hash(self) -> str:
+        return series_hash(self.toml_path, self.patches)
+
+    @property
+    def branch_name(self) -> str:
+        return f"lucepatch/{self.name}/{self.version}"
+
+    def to_json(self, with_patches: bool = True) -> dict:
+        out = {
+            "name": self.name,
+            "upstream": self.upstream,
+            "branch": self.branch,
+            "base": self.base,
+            "version": self.version,
+            "description": self.description,
+            "series_hash": self.series_hash,
+        }
+        if with_patches:
+            out["patches"] = [p.to_json() for p in self.patches]
+        return out
+
+
+def load_target_dir(tdir: Path) -> Target:
+    toml_path = tdir / "target.toml"
+    try:
+        data = tomllib.loads(toml_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"{toml_path} is missing; every target folder needs a target.toml")
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{toml_path} is not valid TOML: {exc}")
+    missing = [k for k in ("name", "upstream", "base", "version") if not data.get(k)]
+    if missing:
+        raise UsageError(f"{toml_path} lacks required key(s) {', '.join(missing)}")
+    for key in ("name", "upstream", "base", "version", "branch", "description"):
+        if key in data and not isinstance(data[key], str):
+            raise UsageError(f"{toml_path}: {key} must be a string")
+    if not _NAME.match(data["name"]):
+        raise UsageError(f"{toml_path}: name {data['name']!r} must be lowercase letters, digits, '.', '_' or '-'")
+    if data["name"] != tdir.name:
+        raise UsageError(f"{toml_path}: name {data['name']!r} differs from its folder {tdir.name!r}")
+    if not _VERSION.match(data["version"]):
+        raise UsageError(f"{toml_path}: version {data['version']!r} must be MAJOR.MINOR.PATCH")
+    if not re.match(r"^[0-9a-f]{7,40}$", data["base"]):
+        raise UsageError(f"{toml_path}: base {data['base']!r} must be a commit id (hex)")
+    for key in ("build", "profiles", "pr"):
+        if key in data and not isinstance(data[key], dict):
+            raise UsageError(f"{toml_path}: [{key}] must be a table")
+    return Target(
+        name=data["name"], dir=tdir, upstream=data["upstream"], branch=data.get("branch", "main"),
+        base=data["base"], version=data["version"], description=data.get("description", ""),
+        build=data.get("build", {}), profiles=data.get("profiles", {}),
+        submodules=data.get("submodule", []), pr=data.get("pr", {}), raw=data,
+    )
+
+
+def list_targets(ws: Workspace) -> list[str]:
+    if not ws.patches_dir.is_dir():
+        return []
+    return sorted(p.name for p in ws.patches_dir.iterdir() if (p / "target.toml").is_file())
+
+
+def load_target(ws: Workspace, name: str | None) -> Target:
+    names = list_targets(ws)
+    if name is None:
+        if len(names) == 1:
+            name = names[0]
+        else:
+            raise UsageError(f"name a TARGET; workspace {ws.path} has {', '.join(names) or 'none'}")
+    if name not in names:
+        raise UsageError(f"unknown target {name!r} in workspace {ws.path}; known: {', '.join(names) or 'none'}")
+    return load_target_dir(ws.patches_dir / name)

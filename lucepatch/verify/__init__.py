@@ -1,0 +1,1 @@
+"""Proving fixes: reproducers (data), drivers (real or simulated), runs, statistics, evidence."""

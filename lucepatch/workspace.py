@@ -1,0 +1,93 @@
+"""Where patches/ and reproducers/ live (the workspace) and where work happens (the cache).
+
+Resolution order is the team contract (DESIGN.md "Contracts"):
+workspace: --workspace, $LUCEPATCH_WORKSPACE, nearest ancestor of cwd holding lucepatch.toml,
+else the copy packaged in the wheel (read-only: writing verbs refuse with exit 2).
+cache: --cache-dir, $LUCEPATCH_CACHE, $XDG_CACHE_HOME/lucepatch (~/.cache/lucepatch).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from lucepatch.errors import UsageError
+
+MARKER = "lucepatch.toml"
+PACKAGED = Path(__file__).resolve().parent / "_workspace"
+
+
+@dataclass(frozen=True)
+class Workspace:
+    path: Path
+    origin: str  # flag | env | ancestor | packaged
+    read_only: bool = False
+
+    @property
+    def patches_dir(self) -> Path:
+        return self.path / "patches"
+
+    @property
+    def reproducers_dir(self) -> Path:
+        return self.path / "reproducers"
+
+    def require_writable(self, verb: str) -> None:
+        if self.read_only:
+            raise UsageError(
+                f"{verb} writes to the workspace, but the workspace in use is the read-only copy packaged "
+                f"in lucepatch ({self.path}); pass --workspace DIR or run inside a folder holding {MARKER}"
+            )
+
+    def describe(self) -> str:
+        return f"{self.path} ({self.origin}{', read-only' if self.read_only else ''})"
+
+    def to_json(self) -> dict:
+        return {"path": str(self.path), "origin": self.origin, "read_only": self.read_only}
+
+
+def _check_dir(path: Path, how: str) -> Path:
+    path = path.expanduser()
+    if not path.is_dir():
+        raise UsageError(f"workspace {path} (from {how}) is not a directory; create it or point {how} elsewhere")
+    if not (path / "patches").is_dir() and not (path / MARKER).is_file():
+        raise UsageError(f"workspace {path} (from {how}) has neither {MARKER} nor patches/; it is not a lucepatch workspace")
+    return path.resolve()
+
+
+def resolve_workspace(explicit: str | os.PathLike | None = None, cwd: Path | None = None) -> Workspace:
+    if explicit:
+        return Workspace(_check_dir(Path(explicit), "--workspace"), "flag")
+    env = os.environ.get("LUCEPATCH_WORKSPACE")
+    if env:
+        return Workspace(_check_dir(Path(env), "$LUCEPATCH_WORKSPACE"), "env")
+    here = (cwd or Path.cwd()).resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / MARKER).is_file():
+            return Workspace(candidate, "ancestor")
+    packaged = _packaged_workspace()
+    return Workspace(packaged, "packaged", read_only=True)
+
+
+def _packaged_workspace() -> Path:
+    if (PACKAGED / "patches").is_dir():
+        return PACKAGED
+    # Editable install: the package sits inside the source tree, whose root is the workspace.
+    root = Path(__file__).resolve().parent.parent
+    if (root / MARKER).is_file():
+        return root
+    raise UsageError("no workspace found and this lucepatch has no packaged patches; pass --workspace DIR")
+
+
+def resolve_cache(explicit: str | os.PathLike | None = None) -> Path:
+    if explicit:
+        path = Path(explicit).expanduser()
+    elif os.environ.get("LUCEPATCH_CACHE"):
+        path = Path(os.environ["LUCEPATCH_CACHE"]).expanduser()
+    else:
+        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        path = Path(base) / "lucepatch"
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"cache {path} exists and is not a directory; pass --cache-dir DIR")
+    path.mkdir(parents=True, exist_ok=True)
+    return path.resolve()

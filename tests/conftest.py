@@ -1,0 +1,132 @@
+"""Shared fixtures: throwaway upstream repos, fixture workspaces, and an in-process CLI runner.
+
+Skips in this suite must say why with one of the prefixes .ci/run allows (`no-gpu:`,
+`no-cluster:`, `no-upstream:`); any other skip fails CI.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from lucepatch.main import main
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "Upstream Dev",
+    "GIT_AUTHOR_EMAIL": "dev@upstream.invalid",
+    "GIT_COMMITTER_NAME": "Upstream Dev",
+    "GIT_COMMITTER_EMAIL": "dev@upstream.invalid",
+    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
+    "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
+}
+
+
+def git(cwd, *args, check=True, env=None) -> str:
+    e = {**os.environ, **GIT_ENV, **(env or {})}
+    r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=e)
+    if check and r.returncode != 0:
+        raise AssertionError(f"git {' '.join(args)} failed: {r.stderr}")
+    return r.stdout
+
+
+@dataclass
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+    @property
+    def json(self):
+        import json
+
+        return json.loads(self.out)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(tmp_path_factory, monkeypatch):
+    # Never touch the developer's real cache or workspace from tests.
+    monkeypatch.setenv("LUCEPATCH_CACHE", str(tmp_path_factory.mktemp("cache")))
+    monkeypatch.delenv("LUCEPATCH_WORKSPACE", raising=False)
+
+
+@pytest.fixture
+def cli(capsys):
+    def run(*args) -> CliResult:
+        code = main([str(a) for a in args])
+        cap = capsys.readouterr()
+        return CliResult(code, cap.out, cap.err)
+
+    return run
+
+
+def write(repo: Path, rel: str, text: str) -> None:
+    p = repo / rel
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text)
+
+
+def commit_all(repo: Path, msg: str) -> str:
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", msg)
+    return git(repo, "rev-parse", "HEAD").strip()
+
+
+def init_repo(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    git(path, "init", "-q", "-b", "main")
+    git(path, "config", "user.name", "Upstream Dev")
+    git(path, "config", "user.email", "dev@upstream.invalid")
+    return path
+
+
+def format_patches(repo: Path, rev_range: str, out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    names = git(repo, "format-patch", "--zero-commit", "--no-signature", "--full-index", "-N",
+                "-o", str(out), rev_range).split()
+    return [Path(n) for n in names]
+
+
+def make_target(ws: Path, name: str, base: str, patch_files: list[Path], *, version="1.0.0",
+                build: str = "", extra: str = "") -> Path:
+    tdir = ws / "patches" / name
+    tdir.mkdir(parents=True, exist_ok=True)
+    (ws / "lucepatch.toml").write_text("schema_version = 1\n")
+    listed = []
+    for pf in patch_files:
+        slug = pf.name.split("-", 1)[1] if pf.name[:4].isdigit() else pf.name
+        shutil.copy(pf, tdir / slug)
+        listed.append(slug)
+    (tdir / "series").write_text("".join(f"{n}\n" for n in listed))
+    (tdir / "target.toml").write_text(
+        f'name = "{name}"\nupstream = "https://example.invalid/{name}"\nbranch = "main"\n'
+        f'base = "{base}"\nversion = "{version}"\n{extra}\n{build}\n'
+    )
+    return tdir
+
+
+@pytest.fixture
+def toy(tmp_path):
+    """An upstream repo with a base commit and a two-patch series made from real commits."""
+    up = init_repo(tmp_path / "upstream")
+    write(up, "src/a.c", "int a(void) {\n    return 1;\n}\n")
+    write(up, "src/b.c", "int b(void) {\n    return 2;\n}\n")
+    base = commit_all(up, "base")
+    git(up, "checkout", "-q", "-b", "work")
+    write(up, "src/a.c", "int a(void) {\n    return 10;\n}\n")
+    commit_all(up, "fix(a): return ten\n\nUpstream-Status: Pending\nSigned-off-by: Fixer <fixer@example.invalid>")
+    write(up, "src/b.c", "int b(void) {\n    return 20;\n}\n")
+    commit_all(up, "fix(b): return twenty\n\nUpstream-Status: Pending\nSigned-off-by: Fixer <fixer@example.invalid>")
+    pfiles = format_patches(up, f"{base}..work", tmp_path / "fp")
+    git(up, "checkout", "-q", "main")
+    git(up, "branch", "-q", "-D", "work")
+    ws = tmp_path / "ws"
+    make_target(ws, "toy", base, pfiles)
+    return {"upstream": up, "base": base, "ws": ws, "tmp": tmp_path}
