@@ -1,0 +1,1180 @@
+/* fakecuda: a simulated libcuda.so.1 for GPU-less machines.
+ *
+ * It models the documented driver semantics that HAMi-core's bug family depends on
+ * (FIELD-NOTES §2-3), nothing more:
+ *   - a per-thread context stack; cuCtxGetDevice on a thread without a current context
+ *     returns CUDA_ERROR_INVALID_CONTEXT (201) and leaves *device untouched;
+ *   - synchronous allocation needs a current context (else 201);
+ *   - stream-ordered calls on an explicit stream use the stream's context, so they work on a
+ *     context-less thread; the default stream on such a thread is 201;
+ *   - cuMemCreate / granularity queries need no context.
+ * Device pointers are fake addresses; nothing is ever dereferenced.
+ *
+ * Rules: never call dlsym here (libvgpu.so replaces dlsym), and link with -Wl,-Bsymbolic
+ * (libvgpu.so exports the same names and would otherwise interpose our internal calls).
+ * Every entry point is an `fc_*` function exported under the driver name with FC_EXPORT, and
+ * listed in the cuGetProcAddress table at the bottom.
+ */
+#define _GNU_SOURCE
+#include <cuda.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fakecuda_common.h"
+
+#define FC_CTX_MAGIC 0x4c504358u    /* "LPCX" */
+#define FC_STREAM_MAGIC 0x4c505354u /* "LPST" */
+#define FC_POOL_MAGIC 0x4c50504fu   /* "LPPO" */
+#define FC_GRANULARITY (2ULL << 20)
+#define FC_MAX_CTX_STACK 64
+
+struct CUctx_st {
+    uint32_t magic;
+    int dev;
+    int primary;
+    unsigned int flags;
+};
+
+struct CUstream_st {
+    uint32_t magic;
+    struct CUctx_st *ctx;
+    unsigned int flags;
+};
+
+struct CUmemPoolHandle_st {
+    uint32_t magic;
+    int dev;
+    size_t used_current, used_high, reserved_current, reserved_high, release_threshold;
+};
+
+struct fc_alloc {
+    CUdeviceptr ptr;
+    size_t size;
+    int dev;
+    int async; /* came from the stream-ordered allocator (pool) */
+    struct fc_alloc *next;
+};
+
+struct fc_handle { /* a cuMemCreate handle */
+    uint64_t id;
+    size_t size;
+    int device; /* -1 for host locations: not charged to any GPU */
+    int released;
+    int maps;
+    struct fc_handle *next;
+};
+
+struct fc_mapping {
+    CUdeviceptr ptr;
+    size_t size;
+    struct fc_handle *h;
+    struct fc_mapping *next;
+};
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static int g_initialized;
+static int g_ndev = 2;
+static size_t g_ctx_overhead;
+static struct CUctx_st g_primary[FC_MAX_DEVICES];
+static int g_primary_refs[FC_MAX_DEVICES];
+static unsigned int g_primary_flags[FC_MAX_DEVICES];
+static int g_created_ctx[FC_MAX_DEVICES]; /* live cuCtxCreate contexts per device */
+static struct CUmemPoolHandle_st g_pool[FC_MAX_DEVICES];
+static struct CUmemPoolHandle_st *g_cur_pool[FC_MAX_DEVICES];
+static size_t g_used[FC_MAX_DEVICES];
+static uint64_t g_next_addr[FC_MAX_DEVICES];
+static uint64_t g_next_va = 0x7e0000000000ULL;
+static uint64_t g_next_handle = 1;
+static struct fc_alloc *g_allocs;
+static struct fc_handle *g_handles;
+static struct fc_mapping *g_maps;
+
+static __thread struct CUctx_st *t_stack[FC_MAX_CTX_STACK];
+static __thread int t_depth;
+
+static void fc_setup(void) {
+    const char *s = getenv("LUCEPATCH_FAKECUDA_DEVICES");
+    if (s && *s) {
+        int n = atoi(s);
+        g_ndev = n < 0 ? 0 : (n > FC_MAX_DEVICES ? FC_MAX_DEVICES : n);
+    }
+    s = getenv("LUCEPATCH_FAKECUDA_CTX_OVERHEAD_MIB");
+    if (s && *s)
+        g_ctx_overhead = (size_t)strtoull(s, NULL, 10) << 20;
+    for (int i = 0; i < FC_MAX_DEVICES; i++) {
+        g_primary[i] = (struct CUctx_st){FC_CTX_MAGIC, i, 1, 0};
+        g_pool[i] = (struct CUmemPoolHandle_st){.magic = FC_POOL_MAGIC, .dev = i};
+        g_cur_pool[i] = &g_pool[i];
+        /* distinct, recognisable address ranges per device; never 0 */
+        g_next_addr[i] = 0x700000000000ULL + ((uint64_t)i << 36);
+    }
+}
+
+static void fc_lazy_setup(void) { pthread_once(&g_once, fc_setup); }
+
+static struct CUctx_st *cur_ctx(void) { return t_depth > 0 ? t_stack[t_depth - 1] : NULL; }
+
+static int valid_ctx(struct CUctx_st *c) { return c && c->magic == FC_CTX_MAGIC; }
+
+static int valid_dev(CUdevice d) { return d >= 0 && d < g_ndev; }
+
+#define NEED_INIT()                           \
+    do {                                      \
+        if (!g_initialized)                   \
+            return CUDA_ERROR_NOT_INITIALIZED; \
+    } while (0)
+
+/* Resolve the context a stream-ordered call runs in: an explicit stream carries its own;
+ * the legacy / per-thread default streams (0, 1, 2) mean the calling thread's context. */
+static CUresult stream_ctx(CUstream s, struct CUctx_st **out) {
+    uintptr_t v = (uintptr_t)s;
+    if (v == 0 || v == (uintptr_t)CU_STREAM_LEGACY || v == (uintptr_t)CU_STREAM_PER_THREAD) {
+        struct CUctx_st *c = cur_ctx();
+        if (!c)
+            return CUDA_ERROR_INVALID_CONTEXT;
+        *out = c;
+        return CUDA_SUCCESS;
+    }
+    if (s->magic != FC_STREAM_MAGIC)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *out = s->ctx;
+    return CUDA_SUCCESS;
+}
+
+static size_t round_up(size_t v, size_t unit) { return (v + unit - 1) / unit * unit; }
+
+/* ---- exported helpers for fakenvml ---------------------------------------------------- */
+
+FC_API int lucepatch_fakecuda_device_count(void) {
+    fc_lazy_setup();
+    return g_ndev;
+}
+
+FC_API int lucepatch_fakecuda_device_has_context(int dev) {
+    fc_lazy_setup();
+    if (!valid_dev(dev))
+        return 0;
+    pthread_mutex_lock(&g_lock);
+    int r = g_primary_refs[dev] > 0 || g_created_ctx[dev] > 0;
+    pthread_mutex_unlock(&g_lock);
+    return r;
+}
+
+FC_API unsigned long long lucepatch_fakecuda_device_used(int dev) {
+    fc_lazy_setup();
+    if (!valid_dev(dev))
+        return 0;
+    pthread_mutex_lock(&g_lock);
+    unsigned long long r = g_used[dev];
+    if (g_primary_refs[dev] > 0 || g_created_ctx[dev] > 0)
+        r += g_ctx_overhead;
+    pthread_mutex_unlock(&g_lock);
+    return r;
+}
+
+/* ---- init, version, errors -------------------------------------------------------------- */
+
+static CUresult fc_cuInit(unsigned int flags) {
+    fc_lazy_setup();
+    if (flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (g_ndev == 0)
+        return CUDA_ERROR_NO_DEVICE;
+    g_initialized = 1;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuDriverGetVersion(int *v) {
+    if (!v)
+        return CUDA_ERROR_INVALID_VALUE;
+    *v = 13000;
+    return CUDA_SUCCESS;
+}
+
+struct fc_errname {
+    CUresult code;
+    const char *name;
+    const char *text;
+};
+
+static const struct fc_errname g_errors[] = {
+    {CUDA_SUCCESS, "CUDA_SUCCESS", "no error"},
+    {CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+    {CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+    {CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+    {CUDA_ERROR_DEINITIALIZED, "CUDA_ERROR_DEINITIALIZED", "driver shutting down"},
+    {CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+    {CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+    {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+    {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+    {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+    {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+    {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
+};
+
+static CUresult fc_cuGetErrorName(CUresult e, const char **s) {
+    if (!s)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < sizeof g_errors / sizeof g_errors[0]; i++)
+        if (g_errors[i].code == e) {
+            *s = g_errors[i].name;
+            return CUDA_SUCCESS;
+        }
+    *s = NULL;
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult fc_cuGetErrorString(CUresult e, const char **s) {
+    if (!s)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < sizeof g_errors / sizeof g_errors[0]; i++)
+        if (g_errors[i].code == e) {
+            *s = g_errors[i].text;
+            return CUDA_SUCCESS;
+        }
+    *s = NULL;
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult fc_cuGetExportTable(const void **table, const CUuuid *id) {
+    (void)id;
+    if (table)
+        *table = NULL;
+    return CUDA_ERROR_NOT_SUPPORTED; /* cudart needs private tables: out of scope */
+}
+
+/* ---- devices ---------------------------------------------------------------------------- */
+
+static CUresult fc_cuDeviceGetCount(int *n) {
+    NEED_INIT();
+    if (!n)
+        return CUDA_ERROR_INVALID_VALUE;
+    *n = g_ndev;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuDeviceGet(CUdevice *d, int ordinal) {
+    NEED_INIT();
+    if (!d)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_dev(ordinal))
+        return CUDA_ERROR_INVALID_DEVICE;
+    *d = ordinal;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuDeviceGetName(char *name, int len, CUdevice d) {
+    NEED_INIT();
+    if (!name || len <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_dev(d))
+        return CUDA_ERROR_INVALID_DEVICE;
+    strncpy(name, FC_DEVICE_NAME, (size_t)len - 1);
+    name[len - 1] = 0;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuDeviceTotalMem_v2(size_t *bytes, CUdevice d) {
+    NEED_INIT();
+    if (!bytes)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_dev(d))
+        return CUDA_ERROR_INVALID_DEVICE;
+    *bytes = FC_DEVICE_MEM;
+    return CUDA_SUCCESS;
+}
+
+static void fill_uuid(CUuuid *u, int d) {
+    /* stable per device; matches fakenvml's "GPU-..." string */
+    static const unsigned char base[16] = {0x1c, 0xe9, 0xa7, 0xc4, 0x00, 0x00, 0x4f, 0xa1,
+                                           0x8b, 0x00, 0x6c, 0x75, 0x63, 0x65, 0x70, 0x00};
+    memcpy(u->bytes, base, 16);
+    u->bytes[15] = (unsigned char)d;
+}
+
+static CUresult fc_cuDeviceGetUuid(CUuuid *u, CUdevice d) {
+    NEED_INIT();
+    if (!u)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_dev(d))
+        return CUDA_ERROR_INVALID_DEVICE;
+    fill_uuid(u, d);
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d) {
+    NEED_INIT();
+    if (!v)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_dev(d))
+        return CUDA_ERROR_INVALID_DEVICE;
+    switch (a) { /* an H200-like profile; anything not listed reads 0 */
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *v = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: *v = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: *v = 64; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: *v = 2147483647; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: *v = 65535; break;
+    case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *v = 32; break;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = 132; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = 9; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: *v = 2048; break;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: *v = 0x18 + d; break;
+    case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: *v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: *v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: *v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED: *v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: *v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: *v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: *v = 5120; break;
+    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: *v = 50 << 20; break;
+    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: *v = 1980000; break;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: *v = 2619000; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: *v = 49152; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK: *v = 65536; break;
+    default: *v = 0; break;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* ---- contexts ----------------------------------------------------------------------------- */
+
+static CUresult push_ctx(struct CUctx_st *c) {
+    if (t_depth >= FC_MAX_CTX_STACK)
+        return CUDA_ERROR_UNKNOWN;
+    t_stack[t_depth++] = c;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice d) {
+    NEED_INIT();
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_dev(d))
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&g_lock);
+    g_primary_refs[d]++;
+    pthread_mutex_unlock(&g_lock);
+    *pctx = &g_primary[d]; /* retaining does NOT make it current */
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuDevicePrimaryCtxRelease_v2(CUdevice d) {
+    NEED_INIT();
+    if (!valid_dev(d))
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&g_lock);
+    CUresult r = CUDA_SUCCESS;
+    if (g_primary_refs[d] <= 0)
+        r = CUDA_ERROR_INVALID_CONTEXT;
+    else
+        g_primary_refs[d]--;
+    pthread_mutex_unlock(&g_lock);
+    return r;
+}
+
+static CUresult fc_cuDevicePrimaryCtxGetState(CUdevice d, unsigned int *flags, int *active) {
+    NEED_INIT();
+    if (!flags || !active)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_dev(d))
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&g_lock);
+    *flags = g_primary_flags[d];
+    *active = g_primary_refs[d] > 0;
+    pthread_mutex_unlock(&g_lock);
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuDevicePrimaryCtxSetFlags_v2(CUdevice d, unsigned int flags) {
+    NEED_INIT();
+    if (!valid_dev(d))
+        return CUDA_ERROR_INVALID_DEVICE;
+    g_primary_flags[d] = flags;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuDevicePrimaryCtxReset_v2(CUdevice d) {
+    NEED_INIT();
+    if (!valid_dev(d))
+        return CUDA_ERROR_INVALID_DEVICE;
+    g_primary_flags[d] = 0;
+    return CUDA_SUCCESS;
+}
+
+static CUresult create_ctx(CUcontext *pctx, unsigned int flags, CUdevice d) {
+    NEED_INIT();
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_dev(d))
+        return CUDA_ERROR_INVALID_DEVICE;
+    struct CUctx_st *c = calloc(1, sizeof *c);
+    if (!c)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *c = (struct CUctx_st){FC_CTX_MAGIC, d, 0, flags};
+    pthread_mutex_lock(&g_lock);
+    g_created_ctx[d]++;
+    pthread_mutex_unlock(&g_lock);
+    CUresult r = push_ctx(c); /* a created context becomes current */
+    *pctx = c;
+    return r;
+}
+
+static CUresult fc_cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *p, unsigned int flags, CUdevice d) {
+    (void)p;
+    return create_ctx(pctx, flags, d);
+}
+
+static CUresult fc_cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice d) {
+    return create_ctx(pctx, flags, d);
+}
+
+static CUresult fc_cuCtxCreate_v3(CUcontext *pctx, void *params, int n, unsigned int flags, CUdevice d) {
+    (void)params;
+    (void)n;
+    return create_ctx(pctx, flags, d);
+}
+
+static CUresult fc_cuCtxDestroy_v2(CUcontext ctx) {
+    NEED_INIT();
+    if (!valid_ctx(ctx) || ctx->primary)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    /* remove from this thread's stack (other threads' stacks: undefined behaviour, as in CUDA) */
+    for (int i = 0; i < t_depth; i++)
+        if (t_stack[i] == ctx) {
+            memmove(&t_stack[i], &t_stack[i + 1], (size_t)(t_depth - i - 1) * sizeof t_stack[0]);
+            t_depth--;
+            i--;
+        }
+    pthread_mutex_lock(&g_lock);
+    g_created_ctx[ctx->dev]--;
+    pthread_mutex_unlock(&g_lock);
+    ctx->magic = 0;
+    free(ctx);
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuCtxSetCurrent(CUcontext ctx) {
+    NEED_INIT();
+    if (ctx == NULL) {
+        if (t_depth > 0)
+            t_depth--; /* replaces the top with "nothing" */
+        return CUDA_SUCCESS;
+    }
+    if (!valid_ctx(ctx))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (t_depth == 0)
+        return push_ctx(ctx);
+    t_stack[t_depth - 1] = ctx;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuCtxGetCurrent(CUcontext *pctx) {
+    NEED_INIT();
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pctx = cur_ctx();
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuCtxPushCurrent_v2(CUcontext ctx) {
+    NEED_INIT();
+    if (!valid_ctx(ctx))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    return push_ctx(ctx);
+}
+
+static CUresult fc_cuCtxPopCurrent_v2(CUcontext *pctx) {
+    NEED_INIT();
+    if (t_depth == 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    struct CUctx_st *c = t_stack[--t_depth];
+    if (pctx)
+        *pctx = c;
+    return CUDA_SUCCESS;
+}
+
+/* The heart of the bug family: no current context -> 201, *device NOT written. */
+static CUresult fc_cuCtxGetDevice(CUdevice *device) {
+    NEED_INIT();
+    struct CUctx_st *c = cur_ctx();
+    if (!c)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (!device)
+        return CUDA_ERROR_INVALID_VALUE;
+    *device = c->dev;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuCtxGetFlags(unsigned int *flags) {
+    NEED_INIT();
+    struct CUctx_st *c = cur_ctx();
+    if (!c)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (!flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    *flags = c->flags;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuCtxGetApiVersion(CUcontext ctx, unsigned int *v) {
+    NEED_INIT();
+    if (!ctx)
+        ctx = cur_ctx();
+    if (!valid_ctx(ctx))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (!v)
+        return CUDA_ERROR_INVALID_VALUE;
+    *v = 13000;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuCtxSynchronize(void) {
+    NEED_INIT();
+    return cur_ctx() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+/* ---- streams ------------------------------------------------------------------------------ */
+
+static CUresult fc_cuStreamCreate(CUstream *ps, unsigned int flags) {
+    NEED_INIT();
+    if (!ps)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUctx_st *c = cur_ctx();
+    if (!c)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    struct CUstream_st *s = calloc(1, sizeof *s);
+    if (!s)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *s = (struct CUstream_st){FC_STREAM_MAGIC, c, flags};
+    *ps = s;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuStreamCreateWithPriority(CUstream *ps, unsigned int flags, int prio) {
+    (void)prio;
+    return fc_cuStreamCreate(ps, flags);
+}
+
+static CUresult fc_cuStreamDestroy_v2(CUstream s) {
+    NEED_INIT();
+    uintptr_t v = (uintptr_t)s;
+    if (v == 0 || v == (uintptr_t)CU_STREAM_LEGACY || v == (uintptr_t)CU_STREAM_PER_THREAD ||
+        s->magic != FC_STREAM_MAGIC)
+        return CUDA_ERROR_INVALID_HANDLE;
+    s->magic = 0;
+    free(s);
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuStreamSynchronize(CUstream s) {
+    NEED_INIT();
+    struct CUctx_st *c;
+    return stream_ctx(s, &c); /* all work is complete the moment it is issued */
+}
+
+static CUresult fc_cuStreamQuery(CUstream s) { return fc_cuStreamSynchronize(s); }
+
+static CUresult fc_cuStreamGetCtx(CUstream s, CUcontext *pctx) {
+    NEED_INIT();
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUctx_st *c;
+    CUresult r = stream_ctx(s, &c);
+    if (r == CUDA_SUCCESS)
+        *pctx = c;
+    return r;
+}
+
+static CUresult fc_cuStreamGetCtx_v2(CUstream s, CUcontext *pctx, CUgreenCtx *pgreen) {
+    if (pgreen)
+        *pgreen = NULL;
+    return fc_cuStreamGetCtx(s, pctx);
+}
+
+static CUresult fc_cuStreamGetDevice(CUstream s, CUdevice *dev) {
+    NEED_INIT();
+    if (!dev)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUctx_st *c;
+    CUresult r = stream_ctx(s, &c);
+    if (r == CUDA_SUCCESS)
+        *dev = c->dev;
+    return r;
+}
+
+static CUresult fc_cuStreamGetFlags(CUstream s, unsigned int *flags) {
+    NEED_INIT();
+    struct CUctx_st *c;
+    CUresult r = stream_ctx(s, &c);
+    if (r == CUDA_SUCCESS && flags)
+        *flags = ((uintptr_t)s > 2) ? s->flags : 0;
+    return r;
+}
+
+/* ---- linear memory ------------------------------------------------------------------------- */
+
+/* caller holds g_lock */
+static CUresult do_alloc(CUdeviceptr *dptr, size_t size, int dev, int async) {
+    if (size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t rs = round_up(size, FC_GRANULARITY);
+    if (g_used[dev] + rs + g_ctx_overhead > FC_DEVICE_MEM)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    struct fc_alloc *a = calloc(1, sizeof *a);
+    if (!a)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    a->ptr = (CUdeviceptr)g_next_addr[dev];
+    g_next_addr[dev] += rs;
+    a->size = rs;
+    a->dev = dev;
+    a->async = async;
+    a->next = g_allocs;
+    g_allocs = a;
+    g_used[dev] += rs;
+    *dptr = a->ptr;
+    return CUDA_SUCCESS;
+}
+
+/* caller holds g_lock */
+static struct fc_alloc *take_alloc(CUdeviceptr p) {
+    for (struct fc_alloc **pp = &g_allocs; *pp; pp = &(*pp)->next)
+        if ((*pp)->ptr == p) {
+            struct fc_alloc *a = *pp;
+            *pp = a->next;
+            g_used[a->dev] -= a->size;
+            return a;
+        }
+    return NULL;
+}
+
+static CUresult fc_cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) {
+    NEED_INIT();
+    struct CUctx_st *c = cur_ctx();
+    if (!c)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (!dptr)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    CUresult r = do_alloc(dptr, size, c->dev, 0);
+    pthread_mutex_unlock(&g_lock);
+    return r;
+}
+
+/* (inference) cuMemFree is modelled as needing a current context, like cuMemAlloc. */
+static CUresult fc_cuMemFree_v2(CUdeviceptr p) {
+    NEED_INIT();
+    if (!cur_ctx())
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (p == 0)
+        return CUDA_SUCCESS;
+    pthread_mutex_lock(&g_lock);
+    struct fc_alloc *a = take_alloc(p);
+    pthread_mutex_unlock(&g_lock);
+    if (!a)
+        return CUDA_ERROR_INVALID_VALUE;
+    free(a);
+    return CUDA_SUCCESS;
+}
+
+static void pool_update(struct CUmemPoolHandle_st *pl, long long delta) {
+    pl->used_current = (size_t)((long long)pl->used_current + delta);
+    if (pl->used_current > pl->used_high)
+        pl->used_high = pl->used_current;
+    /* memory stays reserved until trimmed; freed blocks are reused first */
+    if (pl->used_current > pl->reserved_current)
+        pl->reserved_current = round_up(pl->used_current, FC_GRANULARITY);
+    if (pl->reserved_current > pl->reserved_high)
+        pl->reserved_high = pl->reserved_current;
+}
+
+/* Stream-ordered: the stream's context decides the device, not the calling thread. */
+static CUresult fc_cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s) {
+    NEED_INIT();
+    struct CUctx_st *c;
+    CUresult r = stream_ctx(s, &c);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!dptr)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    r = do_alloc(dptr, size, c->dev, 1);
+    if (r == CUDA_SUCCESS)
+        pool_update(g_cur_pool[c->dev], (long long)round_up(size, FC_GRANULARITY));
+    pthread_mutex_unlock(&g_lock);
+    return r;
+}
+
+static CUresult fc_cuMemFreeAsync(CUdeviceptr p, CUstream s) {
+    NEED_INIT();
+    struct CUctx_st *c;
+    CUresult r = stream_ctx(s, &c);
+    if (r != CUDA_SUCCESS)
+        return r;
+    pthread_mutex_lock(&g_lock);
+    struct fc_alloc *a = take_alloc(p);
+    if (a && a->async)
+        pool_update(g_cur_pool[a->dev], -(long long)a->size);
+    pthread_mutex_unlock(&g_lock);
+    if (!a)
+        return CUDA_ERROR_INVALID_VALUE;
+    free(a);
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuMemGetInfo_v2(size_t *free_b, size_t *total) {
+    NEED_INIT();
+    struct CUctx_st *c = cur_ctx();
+    if (!c)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (!free_b || !total)
+        return CUDA_ERROR_INVALID_VALUE;
+    unsigned long long used = lucepatch_fakecuda_device_used(c->dev);
+    *total = FC_DEVICE_MEM;
+    *free_b = FC_DEVICE_MEM - used;
+    return CUDA_SUCCESS;
+}
+
+/* ---- memory pools -------------------------------------------------------------------------- */
+
+static CUresult fc_cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice d) {
+    NEED_INIT();
+    if (!pool)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_dev(d))
+        return CUDA_ERROR_INVALID_DEVICE;
+    *pool = g_cur_pool[d];
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice d) {
+    NEED_INIT();
+    if (!pool)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_dev(d))
+        return CUDA_ERROR_INVALID_DEVICE;
+    *pool = &g_pool[d];
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuDeviceSetMemPool(CUdevice d, CUmemoryPool pool) {
+    NEED_INIT();
+    if (!valid_dev(d))
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (!pool || pool->magic != FC_POOL_MAGIC || pool->dev != d)
+        return CUDA_ERROR_INVALID_VALUE;
+    g_cur_pool[d] = pool;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute a, void *v) {
+    NEED_INIT();
+    if (!pool || pool->magic != FC_POOL_MAGIC || !v)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    CUresult r = CUDA_SUCCESS;
+    switch (a) {
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: *(int *)v = 1; break;
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: *(cuuint64_t *)v = pool->release_threshold; break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: *(cuuint64_t *)v = pool->reserved_current; break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: *(cuuint64_t *)v = pool->reserved_high; break;
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: *(cuuint64_t *)v = pool->used_current; break;
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH: *(cuuint64_t *)v = pool->used_high; break;
+    default: r = CUDA_ERROR_INVALID_VALUE; break;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return r;
+}
+
+static CUresult fc_cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute a, void *v) {
+    NEED_INIT();
+    if (!pool || pool->magic != FC_POOL_MAGIC || !v)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    CUresult r = CUDA_SUCCESS;
+    switch (a) {
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: break;
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: pool->release_threshold = *(cuuint64_t *)v; break;
+    /* documented: the high watermarks may only be reset, i.e. set to 0 */
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+        if (*(cuuint64_t *)v != 0) r = CUDA_ERROR_INVALID_VALUE;
+        else pool->reserved_high = pool->reserved_current;
+        break;
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+        if (*(cuuint64_t *)v != 0) r = CUDA_ERROR_INVALID_VALUE;
+        else pool->used_high = pool->used_current;
+        break;
+    default: r = CUDA_ERROR_INVALID_VALUE; break;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return r;
+}
+
+static CUresult fc_cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
+    NEED_INIT();
+    if (!pool || pool->magic != FC_POOL_MAGIC)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    size_t floor_b = round_up(pool->used_current, FC_GRANULARITY);
+    if (keep < floor_b)
+        keep = floor_b;
+    if (pool->reserved_current > keep)
+        pool->reserved_current = keep;
+    pthread_mutex_unlock(&g_lock);
+    return CUDA_SUCCESS;
+}
+
+/* ---- virtual memory management (no context needed) ----------------------------------------- */
+
+static CUresult fc_cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *prop,
+                                                 CUmemAllocationGranularity_flags opt) {
+    NEED_INIT();
+    (void)opt;
+    if (!g || !prop)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE && !valid_dev(prop->location.id))
+        return CUDA_ERROR_INVALID_DEVICE;
+    *g = FC_GRANULARITY;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+                               const CUmemAllocationProp *prop, unsigned long long flags) {
+    NEED_INIT();
+    (void)flags;
+    if (!handle || !prop || size == 0 || size % FC_GRANULARITY)
+        return CUDA_ERROR_INVALID_VALUE;
+    int dev = -1;
+    switch (prop->location.type) {
+    case CU_MEM_LOCATION_TYPE_DEVICE:
+        if (!valid_dev(prop->location.id))
+            return CUDA_ERROR_INVALID_DEVICE;
+        dev = prop->location.id;
+        break;
+    case CU_MEM_LOCATION_TYPE_HOST:
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA:
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT: break; /* host memory: no GPU charge */
+    default: return CUDA_ERROR_INVALID_VALUE;
+    }
+    struct fc_handle *h = calloc(1, sizeof *h);
+    if (!h)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&g_lock);
+    if (dev >= 0 && g_used[dev] + size + g_ctx_overhead > FC_DEVICE_MEM) {
+        pthread_mutex_unlock(&g_lock);
+        free(h);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    h->id = g_next_handle++;
+    h->size = size;
+    h->device = dev;
+    h->next = g_handles;
+    g_handles = h;
+    if (dev >= 0)
+        g_used[dev] += size;
+    pthread_mutex_unlock(&g_lock);
+    *handle = (CUmemGenericAllocationHandle)h->id;
+    return CUDA_SUCCESS;
+}
+
+/* caller holds g_lock; frees the backing memory once released and unmapped (documented) */
+static void handle_maybe_destroy(struct fc_handle *h) {
+    if (!h->released || h->maps > 0)
+        return;
+    for (struct fc_handle **pp = &g_handles; *pp; pp = &(*pp)->next)
+        if (*pp == h) {
+            *pp = h->next;
+            break;
+        }
+    if (h->device >= 0)
+        g_used[h->device] -= h->size;
+    free(h);
+}
+
+static struct fc_handle *find_handle(CUmemGenericAllocationHandle id) {
+    for (struct fc_handle *h = g_handles; h; h = h->next)
+        if (h->id == (uint64_t)id && !h->released)
+            return h;
+    return NULL;
+}
+
+static CUresult fc_cuMemRelease(CUmemGenericAllocationHandle id) {
+    NEED_INIT();
+    pthread_mutex_lock(&g_lock);
+    struct fc_handle *h = find_handle(id);
+    if (h) {
+        h->released = 1;
+        handle_maybe_destroy(h);
+    }
+    pthread_mutex_unlock(&g_lock);
+    return h ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult fc_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t align, CUdeviceptr addr,
+                                       unsigned long long flags) {
+    NEED_INIT();
+    (void)addr;
+    (void)flags;
+    if (!ptr || size == 0 || size % FC_GRANULARITY)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (align < FC_GRANULARITY)
+        align = FC_GRANULARITY;
+    pthread_mutex_lock(&g_lock);
+    g_next_va = round_up(g_next_va, align);
+    *ptr = (CUdeviceptr)g_next_va;
+    g_next_va += size;
+    pthread_mutex_unlock(&g_lock);
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+    NEED_INIT();
+    (void)size;
+    return ptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult fc_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle id,
+                            unsigned long long flags) {
+    NEED_INIT();
+    (void)flags;
+    if (!ptr || size == 0 || offset)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fc_mapping *m = calloc(1, sizeof *m);
+    if (!m)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&g_lock);
+    struct fc_handle *h = find_handle(id);
+    if (!h || size > h->size) {
+        pthread_mutex_unlock(&g_lock);
+        free(m);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    h->maps++;
+    *m = (struct fc_mapping){ptr, size, h, g_maps};
+    g_maps = m;
+    pthread_mutex_unlock(&g_lock);
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuMemUnmap(CUdeviceptr ptr, size_t size) {
+    NEED_INIT();
+    (void)size;
+    pthread_mutex_lock(&g_lock);
+    int found = 0;
+    for (struct fc_mapping **pp = &g_maps; *pp;) {
+        struct fc_mapping *m = *pp;
+        if (m->ptr >= ptr && m->ptr < ptr + size) {
+            *pp = m->next;
+            m->h->maps--;
+            handle_maybe_destroy(m->h);
+            free(m);
+            found = 1;
+        } else {
+            pp = &m->next;
+        }
+    }
+    pthread_mutex_unlock(&g_lock);
+    return found ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult fc_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count) {
+    NEED_INIT();
+    if (!ptr || !size || !desc || !count)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < count; i++)
+        if (desc[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE && !valid_dev(desc[i].location.id))
+            return CUDA_ERROR_INVALID_DEVICE;
+    return CUDA_SUCCESS;
+}
+
+/* ---- cuGetProcAddress: resolve from our own table, never via dlsym ------------------------- */
+
+struct fc_sym {
+    const char *name;
+    void *fn;
+};
+
+static CUresult fc_cuGetProcAddress(const char *symbol, void **pfn, int ver, cuuint64_t flags);
+static CUresult fc_cuGetProcAddress_v2(const char *symbol, void **pfn, int ver, cuuint64_t flags,
+                                       CUdriverProcAddressQueryResult *status);
+
+#define FC_SYMBOLS(X)                                                   \
+    X("cuInit", fc_cuInit)                                              \
+    X("cuDriverGetVersion", fc_cuDriverGetVersion)                      \
+    X("cuGetErrorName", fc_cuGetErrorName)                              \
+    X("cuGetErrorString", fc_cuGetErrorString)                          \
+    X("cuGetExportTable", fc_cuGetExportTable)                          \
+    X("cuGetProcAddress", fc_cuGetProcAddress)                          \
+    X("cuGetProcAddress_v2", fc_cuGetProcAddress_v2)                    \
+    X("cuDeviceGetCount", fc_cuDeviceGetCount)                          \
+    X("cuDeviceGet", fc_cuDeviceGet)                                    \
+    X("cuDeviceGetName", fc_cuDeviceGetName)                            \
+    X("cuDeviceTotalMem_v2", fc_cuDeviceTotalMem_v2)                    \
+    X("cuDeviceGetUuid", fc_cuDeviceGetUuid)                            \
+    X("cuDeviceGetUuid_v2", fc_cuDeviceGetUuid)                         \
+    X("cuDeviceGetAttribute", fc_cuDeviceGetAttribute)                  \
+    X("cuDevicePrimaryCtxRetain", fc_cuDevicePrimaryCtxRetain)          \
+    X("cuDevicePrimaryCtxRelease", fc_cuDevicePrimaryCtxRelease_v2)     \
+    X("cuDevicePrimaryCtxRelease_v2", fc_cuDevicePrimaryCtxRelease_v2)  \
+    X("cuDevicePrimaryCtxGetState", fc_cuDevicePrimaryCtxGetState)      \
+    X("cuDevicePrimaryCtxSetFlags", fc_cuDevicePrimaryCtxSetFlags_v2)   \
+    X("cuDevicePrimaryCtxSetFlags_v2", fc_cuDevicePrimaryCtxSetFlags_v2) \
+    X("cuDevicePrimaryCtxReset", fc_cuDevicePrimaryCtxReset_v2)         \
+    X("cuDevicePrimaryCtxReset_v2", fc_cuDevicePrimaryCtxReset_v2)      \
+    X("cuCtxCreate_v2", fc_cuCtxCreate_v2)                              \
+    X("cuCtxCreate_v3", fc_cuCtxCreate_v3)                              \
+    X("cuCtxCreate_v4", fc_cuCtxCreate_v4)                              \
+    X("cuCtxDestroy_v2", fc_cuCtxDestroy_v2)                            \
+    X("cuCtxSetCurrent", fc_cuCtxSetCurrent)                            \
+    X("cuCtxGetCurrent", fc_cuCtxGetCurrent)                            \
+    X("cuCtxPushCurrent_v2", fc_cuCtxPushCurrent_v2)                    \
+    X("cuCtxPopCurrent_v2", fc_cuCtxPopCurrent_v2)                      \
+    X("cuCtxGetDevice", fc_cuCtxGetDevice)                              \
+    X("cuCtxGetFlags", fc_cuCtxGetFlags)                                \
+    X("cuCtxGetApiVersion", fc_cuCtxGetApiVersion)                      \
+    X("cuCtxSynchronize", fc_cuCtxSynchronize)                          \
+    X("cuStreamCreate", fc_cuStreamCreate)                              \
+    X("cuStreamCreateWithPriority", fc_cuStreamCreateWithPriority)      \
+    X("cuStreamDestroy_v2", fc_cuStreamDestroy_v2)                      \
+    X("cuStreamSynchronize", fc_cuStreamSynchronize)                    \
+    X("cuStreamQuery", fc_cuStreamQuery)                                \
+    X("cuStreamGetCtx", fc_cuStreamGetCtx)                              \
+    X("cuStreamGetCtx_v2", fc_cuStreamGetCtx_v2)                        \
+    X("cuStreamGetDevice", fc_cuStreamGetDevice)                        \
+    X("cuStreamGetFlags", fc_cuStreamGetFlags)                          \
+    X("cuMemAlloc_v2", fc_cuMemAlloc_v2)                                \
+    X("cuMemFree_v2", fc_cuMemFree_v2)                                  \
+    X("cuMemAllocAsync", fc_cuMemAllocAsync)                            \
+    X("cuMemFreeAsync", fc_cuMemFreeAsync)                              \
+    X("cuMemGetInfo_v2", fc_cuMemGetInfo_v2)                            \
+    X("cuDeviceGetMemPool", fc_cuDeviceGetMemPool)                      \
+    X("cuDeviceGetDefaultMemPool", fc_cuDeviceGetDefaultMemPool)        \
+    X("cuDeviceSetMemPool", fc_cuDeviceSetMemPool)                      \
+    X("cuMemPoolGetAttribute", fc_cuMemPoolGetAttribute)                \
+    X("cuMemPoolSetAttribute", fc_cuMemPoolSetAttribute)               \
+    X("cuMemPoolTrimTo", fc_cuMemPoolTrimTo)                            \
+    X("cuMemGetAllocationGranularity", fc_cuMemGetAllocationGranularity) \
+    X("cuMemCreate", fc_cuMemCreate)                                    \
+    X("cuMemRelease", fc_cuMemRelease)                                  \
+    X("cuMemAddressReserve", fc_cuMemAddressReserve)                    \
+    X("cuMemAddressFree", fc_cuMemAddressFree)                          \
+    X("cuMemMap", fc_cuMemMap)                                          \
+    X("cuMemUnmap", fc_cuMemUnmap)                                      \
+    X("cuMemSetAccess", fc_cuMemSetAccess)
+
+#define FC_TABLE_ENTRY(name, impl) {name, (void *)impl},
+static const struct fc_sym g_syms[] = {FC_SYMBOLS(FC_TABLE_ENTRY)};
+
+/* One alias per exported name; names sharing an impl need distinct alias identifiers. */
+#define FC_EXPORT2(sym, impl, tag)                                                          \
+    extern __typeof__(impl) impl##__export##tag __asm__(sym)                                \
+        __attribute__((alias(#impl), visibility("default")));
+
+static const void *lookup(const char *name) {
+    for (size_t i = 0; i < sizeof g_syms / sizeof g_syms[0]; i++)
+        if (strcmp(g_syms[i].name, name) == 0)
+            return g_syms[i].fn;
+    return NULL;
+}
+
+/* The driver takes a base name ("cuMemAlloc") and returns the newest ABI variant; we pick
+ * the highest _vN present in the table (approximation: ignores cudaVersion cut-offs). */
+static void *resolve(const char *symbol) {
+    char buf[256];
+    for (int v = 4; v >= 2; v--) {
+        snprintf(buf, sizeof buf, "%s_v%d", symbol, v);
+        const void *p = lookup(buf);
+        if (p)
+            return (void *)p;
+    }
+    return (void *)lookup(symbol);
+}
+
+static CUresult fc_cuGetProcAddress_v2(const char *symbol, void **pfn, int ver, cuuint64_t flags,
+                                       CUdriverProcAddressQueryResult *status) {
+    (void)ver;
+    (void)flags;
+    if (!symbol || !pfn)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pfn = resolve(symbol);
+    if (status)
+        *status = *pfn ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    return *pfn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+static CUresult fc_cuGetProcAddress(const char *symbol, void **pfn, int ver, cuuint64_t flags) {
+    return fc_cuGetProcAddress_v2(symbol, pfn, ver, flags, NULL);
+}
+
+/* Exports.  Each impl may carry several names (tags keep the alias identifiers unique). */
+FC_EXPORT2("cuInit", fc_cuInit, )
+FC_EXPORT2("cuDriverGetVersion", fc_cuDriverGetVersion, )
+FC_EXPORT2("cuGetErrorName", fc_cuGetErrorName, )
+FC_EXPORT2("cuGetErrorString", fc_cuGetErrorString, )
+FC_EXPORT2("cuGetExportTable", fc_cuGetExportTable, )
+FC_EXPORT2("cuGetProcAddress", fc_cuGetProcAddress, )
+FC_EXPORT2("cuGetProcAddress_v2", fc_cuGetProcAddress_v2, )
+FC_EXPORT2("cuDeviceGetCount", fc_cuDeviceGetCount, )
+FC_EXPORT2("cuDeviceGet", fc_cuDeviceGet, )
+FC_EXPORT2("cuDeviceGetName", fc_cuDeviceGetName, )
+FC_EXPORT2("cuDeviceTotalMem_v2", fc_cuDeviceTotalMem_v2, )
+FC_EXPORT2("cuDeviceGetUuid", fc_cuDeviceGetUuid, )
+FC_EXPORT2("cuDeviceGetUuid_v2", fc_cuDeviceGetUuid, _v2)
+FC_EXPORT2("cuDeviceGetAttribute", fc_cuDeviceGetAttribute, )
+FC_EXPORT2("cuDevicePrimaryCtxRetain", fc_cuDevicePrimaryCtxRetain, )
+FC_EXPORT2("cuDevicePrimaryCtxRelease", fc_cuDevicePrimaryCtxRelease_v2, _v1)
+FC_EXPORT2("cuDevicePrimaryCtxRelease_v2", fc_cuDevicePrimaryCtxRelease_v2, )
+FC_EXPORT2("cuDevicePrimaryCtxGetState", fc_cuDevicePrimaryCtxGetState, )
+FC_EXPORT2("cuDevicePrimaryCtxSetFlags", fc_cuDevicePrimaryCtxSetFlags_v2, _v1)
+FC_EXPORT2("cuDevicePrimaryCtxSetFlags_v2", fc_cuDevicePrimaryCtxSetFlags_v2, )
+FC_EXPORT2("cuDevicePrimaryCtxReset", fc_cuDevicePrimaryCtxReset_v2, _v1)
+FC_EXPORT2("cuDevicePrimaryCtxReset_v2", fc_cuDevicePrimaryCtxReset_v2, )
+FC_EXPORT2("cuCtxCreate_v2", fc_cuCtxCreate_v2, )
+FC_EXPORT2("cuCtxCreate_v3", fc_cuCtxCreate_v3, )
+FC_EXPORT2("cuCtxCreate_v4", fc_cuCtxCreate_v4, )
+FC_EXPORT2("cuCtxDestroy_v2", fc_cuCtxDestroy_v2, )
+FC_EXPORT2("cuCtxSetCurrent", fc_cuCtxSetCurrent, )
+FC_EXPORT2("cuCtxGetCurrent", fc_cuCtxGetCurrent, )
+FC_EXPORT2("cuCtxPushCurrent_v2", fc_cuCtxPushCurrent_v2, )
+FC_EXPORT2("cuCtxPopCurrent_v2", fc_cuCtxPopCurrent_v2, )
+FC_EXPORT2("cuCtxGetDevice", fc_cuCtxGetDevice, )
+FC_EXPORT2("cuCtxGetFlags", fc_cuCtxGetFlags, )
+FC_EXPORT2("cuCtxGetApiVersion", fc_cuCtxGetApiVersion, )
+FC_EXPORT2("cuCtxSynchronize", fc_cuCtxSynchronize, )
+FC_EXPORT2("cuStreamCreate", fc_cuStreamCreate, )
+FC_EXPORT2("cuStreamCreateWithPriority", fc_cuStreamCreateWithPriority, )
+FC_EXPORT2("cuStreamDestroy_v2", fc_cuStreamDestroy_v2, )
+FC_EXPORT2("cuStreamSynchronize", fc_cuStreamSynchronize, )
+FC_EXPORT2("cuStreamQuery", fc_cuStreamQuery, )
+FC_EXPORT2("cuStreamGetCtx", fc_cuStreamGetCtx, )
+FC_EXPORT2("cuStreamGetCtx_v2", fc_cuStreamGetCtx_v2, )
+FC_EXPORT2("cuStreamGetDevice", fc_cuStreamGetDevice, )
+FC_EXPORT2("cuStreamGetFlags", fc_cuStreamGetFlags, )
+FC_EXPORT2("cuMemAlloc_v2", fc_cuMemAlloc_v2, )
+FC_EXPORT2("cuMemFree_v2", fc_cuMemFree_v2, )
+FC_EXPORT2("cuMemAllocAsync", fc_cuMemAllocAsync, )
+FC_EXPORT2("cuMemFreeAsync", fc_cuMemFreeAsync, )
+FC_EXPORT2("cuMemGetInfo_v2", fc_cuMemGetInfo_v2, )
+FC_EXPORT2("cuDeviceGetMemPool", fc_cuDeviceGetMemPool, )
+FC_EXPORT2("cuDeviceGetDefaultMemPool", fc_cuDeviceGetDefaultMemPool, )
+FC_EXPORT2("cuDeviceSetMemPool", fc_cuDeviceSetMemPool, )
+FC_EXPORT2("cuMemPoolGetAttribute", fc_cuMemPoolGetAttribute, )
+FC_EXPORT2("cuMemPoolSetAttribute", fc_cuMemPoolSetAttribute, )
+FC_EXPORT2("cuMemPoolTrimTo", fc_cuMemPoolTrimTo, )
+FC_EXPORT2("cuMemGetAllocationGranularity", fc_cuMemGetAllocationGranularity, )
+FC_EXPORT2("cuMemCreate", fc_cuMemCreate, )
+FC_EXPORT2("cuMemRelease", fc_cuMemRelease, )
+FC_EXPORT2("cuMemAddressReserve", fc_cuMemAddressReserve, )
+FC_EXPORT2("cuMemAddressFree", fc_cuMemAddressFree, )
+FC_EXPORT2("cuMemMap", fc_cuMemMap, )
+FC_EXPORT2("cuMemUnmap", fc_cuMemUnmap, )
+FC_EXPORT2("cuMemSetAccess", fc_cuMemSetAccess, )

@@ -1,0 +1,31 @@
+/* Shared between the fake libcuda.so.1 and the fake libnvidia-ml.so.1.
+ *
+ * The NVML side needs to know which devices hold a context of this process and how much
+ * memory is allocated (nvmlDeviceGetComputeRunningProcesses / GetMemoryInfo).  It must not
+ * use dlsym (libvgpu.so replaces dlsym), so libnvidia-ml.so.1 links against libcuda.so.1 and
+ * calls these few exported helpers directly.
+ */
+#ifndef LUCEPATCH_FAKECUDA_COMMON_H
+#define LUCEPATCH_FAKECUDA_COMMON_H
+
+#include <stddef.h>
+
+#define FC_MAX_DEVICES 16
+#define FC_DEVICE_MEM (80ULL << 30) /* 80 GiB per simulated device */
+#define FC_DEVICE_NAME "lucepatch-fakecuda H200 (simulated)"
+
+/* Export `impl` under the linker name `sym`.  An asm label sidesteps cuda.h/nvml.h macros
+ * such as `#define cuGetProcAddress cuGetProcAddress_v2`, so both names can exist. */
+#define FC_EXPORT(sym, impl)                                                                \
+    extern __typeof__(impl) impl##__export __asm__(sym)                                     \
+        __attribute__((alias(#impl), visibility("default")));
+
+#define FC_API __attribute__((visibility("default")))
+
+FC_API int lucepatch_fakecuda_device_count(void);
+/* 1 when any context (primary retained or created) on `dev` is alive in this process. */
+FC_API int lucepatch_fakecuda_device_has_context(int dev);
+/* Bytes of device memory in use on `dev` (allocations + VMM handles + context overhead). */
+FC_API unsigned long long lucepatch_fakecuda_device_used(int dev);
+
+#endif
