@@ -141,7 +141,8 @@ def _am_chunks(output: str) -> list[str]:
 
 
 def apply_series(target: Target, source: Path, patches: list[Patch], work: WorkArea,
-                 base: str | None = None) -> SeriesResult:
+                 base: str | None = None, *, trailers: bool = True, am_args: tuple[str, ...] = (),
+                 am_env: dict | None = None) -> SeriesResult:
     """Clone `source` at `base` into the work area and apply `patches` in order."""
     base_sha = git.resolve_commit(source, base or target.base, what=f"base commit of {target.name}",
                                   remedy="fetch it into the checkout (git fetch origin; or git fetch --unshallow) "
@@ -157,13 +158,13 @@ def apply_series(target: Target, source: Path, patches: list[Patch], work: WorkA
     files = []
     for i, p in enumerate(patches, 1):
         f = mbox_dir / f"{i:04d}.patch"
-        f.write_bytes(with_trailers(p, series_trailers(target, p)))
+        f.write_bytes(with_trailers(p, series_trailers(target, p)) if trailers else p.raw)
         files.append(str(f))
 
     # One `git am` for the whole series (fast path); on a conflict, record it, `--skip`, go on.
     chunks: list[str] = []
     conflicted: dict[int, str] = {}
-    res = git.run(work.repo, "am", "--3way", "--keep-cr", "--no-gpg-sign", *files, check=False)
+    res = git.run(work.repo, "am", "--3way", "--keep-cr", "--no-gpg-sign", *am_args, *files, check=False, env=am_env)
     chunks += _am_chunks(res.stdout + res.stderr)
     guard = 0
     while res.status != 0:
@@ -177,7 +178,7 @@ def apply_series(target: Target, source: Path, patches: list[Patch], work: WorkA
         unmerged = git.run(work.repo, "diff", "--name-only", "--diff-filter=U", check=False).stdout.split()
         err = [l for l in (res.stdout + res.stderr).splitlines() if l.startswith(("error:", "CONFLICT"))]
         conflicted[idx] = "; ".join(err[:3]) or ("unmerged: " + ", ".join(unmerged))
-        res = git.run(work.repo, "am", "--skip", check=False)
+        res = git.run(work.repo, "am", "--skip", check=False, env=am_env)
         chunks += _am_chunks(res.stdout + res.stderr)
 
     # Map commits back to patches through the Patch-Id trailer we added.
@@ -190,6 +191,12 @@ def apply_series(target: Target, source: Path, patches: list[Patch], work: WorkA
         m = re.search(r"^Patch-Id: ([0-9a-f]{40})$", body, re.M)
         if m:
             commit_of[m.group(1)] = sha
+    if not trailers:
+        # Without our trailers, commits map to the patches that produced a commit, in order.
+        shas = [e.strip("\n").split("\x00", 1)[0] for e in log.split("\x01") if "\x00" in e]
+        producing = [p for i, p in enumerate(patches) if i not in conflicted
+                     and "No changes" not in (chunks[i] if i < len(chunks) else "")]
+        commit_of = {p.patch_id: sha for p, sha in zip(producing, shas)}
     seen_conflict = False
     for i, p in enumerate(patches):
         chunk = chunks[i] if i < len(chunks) else ""

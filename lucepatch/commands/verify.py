@@ -1,0 +1,102 @@
+"""`lucepatch verify --reproducer R`: baseline vs patched runs, verdict, evidence."""
+
+from __future__ import annotations
+
+import click
+
+from lucepatch import git, report
+from lucepatch.build.native import build_variant
+from lucepatch.commands._common import cache, json_option, require_source, source_option, workspace
+from lucepatch.errors import EXIT_CHECK_FAILED, UsageError
+from lucepatch.target import load_target
+from lucepatch.verify.driver import choose_driver
+from lucepatch.verify.evidence import write_evidence
+from lucepatch.verify.reproducer import list_reproducers, load_reproducer
+from lucepatch.verify.session import Variant, build_evidence, run_matrix, variant_from_file
+
+
+def _series_variants(t, src, cache_dir, baseline_ref, patched_ref):
+    out = []
+    for name in ("baseline", "patched"):
+        ref = baseline_ref if name == "baseline" else patched_ref
+        if ref:  # ref-vs-ref: upstream at each ref (+ Build-Only patches), no series
+            b = build_variant(t, src, "baseline", cache_dir, base=ref)
+            prov = {"from": "ref", "ref": ref, "commit": b.commit, "base": b.base, "tree": b.tree, "patches": b.patches}
+        else:
+            b = build_variant(t, src, name, cache_dir)
+            prov = {"from": "series", "commit": b.commit, "base": b.base, "tree": b.tree, "patches": b.patches,
+                    "build_key": b.key}
+        out.append(Variant(name, b.artifacts[next(iter(b.artifacts))], prov))
+    return out
+
+
+@click.command("verify")
+@click.option("--reproducer", "reproducer_names", multiple=True, help="Reproducer to run (repeatable).")
+@click.option("--all", "run_all", is_flag=True, help="Every reproducer of the target.")
+@click.option("--scenario", "scenarios", multiple=True, help="Only these scenarios (controls always run).")
+@click.option("--target", "target_name", default=None, help="Target (default: the reproducer's).")
+@source_option
+@click.option("--driver", type=click.Choice(["auto", "real", "fake"]), default="auto", show_default=True,
+              help="CUDA driver: the machine's, the simulated one, or real when a GPU answers.")
+@click.option("--runs", type=click.IntRange(1, 10000), default=None, help="Runs per variant and scenario (default: the reproducer's).")
+@click.option("--lib", "lib", default=None, help="Verify these bytes as the patched library (skip building).")
+@click.option("--baseline-lib", default=None, help="These bytes as the baseline library.")
+@click.option("--baseline-ref", default=None, help="Upstream ref as the baseline (ref-vs-ref, no series).")
+@click.option("--patched-ref", default=None, help="Upstream ref as the 'patched' side (ref-vs-ref).")
+@click.option("--evidence", "evidence_path", type=click.Path(dir_okay=False), default=None, help="Write the evidence JSON here.")
+@json_option
+@click.pass_context
+def command(ctx, reproducer_names, run_all, scenarios, target_name, source, driver, runs, lib, baseline_lib,
+            baseline_ref, patched_ref, evidence_path, as_json):
+    """Run reproducers against the baseline and the patched build and decide whether the fix is proven."""
+    ws = workspace(ctx)
+    if run_all and reproducer_names:
+        raise UsageError("give --reproducer or --all, not both")
+    if not run_all and not reproducer_names:
+        raise UsageError("name a reproducer (--reproducer async-sched) or pass --all")
+    if bool(lib) != bool(baseline_lib):
+        raise UsageError("--lib and --baseline-lib go together")
+    if bool(baseline_ref) != bool(patched_ref):
+        raise UsageError("--baseline-ref and --patched-ref go together")
+    if lib and baseline_ref:
+        raise UsageError("--lib/--baseline-lib and --baseline-ref/--patched-ref exclude each other")
+    if run_all:
+        t = load_target(ws, target_name)
+        repros = [r for r in list_reproducers(ws) if r.target == t.name]
+    else:
+        repros = [load_reproducer(ws, n) for n in reproducer_names]
+        t = load_target(ws, target_name or repros[0].target)
+    if not repros:
+        raise UsageError(f"no reproducer targets {t.name} in workspace {ws.path}")
+    artifacts = {r.artifact for r in repros}
+    if len(artifacts) != 1 or any(r.target != t.name for r in repros):
+        raise UsageError("the chosen reproducers need different targets or artifacts; verify them separately")
+    c = cache(ctx)
+    drv = choose_driver(driver, c)
+    report.progress(f"workspace {ws.describe()}; driver {drv.chosen} ({drv.note or drv.requested})")
+    if lib:
+        variants = [variant_from_file("baseline", baseline_lib), variant_from_file("patched", lib)]
+        upstream_base = None
+    else:
+        src = require_source(source, t.name)
+        git.open_repo(src)
+        variants = _series_variants(t, src, c, baseline_ref, patched_ref)
+        upstream_base = variants[0].provenance.get("base")
+    n = runs or max(r.default_runs for r in repros)
+    records = run_matrix(repros, variants, n, drv, c, list(scenarios) or None)
+    doc = build_evidence(t, repros, variants, records, drv, n, ws.to_json(), upstream_base)
+    if evidence_path:
+        write_evidence(evidence_path, doc)
+    if as_json:
+        report.emit_json("verify", {"evidence_path": evidence_path, "evidence": doc})
+    d = doc["driver"]
+    report.table(
+        f"verify {', '.join(r.name for r in repros)} on {t.name} — driver {d.get('kind')} "
+        f"({d.get('gpu')}, driver {d.get('version')})",
+        ["scenario", "baseline fail", "patched fail", "p-value", "verdict", "why"],
+        [[s["scenario"] + (" (control)" if s["control"] else ""),
+          f"{s['baseline']['failures']}/{s['baseline']['runs']}", f"{s['patched']['failures']}/{s['patched']['runs']}",
+          "" if s["p_value"] is None else f"{s['p_value']:.3g}", s["verdict"], s.get("reason", "")]
+         for s in doc["scenarios"]], to_stdout=not as_json)
+    report.progress(f"verdict: {doc['verdict']}" + (f"; evidence written to {evidence_path}" if evidence_path else ""))
+    return 0 if doc["verdict"] == "proven" else EXIT_CHECK_FAILED

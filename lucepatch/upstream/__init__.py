@@ -1,0 +1,1 @@
+"""Turning a proven series into an upstream pull request."""

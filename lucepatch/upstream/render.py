@@ -1,0 +1,16 @@
+"""jinja2 rendering of PR bodies (and other text) from lucepatch's templates."""
+
+from __future__ import annotations
+
+import jinja2
+
+_env = jinja2.Environment(
+    loader=jinja2.PackageLoader("lucepatch", "templates"),
+    undefined=jinja2.StrictUndefined,
+    keep_trailing_newline=True,
+    trim_blocks=False,
+)
+
+
+def render(template: str, **ctx) -> str:
+    return _env.get_template(template).render(**ctx)

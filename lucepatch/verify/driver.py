@@ -1,0 +1,76 @@
+"""Which CUDA driver a run uses: the machine's real libcuda.so.1 or the simulated one.
+
+The choice only sets the library search path. What a run actually used is read back from the
+run itself (the mapped libcuda's realpath and sha256, cuDriverGetVersion, cuDeviceGetName), never
+from this choice.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from lucepatch.errors import EnvironmentMissing, UsageError
+from lucepatch.verify.fakecuda import FAKE_DEVICE_NAME_PREFIX, build_fakecuda
+
+_PROBE = r"""
+import ctypes, sys
+try:
+    cu = ctypes.CDLL("libcuda.so.1")
+except OSError as e:
+    print("noload", e); sys.exit(1)
+if cu.cuInit(0) != 0:
+    print("noinit"); sys.exit(1)
+n = ctypes.c_int(0)
+cu.cuDeviceGetCount(ctypes.byref(n))
+print("devices", n.value)
+sys.exit(0 if n.value > 0 else 1)
+"""
+
+
+@dataclass
+class DriverChoice:
+    requested: str  # auto | real | fake
+    chosen: str  # real | fake
+    env: dict
+    fake_dir: Path | None
+    note: str = ""
+
+
+def real_gpu_available() -> tuple[bool, str]:
+    try:
+        r = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        return False, "probe timed out"
+    return r.returncode == 0, (r.stdout.strip() or r.stderr.strip())[:200]
+
+
+def choose_driver(requested: str, cache: Path) -> DriverChoice:
+    if requested not in ("auto", "real", "fake"):
+        raise UsageError(f"--driver {requested!r}: use auto, real or fake")
+    fake_dir = build_fakecuda(cache / "fakecuda")
+    if requested in ("auto", "real"):
+        ok, note = real_gpu_available()
+        if ok:
+            return DriverChoice(requested, "real", {}, fake_dir, note)
+        if requested == "real":
+            raise EnvironmentMissing(f"--driver real: no usable NVIDIA driver/GPU here ({note}); use --driver fake or run on a GPU machine")
+    return DriverChoice(requested, "fake", {"LD_LIBRARY_PATH": str(fake_dir)}, fake_dir,
+                        "no GPU found; using the simulated driver" if requested == "auto" else "")
+
+
+def classify_driver(libcuda_sha256: str | None, gpu_name: str | None, fake_dir: Path | None) -> str:
+    """real | fake | unknown, from what the run mapped (sha256 of libcuda) and what it reported."""
+    if gpu_name and gpu_name.startswith(FAKE_DEVICE_NAME_PREFIX):
+        return "fake"
+    if libcuda_sha256 and fake_dir is not None:
+        from lucepatch.build.toolchain import file_sha256
+
+        fake = fake_dir / "libcuda.so.1"
+        if fake.is_file() and file_sha256(fake) == libcuda_sha256:
+            return "fake"
+    if libcuda_sha256 and gpu_name:
+        return "real"
+    return "unknown"

@@ -1,0 +1,206 @@
+"""Compile a reproducer and run it under a preloaded library, one fresh process per run.
+
+Each run proves what it ran: the reproducer reports (from /proc/self/maps) the realpath and
+sha256 of the preloaded library and of the mapped libcuda.so.1, and the interception library's
+load marker must appear in its log. A run that cannot show both is `invalid`, never a pass:
+a preload that fails to load is silently ignored by ld.so and the program exits 0.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from lucepatch.build import toolchain
+from lucepatch.errors import CheckFailed
+from lucepatch.verify.reproducer import Reproducer, Scenario
+
+EVENT_PREFIX = "@@lucepatch "
+
+# Outcomes of one run.
+PASS = "pass"
+FAIL = "fail"  # a check failed / wrong CUresult
+FAIL_LOG = "fail-log"  # exited 0 but the hook logged an out-of-range device id
+CRASH = "crash"
+TIMEOUT = "timeout"
+INVALID = "invalid"
+FAILURES = (FAIL, FAIL_LOG, CRASH, TIMEOUT)
+
+# Log signatures of the bug family (FIELD-NOTES §3).
+ERROR_SIGNATURES = ("Illegal device id",)
+
+# Variables a run never inherits from the caller: they would change what is loaded or measured.
+_SCRUB = ("LD_PRELOAD", "LD_LIBRARY_PATH", "CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_SM_LIMIT",
+          "CUDA_DEVICE_MEMORY_SHARED_CACHE", "LIBCUDA_LOG_LEVEL", "CUDA_DISABLE_CONTROL")
+
+
+@dataclass
+class RunRecord:
+    variant: str
+    scenario: str
+    index: int
+    outcome: str
+    returncode: int | None
+    signal: str | None
+    duration_s: float
+    reason: str = ""
+    preload: list = field(default_factory=list)
+    libcuda: dict | None = None
+    driver: dict | None = None
+    checks: list = field(default_factory=list)
+    first_error: str = ""
+    log_tail: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome in FAILURES
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def compile_reproducer(repro: Reproducer, cache: Path, stub_dir: Path) -> Path:
+    """gcc the reproducer against the CUDA headers; the stub dir gives link-time libcuda.so."""
+    cc = toolchain.require("cc", "install a C compiler (apt-get install gcc)")
+    inc = toolchain.cuda_include()
+    key = hashlib.sha256("|".join([repro.hash, toolchain.version_line("cc"),
+                                   toolchain.file_sha256(inc / "cuda.h")]).encode()).hexdigest()[:20]
+    out_dir = cache / "reproducers" / f"{repro.name}-{key}"
+    binary = out_dir / repro.name
+    if binary.is_file():
+        return binary
+    tmp = out_dir.with_name(out_dir.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    cmd = [cc, "-O1", "-g", "-o", str(tmp / repro.name), *[str(repro.dir / s) for s in repro.sources],
+           f"-I{inc}", f"-I{repro.common_dir}", f"-L{stub_dir}", *[f"-l{l}" for l in repro.libs]]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        first = next((l for l in r.stderr.splitlines() if "error" in l), r.stderr.strip()[:200])
+        raise CheckFailed(f"reproducer {repro.name} does not compile: {first}")
+    shutil.rmtree(out_dir, ignore_errors=True)
+    os.replace(tmp, out_dir)
+    return binary
+
+
+def _no_core_dumps():
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def parse_events(stdout: str) -> list[dict]:
+    events = []
+    for line in stdout.splitlines():
+        if line.startswith(EVENT_PREFIX):
+            try:
+                events.append(json.loads(line[len(EVENT_PREFIX):]))
+            except json.JSONDecodeError:
+                events.append({"event": "garbled", "text": line[:200]})
+    return events
+
+
+def run_once(binary: Path, repro: Reproducer, scenario: Scenario, variant: str, index: int,
+             preload: Path | None, driver_env: dict, scratch: Path, expected_sha256: str | None = None,
+             extra_env: dict | None = None) -> RunRecord:
+    region = scratch / f"region-{uuid.uuid4().hex}.cache"  # never reuse a region file
+    env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
+    env.update(repro.env)
+    env.update(scenario.env)
+    env.update(driver_env)
+    env.update(extra_env or {})
+    env["LIBCUDA_LOG_LEVEL"] = "2"  # HAMi prints its load marker only at >= 2
+    env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = str(region)
+    if preload is not None:
+        env["LD_PRELOAD"] = str(preload)
+    start = time.monotonic()
+    proc = subprocess.Popen([str(binary), scenario.name], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=env, cwd=scratch, start_new_session=True, preexec_fn=_no_core_dumps)
+    timed_out = False
+    try:
+        out, err = proc.communicate(timeout=repro.timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the whole group: HAMi's watcher threads/children too
+        except ProcessLookupError:
+            pass
+        out, err = proc.communicate()
+    duration = time.monotonic() - start
+    region.unlink(missing_ok=True)
+    stdout = out.decode("utf-8", "replace")
+    stderr = err.decode("utf-8", "replace")
+    return classify(repro, scenario, variant, index, proc.returncode, timed_out, duration, stdout, stderr,
+                    preload, expected_sha256)
+
+
+def classify(repro: Reproducer, scenario: Scenario, variant: str, index: int, returncode: int | None,
+             timed_out: bool, duration: float, stdout: str, stderr: str, preload: Path | None,
+             expected_sha256: str | None) -> RunRecord:
+    events = parse_events(stdout)
+    loaded = next((e for e in events if e.get("event") == "loaded"), None)
+    drv = next((e for e in events if e.get("event") == "driver"), None)
+    done = next((e for e in events if e.get("event") == "done"), None)
+    checks = [e for e in events if e.get("event") == "check"]
+    sig = None
+    if returncode is not None and returncode < 0:
+        try:
+            sig = signal.Signals(-returncode).name
+        except ValueError:
+            sig = f"SIG{-returncode}"
+    log = stderr + "\n" + stdout
+    first_error = next((l.strip() for l in log.splitlines()
+                        if any(s in l for s in ERROR_SIGNATURES) or " ERROR " in l or "ERROR (" in l), "")
+    if not first_error:
+        bad = next((c for c in checks if not c.get("ok")), None)
+        if bad:
+            first_error = f"check {bad.get('name')}: expected {bad.get('expected')}, got {bad.get('got')}"
+    rec = RunRecord(variant=variant, scenario=scenario.name, index=index, outcome=PASS, returncode=returncode,
+                    signal=sig, duration_s=round(duration, 4), preload=(loaded or {}).get("preload", []),
+                    libcuda=(loaded or {}).get("libcuda"), driver=drv, checks=checks, first_error=first_error[:300],
+                    log_tail="\n".join(log.strip().splitlines()[-8:])[-1500:])
+
+    # 1. Proof of what ran. Without it nothing else about the run means anything.
+    if preload is not None:
+        if loaded is None:
+            rec.outcome, rec.reason = INVALID, "no load report from the reproducer (it died before reporting, or is not a lucepatch reproducer)"
+            if timed_out:
+                rec.outcome, rec.reason = TIMEOUT, "timed out before reporting what it loaded"
+            return rec
+        mapped = [p for p in rec.preload if Path(p.get("path", "")).name == preload.name]
+        if not mapped:
+            rec.outcome, rec.reason = INVALID, f"{preload.name} was not mapped: the preload did not load"
+            return rec
+        if expected_sha256 and mapped[0].get("sha256") != expected_sha256:
+            rec.outcome, rec.reason = INVALID, "the mapped library is not the artifact under test (sha256 differs)"
+            return rec
+        if repro.load_marker and repro.load_marker not in stderr:
+            rec.outcome, rec.reason = INVALID, f"load marker {repro.load_marker!r} missing from the log"
+            return rec
+    if not rec.libcuda and loaded is not None:
+        rec.outcome, rec.reason = INVALID, "no libcuda.so.1 mapped"
+        return rec
+    # 2. What happened.
+    if timed_out:
+        rec.outcome, rec.reason = TIMEOUT, f"killed after {repro.timeout_s:g}s"
+    elif sig:
+        rec.outcome, rec.reason = CRASH, sig
+    elif returncode == 2:
+        rec.outcome, rec.reason = INVALID, "reproducer setup error (exit 2): " + (rec.log_tail.splitlines() or [""])[-1][:200]
+    elif returncode == 1 or (done and not done.get("ok")) or any(not c.get("ok") for c in checks):
+        rec.outcome, rec.reason = FAIL, rec.first_error or f"exit {returncode}"
+    elif returncode != 0:
+        rec.outcome, rec.reason = FAIL, f"exit {returncode}"
+    elif done is None:
+        rec.outcome, rec.reason = INVALID, "exited 0 without reporting the scenario's end"
+    elif any(s in log for s in ERROR_SIGNATURES):
+        rec.outcome, rec.reason = FAIL_LOG, rec.first_error
+    return rec

@@ -1,0 +1,99 @@
+"""Statistics and verdict rules, on hand-built tables and recorded run outputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lucepatch.verify.reproducer import Reproducer, Scenario
+from lucepatch.verify.runner import classify
+from lucepatch.verify.stats import fisher_one_sided
+from lucepatch.verify.verdict import overall, scenario_verdict
+
+
+@pytest.mark.parametrize("table,expected", [
+    ((20, 0, 0, 20), 7.254444551924844e-12),  # values from scipy.stats.fisher_exact(alternative="greater")
+    ((3, 2, 0, 5), 0.08333333333333333),
+    ((5, 15, 1, 19), 0.09088209088209087),
+    ((4, 1, 0, 5), 0.023809523809523808),
+    ((0, 20, 0, 20), 1.0),
+])
+def test_fisher_matches_scipy(table, expected):
+    assert fisher_one_sided(*table) == pytest.approx(expected, rel=1e-9)
+
+
+REPRO = Reproducer(name="r", dir=Path("."), common_dir=Path("."), target="t", artifact="libvgpu.so",
+                   load_marker="Initialized", timeout_s=5, default_runs=3, description="", sources=[],
+                   libs=[], env={}, scenarios=[Scenario("control", True), Scenario("bug")])
+LIB = Path("/x/libvgpu.so")
+LOADED = ('@@lucepatch {"event":"loaded","preload":[{"path":"/x/libvgpu.so","sha256":"aa"}],'
+          '"libcuda":{"path":"/y/libcuda.so.1","sha256":"bb"}}\n'
+          '@@lucepatch {"event":"driver","version":13000,"device_count":1,"gpu":"NVIDIA H200"}\n')
+
+
+def _c(rc, stdout, stderr="[HAMI-core Msg(1:2:libvgpu.c:911)]: Initialized\n", timed_out=False, sha="aa"):
+    return classify(REPRO, REPRO.scenarios[1], "baseline", 0, rc, timed_out, 0.1, stdout, stderr, LIB, sha)
+
+
+def test_classify_pass():
+    assert _c(0, LOADED + '@@lucepatch {"event":"done","scenario":"bug","ok":true}\n').outcome == "pass"
+
+
+def test_classify_crash_after_illegal_device():
+    r = _c(-11, LOADED, "Initialized\n[HAMI-core ERROR (pid:1 thread=2 multiprocess_memory_limit.c:1271)]: Illegal device id: 2139062143\n")
+    assert (r.outcome, r.signal) == ("crash", "SIGSEGV")
+    assert "Illegal device id: 2139062143" in r.first_error
+
+
+def test_classify_logged_garbage_device_is_failure_even_with_exit_0():
+    r = _c(0, LOADED + '@@lucepatch {"event":"done","scenario":"bug","ok":true}\n', "Initialized\nIllegal device id: 7\n")
+    assert r.outcome == "fail-log"
+
+
+def test_classify_wrong_cuda_result():
+    out = LOADED + ('@@lucepatch {"event":"check","name":"sync-alloc","expected":"CUDA_ERROR_INVALID_CONTEXT",'
+                    '"got":"CUDA_SUCCESS","ok":false}\n@@lucepatch {"event":"done","scenario":"bug","ok":false}\n')
+    r = _c(1, out)
+    assert r.outcome == "fail" and "expected CUDA_ERROR_INVALID_CONTEXT" in r.first_error
+
+
+@pytest.mark.parametrize("stdout,stderr,sha,why", [
+    ('@@lucepatch {"event":"done","ok":true}\n', "Initialized\n", "aa", "no load report"),
+    (LOADED.replace("/x/libvgpu.so", "/x/other.so") + '@@lucepatch {"event":"done","ok":true}\n', "Initialized\n", "aa", "not mapped"),
+    (LOADED + '@@lucepatch {"event":"done","ok":true}\n', "no marker here\n", "aa", "load marker"),
+    (LOADED + '@@lucepatch {"event":"done","ok":true}\n', "Initialized\n", "cc", "sha256 differs"),
+])
+def test_classify_unproven_load_is_invalid_never_pass(stdout, stderr, sha, why):
+    r = _c(0, stdout, stderr, sha=sha)
+    assert r.outcome == "invalid" and why in r.reason
+
+
+def _recs(outcomes):
+    class R:  # minimal RunRecord stand-in with the fields tally() reads
+        def __init__(self, o):
+            self.outcome, self.first_error, self.reason = o, "", ""
+
+        @property
+        def failed(self):
+            return self.outcome in ("fail", "fail-log", "crash", "timeout")
+    return [R(o) for o in outcomes]
+
+
+def test_verdicts():
+    ok = scenario_verdict("r:bug", False, {"baseline": _recs(["crash"] * 5), "patched": _recs(["pass"] * 5)}, True)
+    assert ok["verdict"] == "proven" and ok["p_value"] < 0.01
+    few = scenario_verdict("r:bug", False, {"baseline": _recs(["crash"] * 3 + ["pass"] * 2), "patched": _recs(["pass"] * 5)}, True)
+    assert few["verdict"] == "not-proven"
+    still = scenario_verdict("r:bug", False, {"baseline": _recs(["crash"] * 5), "patched": _recs(["crash"] + ["pass"] * 4)}, True)
+    assert still["verdict"] == "not-proven"
+    reg = scenario_verdict("r:bug", False, {"baseline": _recs(["pass"] * 5), "patched": _recs(["fail"] * 5)}, True)
+    assert reg["verdict"] == "regression"
+    inv = scenario_verdict("r:bug", False, {"baseline": _recs(["crash"] * 4 + ["invalid"]), "patched": _recs(["pass"] * 5)}, True)
+    assert inv["verdict"] == "invalid"
+    ctrl = scenario_verdict("r:control", True, {"baseline": _recs(["pass"] * 5), "patched": _recs(["fail"] + ["pass"] * 4)}, True)
+    assert ctrl["verdict"] == "invalid"
+    assert overall([ctrl, ok]) == "invalid"
+    assert overall([ok, few]) == "not-proven"
+    assert overall([ok, reg, few]) == "regression"
+    assert overall([{"control": True, "verdict": "pass"}, ok]) == "proven"
