@@ -75,6 +75,7 @@ def build_fakecuda(out_dir: pathlib.Path) -> pathlib.Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     cuda_inc, nvml_inc = _cuda_include(), _nvml_include()
     tmp = pathlib.Path(tempfile.mkdtemp(prefix=".fakecuda-", dir=out_dir))
+    tmp.chmod(0o755)  # mkdtemp makes it private; the libs are shared with other users/containers
     try:
         _run([gcc, *_CFLAGS, f"-I{cuda_inc}", f"-I{_HERE}", "-Wl,-soname,libcuda.so.1",
               "-o", str(tmp / "libcuda.so.1"), str(_HERE / "fakecuda.c")])
