@@ -1,0 +1,152 @@
+"""Render the cluster manifests from jinja2 templates (lucepatch/templates/k8s/*.yaml.j2).
+
+Sets: ``lucebox`` (Deployment, Service, PVC), ``rbac`` (what lucepatch itself needs),
+``verify-job`` (one Job per variant), ``hami-core-swap`` (ConfigMap + privileged DaemonSet).
+Every scalar is emitted through the ``q`` filter (JSON, which is valid YAML), so values can
+never break the document structure. Rendering needs only jinja2; ``to_objects`` needs PyYAML.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+import jinja2
+
+from lucepatch.errors import EnvironmentMissing, UsageError
+from lucepatch.k8s import jobs, swap, values
+
+SETS = ("lucebox", "rbac", "verify-job", "hami-core-swap")
+VARIANTS = ("baseline", "patched")
+
+# The DaemonSet container: run the swap once, print its exit code, then idle (or re-assert).
+SWAP_LOOP = r"""
+run_swap() {
+  if [ "$SWAP_ACTION" = install ]; then
+    bash /lucepatch/bin/hami-core-swap.sh install --dir /host/vgpu --name "$SWAP_NAME" \
+      --lib /lucepatch/new/libvgpu.so --sha256 "$SWAP_SHA256"
+  else
+    bash /lucepatch/bin/hami-core-swap.sh rollback --dir /host/vgpu --name "$SWAP_NAME"
+  fi
+}
+run_swap; echo "@@lucepatch-swap-exit $?"
+trap 'exit 0' TERM INT
+while :; do
+  if [ "$SWAP_ACTION" = install ] && [ "${SWAP_REASSERT_SECONDS:-0}" -gt 0 ]; then
+    sleep "$SWAP_REASSERT_SECONDS" & wait $!
+    run_swap | grep -v '"outcome":"noop"'
+  else
+    sleep 3600 & wait $!
+  fi
+done
+""".strip() + "\n"
+
+
+@dataclass
+class Rendered:
+    set_name: str
+    filename: str
+    text: str
+
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("lucepatch", "templates/k8s"),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters["q"] = lambda x: json.dumps(x, ensure_ascii=False)
+    return env
+
+
+_DNS = re.compile(r"[^a-z0-9-]+")
+
+
+def dns_label(text: str, limit: int = 63) -> str:
+    out = _DNS.sub("-", str(text).lower()).strip("-")[:limit].strip("-")
+    if not out:
+        raise UsageError(f"{text!r} gives an empty Kubernetes name: use letters and digits")
+    return out
+
+
+def _check(set_name: str, v: dict) -> None:
+    if set_name == "verify-job":
+        if v["variant"] not in VARIANTS:
+            raise UsageError(f"variant must be baseline or patched, not {v['variant']!r}")
+        if not isinstance(v["reproducer_cmd"], list) or not v["reproducer_cmd"]:
+            raise UsageError("reproducer_cmd must be a non-empty list (the reproducer's argv)")
+        if int(v["runs"]) < 1:
+            raise UsageError("runs must be at least 1")
+        if v["owner"] is not None and not all(k in v["owner"] for k in ("apiVersion", "kind", "name", "uid")):
+            raise UsageError("owner needs apiVersion, kind, name and uid")
+    if set_name == "hami-core-swap":
+        if v["action"] not in ("install", "rollback"):
+            raise UsageError(f"action must be install or rollback, not {v['action']!r}")
+        if v["action"] == "install":
+            if not v["lib_image"]:
+                raise UsageError("lib_image is required to install: the image holding the patched libvgpu.so")
+            if not re.fullmatch(r"[0-9a-f]{64}", str(v["lib_sha256"] or "")):
+                raise UsageError("lib_sha256 must be the 64-hex sha256 of the patched library (from the evidence)")
+        if "/" in v["lib_name"]:
+            raise UsageError("lib_name must be a file name inside host_lib_dir")
+    if set_name == "lucebox":
+        if int(v["gpu_count"]) < 1:
+            raise UsageError("gpu_count must be at least 1")
+
+
+def render(set_name: str, vals: dict) -> list[Rendered]:
+    """Render one set with resolved values (see values.resolve)."""
+    if set_name not in SETS:
+        raise UsageError(f"unknown manifest set {set_name!r}: choose one of {', '.join(SETS)}")
+    vals = dict(vals)
+    _check(set_name, vals)
+    env = _env()
+    common_labels = dict(vals.get("labels") or {})
+
+    def labels(base: dict) -> dict:
+        return {**common_labels, **base}
+
+    ctx = {"v": vals, "labels": labels}
+    if set_name == "verify-job":
+        ctx["runner"] = jobs.RUNNER_SCRIPT
+        ctx["job_name"] = job_name(vals["run_id"], vals["variant"])
+        # label values: <= 63 chars, alphanumeric ends
+        for key in ("run_id", "reproducer"):
+            vals[key] = dns_label(vals[key])
+    if set_name == "hami-core-swap":
+        ctx["script"] = swap.script_text()
+        ctx["loop"] = SWAP_LOOP
+    tmpl = {"lucebox": "lucebox.yaml.j2", "rbac": "rbac.yaml.j2", "verify-job": "verify-job.yaml.j2",
+            "hami-core-swap": "hami-core-swap.yaml.j2"}[set_name]
+    text = env.get_template(tmpl).render(**ctx).strip() + "\n"
+    fname = f"{set_name}-{vals['variant']}.yaml" if set_name == "verify-job" else f"{set_name}.yaml"
+    return [Rendered(set_name, fname, text)]
+
+
+def job_name(run_id: str, variant: str) -> str:
+    return dns_label(f"lucepatch-verify-{dns_label(run_id, 40)}-{variant}")
+
+
+def render_verify_jobs(vals: dict) -> list[Rendered]:
+    """Both variants' Jobs (baseline and patched) from one set of values."""
+    out = []
+    for variant in VARIANTS:
+        out += render("verify-job", {**vals, "variant": variant})
+    return out
+
+
+def to_objects(docs: list[Rendered]) -> list[dict]:
+    try:
+        import yaml
+    except ModuleNotFoundError:
+        raise EnvironmentMissing("PyYAML is needed to parse manifests: pip install 'lucepatch[k8s]'")
+    objs = []
+    for d in docs:
+        objs += [o for o in yaml.safe_load_all(d.text) if o]
+    return objs
+
+
+def join(docs: list[Rendered]) -> str:
+    return "---\n".join(d.text for d in docs)
