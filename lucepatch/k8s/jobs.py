@@ -32,24 +32,25 @@ RUN_END = "@@lucepatch-run "
 JOB = "@@lucepatch-job "
 
 # POSIX sh; runs in the reproducer image. argv after the script name = the reproducer command.
-# LD_PRELOAD is set for the reproducer only, never for the runner's own tools.
+# LD_PRELOAD is set for the reproducer only, never for the runner's own tools. printf, never echo:
+# dash's echo would expand the backslash escapes of the JSON.
 RUNNER_SCRIPT = r"""
 lib="${LUCEPATCH_LIB:?}"; variant="${LUCEPATCH_VARIANT:?}"; runs="${LUCEPATCH_RUNS:-1}"
 tmo="${LUCEPATCH_RUN_TIMEOUT:-120}"; want="${LUCEPATCH_LIB_SHA256:-}"; node="${LUCEPATCH_NODE:-}"
-esc() { tr -d '\000-\010\013-\037\177' | awk 'BEGIN{ORS=""} {gsub(/\\/,"\\\\"); gsub(/"/,"\\\""); gsub(/\t/,"\\t"); if (NR>1) print "\\n"; print}'; }
+esc() { tr -d '\000-\010\013-\037\177' | sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/\t/\\t/g' | awk 'BEGIN{ORS=""} {if (NR>1) printf "%s", "\\n"; print}'; }
 got="$(sha256sum "$lib" 2>/dev/null | cut -d' ' -f1)"
 if [ -n "$want" ] && [ "$got" != "$want" ]; then
-  echo "@@lucepatch-job {\"variant\":\"$variant\",\"runs\":0,\"node\":\"$node\",\"lib_sha256\":\"$got\",\"error\":\"library sha256 $got is not the expected $want\"}"
+  printf '%s\n' "@@lucepatch-job {\"variant\":\"$variant\",\"runs\":0,\"node\":\"$node\",\"lib_sha256\":\"$got\",\"error\":\"library sha256 $got is not the expected $want\"}"
   exit 3
 fi
-echo "@@lucepatch-job {\"variant\":\"$variant\",\"runs\":$runs,\"node\":\"$node\",\"lib_sha256\":\"$got\",\"error\":null}"
+printf '%s\n' "@@lucepatch-job {\"variant\":\"$variant\",\"runs\":$runs,\"node\":\"$node\",\"lib_sha256\":\"$got\",\"error\":null}"
 errf="${TMPDIR:-/tmp}/lucepatch-run.stderr"
 i=1
 while [ "$i" -le "$runs" ]; do
   region="${TMPDIR:-/tmp}/lucepatch-region-$i.cache"; rm -f "$region"
-  echo "@@lucepatch-run-start {\"run\":$i,\"variant\":\"$variant\"}"
+  printf '%s\n' "@@lucepatch-run-start {\"run\":$i,\"variant\":\"$variant\"}"
   if command -v timeout >/dev/null 2>&1; then
-    CUDA_DEVICE_MEMORY_SHARED_CACHE="$region" LD_PRELOAD="$lib" timeout -s KILL "$tmo" "$@" 2>"$errf"; rc=$?
+    CUDA_DEVICE_MEMORY_SHARED_CACHE="$region" LD_PRELOAD="$lib" timeout -k 5 "$tmo" "$@" 2>"$errf"; rc=$?
   else
     CUDA_DEVICE_MEMORY_SHARED_CACHE="$region" LD_PRELOAD="$lib" "$@" 2>"$errf"; rc=$?
   fi
@@ -58,7 +59,7 @@ while [ "$i" -le "$runs" ]; do
   if [ "$rc" -gt 128 ] && [ "$rc" -lt 193 ]; then sig=$((rc - 128)); rc=$((128 - rc)); fi
   if [ "$rc" -eq 124 ]; then to=true; fi
   tail_txt="$(tail -c 2000 "$errf" | esc)"
-  echo "@@lucepatch-run {\"run\":$i,\"variant\":\"$variant\",\"returncode\":$rc,\"signal\":$sig,\"timed_out\":$to,\"stderr_tail\":\"$tail_txt\"}"
+  printf '%s\n' "@@lucepatch-run {\"run\":$i,\"variant\":\"$variant\",\"returncode\":$rc,\"signal\":$sig,\"timed_out\":$to,\"stderr_tail\":\"$tail_txt\"}"
   rm -f "$region" "$errf"
   i=$((i + 1))
 done
