@@ -131,7 +131,7 @@ def clone_shared(source: Path | str, dest: Path, commit: str) -> None:
     there, so a killed lucepatch can never leave it half-changed.
     """
     dest.parent.mkdir(parents=True, exist_ok=True)
-    run(dest.parent, "clone", "--quiet", "--shared", "--no-checkout", str(source), str(dest))
+    run(dest.parent, "clone", "--quiet", "--shared", "--no-checkout", str(Path(source).resolve()), str(dest))
     # An object only reachable from the source's HEAD reflog or a detached state is still in the
     # shared object store, so checking out by id works even if no ref in the clone names it.
     run(dest, "checkout", "--quiet", "--detach", commit)

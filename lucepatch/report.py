@@ -11,7 +11,7 @@ from rich.table import Table
 SCHEMA_VERSION = 1
 
 # Progress and tables for people go to stderr, so stdout stays machine-readable.
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 200)
 
 
 def progress(msg: str) -> None:
@@ -31,6 +31,6 @@ def table(title: str, columns: list[str], rows: list[list], *, to_stdout: bool =
     for r in rows:
         t.add_row(*["" if v is None else str(v) for v in r])
     if to_stdout:
-        Console(highlight=False).print(t)
+        Console(highlight=False, width=None if sys.stdout.isatty() else 200).print(t)
     else:
         err.print(t)

@@ -1,0 +1,79 @@
+"""Driver-call traces: what a reproducer asks the driver and what the driver answers.
+
+Recorded on a real GPU with the interposer (and no HAMi), replayed in CI against the simulated
+driver: any difference in (call, thread, context current, result, output written) means the
+simulation no longer models the hardware it stands in for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from lucepatch.build import toolchain
+from lucepatch.errors import CheckFailed
+
+SOURCE = Path(__file__).with_name("interposer.c")
+FIELDS = ("call", "thread", "ctx", "result", "written")
+
+
+def build_interposer(cache: Path) -> Path:
+    cc = toolchain.require("cc", "install a C compiler (apt-get install gcc)")
+    key = hashlib.sha256(SOURCE.read_bytes() + toolchain.version_line("cc").encode()).hexdigest()[:16]
+    out = cache / "trace" / key / "liblucepatch-trace.so"
+    if out.is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(f".tmp{os.getpid()}")
+    cmd = [cc, "-shared", "-fPIC", "-O1", "-g", "-o", str(tmp), str(SOURCE), f"-I{toolchain.cuda_include()}",
+           "-ldl", "-pthread"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise CheckFailed(f"trace interposer does not compile: {r.stderr.strip().splitlines()[:1]}")
+    os.replace(tmp, out)
+    return out
+
+
+def record(binary: Path, scenario: str, interposer: Path, env_extra: dict | None = None,
+           timeout: float = 60) -> tuple[list[dict], int]:
+    """Run `binary scenario` with the interposer; return (trace, returncode)."""
+    with tempfile.TemporaryDirectory(prefix="lucepatch-trace-") as d:
+        trace = Path(d) / "trace.jsonl"
+        env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD",)}
+        env.update(env_extra or {})
+        env["LD_PRELOAD"] = str(interposer)
+        env["LUCEPATCH_TRACE_FILE"] = str(trace)
+        p = subprocess.run([str(binary), scenario], env=env, capture_output=True, timeout=timeout, cwd=d)
+        lines = trace.read_text().splitlines() if trace.exists() else []
+    return [normalise(json.loads(l)) for l in lines if l.strip()], p.returncode
+
+
+def normalise(entry: dict) -> dict:
+    return {k: entry.get(k) for k in FIELDS}
+
+
+def load(path: Path) -> list[dict]:
+    return [normalise(json.loads(l)) for l in path.read_text().splitlines() if l.strip() and not l.startswith("#")]
+
+
+def diff(expected: list[dict], got: list[dict]) -> list[str]:
+    """Human-readable differences; empty when the traces agree."""
+    out = []
+    for i in range(max(len(expected), len(got))):
+        e = expected[i] if i < len(expected) else None
+        g = got[i] if i < len(got) else None
+        if e != g:
+            out.append(f"call #{i}: recorded {e} but simulated {g}")
+    return out
+
+
+def copy_binary_for(record_dir: Path, binary: Path) -> Path:
+    record_dir.mkdir(parents=True, exist_ok=True)
+    dst = record_dir / binary.name
+    shutil.copy2(binary, dst)
+    return dst

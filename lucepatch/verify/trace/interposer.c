@@ -1,0 +1,152 @@
+/* Driver-call trace interposer: LD_PRELOAD it (with NO HAMi loaded) in front of a reproducer to
+ * record, for each CUDA driver call the program makes: the entry point, which thread (main or
+ * another), whether a context was current on that thread, the CUresult, and whether the driver
+ * wrote the call's output argument.  Recorded on a real GPU, these traces are the ground truth
+ * the simulated driver is checked against in CI (tests/fakecuda/traces/*.h200.jsonl).
+ *
+ * "Written" is detected without changing what the program sees: the output is saved, filled with
+ * a sentinel, the call is made, the output compared with the sentinel, and restored when the
+ * driver left it alone (so a program relying on "output untouched" still sees its own value).
+ *
+ * Environment: LUCEPATCH_TRACE_FILE=<path> (appended, one JSON object per line).
+ */
+#define _GNU_SOURCE
+#include <cuda.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static int g_fd = -2;
+
+static void *real(const char *name) {
+    void *p = dlsym(RTLD_NEXT, name);
+    if (!p) {
+        fprintf(stderr, "lucepatch-trace: %s not found in the next library\n", name);
+        abort();
+    }
+    return p;
+}
+
+static int ctx_current(void) {
+    static CUresult (*get)(CUcontext *);
+    if (!get)
+        get = (CUresult(*)(CUcontext *))real("cuCtxGetCurrent");
+    CUcontext c = NULL;
+    return get(&c) == CUDA_SUCCESS && c != NULL;
+}
+
+static void emit(const char *call, int ctx, CUresult res, int written) {
+    pthread_mutex_lock(&g_lock);
+    if (g_fd == -2) {
+        const char *path = getenv("LUCEPATCH_TRACE_FILE");
+        g_fd = path ? open(path, O_WRONLY | O_CREAT | O_APPEND, 0644) : -1;
+    }
+    if (g_fd >= 0) {
+        char line[256];
+        int main_thread = syscall(SYS_gettid) == getpid();
+        int n = snprintf(line, sizeof line,
+                         "{\"call\":\"%s\",\"thread\":\"%s\",\"ctx\":%s,\"result\":%d,\"written\":%s}\n", call,
+                         main_thread ? "main" : "other", ctx ? "true" : "false", (int)res,
+                         written < 0 ? "null" : (written ? "true" : "false"));
+        if (write(g_fd, line, n) != n) {
+            /* a short trace is detected by the comparison; nothing else to do here */
+        }
+    }
+    pthread_mutex_unlock(&g_lock);
+}
+
+/* Output argument handling: save, poison, call, compare, restore if untouched. */
+#define OUT_BEGIN(ptr)                                        \
+    unsigned char saved_[64], sentinel_[64];                  \
+    size_t sz_ = (ptr) ? sizeof(*(ptr)) : 0;                  \
+    if (sz_ > sizeof saved_) sz_ = sizeof saved_;             \
+    memset(sentinel_, 0xa5, sizeof sentinel_);                \
+    if (sz_) { memcpy(saved_, (ptr), sz_); memcpy((ptr), sentinel_, sz_); }
+#define OUT_END(ptr, written)                                 \
+    int written = -1;                                         \
+    if (sz_) {                                                \
+        written = memcmp((ptr), sentinel_, sz_) != 0;         \
+        if (!written) memcpy((ptr), saved_, sz_);             \
+    }
+
+/* A call with no output argument. */
+#define TRACE0(name, params, args)                                   \
+    CUresult name params {                                           \
+        static CUresult(*next) params;                               \
+        if (!next) next = (CUresult(*) params)real(#name);           \
+        int ctx_ = ctx_current();                                    \
+        CUresult r = next args;                                      \
+        emit(#name, ctx_, r, -1);                                    \
+        return r;                                                    \
+    }
+
+/* A call whose output argument is `out`. */
+#define TRACE1(name, params, args, out)                              \
+    CUresult name params {                                           \
+        static CUresult(*next) params;                               \
+        if (!next) next = (CUresult(*) params)real(#name);           \
+        int ctx_ = ctx_current();                                    \
+        OUT_BEGIN(out)                                               \
+        CUresult r = next args;                                      \
+        OUT_END(out, w_)                                             \
+        emit(#name, ctx_, r, w_);                                    \
+        return r;                                                    \
+    }
+
+TRACE0(cuInit, (unsigned int flags), (flags))
+TRACE1(cuDriverGetVersion, (int *v), (v), v)
+TRACE1(cuDeviceGetCount, (int *n), (n), n)
+TRACE1(cuDeviceGet, (CUdevice *d, int ordinal), (d, ordinal), d)
+TRACE1(cuDeviceTotalMem_v2, (size_t *b, CUdevice d), (b, d), b)
+TRACE1(cuDevicePrimaryCtxRetain, (CUcontext *c, CUdevice d), (c, d), c)
+TRACE0(cuDevicePrimaryCtxRelease_v2, (CUdevice d), (d))
+TRACE0(cuCtxSetCurrent, (CUcontext c), (c))
+TRACE1(cuCtxGetDevice, (CUdevice *d), (d), d)
+TRACE0(cuCtxPushCurrent_v2, (CUcontext c), (c))
+TRACE1(cuCtxPopCurrent_v2, (CUcontext *c), (c), c)
+TRACE0(cuCtxSynchronize, (void), ())
+TRACE1(cuMemAlloc_v2, (CUdeviceptr *p, size_t n), (p, n), p)
+TRACE0(cuMemFree_v2, (CUdeviceptr p), (p))
+TRACE1(cuMemAllocAsync, (CUdeviceptr *p, size_t n, CUstream s), (p, n, s), p)
+TRACE0(cuMemFreeAsync, (CUdeviceptr p, CUstream s), (p, s))
+TRACE1(cuMemGetInfo_v2, (size_t *f, size_t *t), (f, t), f)
+TRACE1(cuStreamCreate, (CUstream *s, unsigned int flags), (s, flags), s)
+TRACE0(cuStreamDestroy_v2, (CUstream s), (s))
+TRACE0(cuStreamSynchronize, (CUstream s), (s))
+TRACE1(cuStreamGetCtx, (CUstream s, CUcontext *c), (s, c), c)
+TRACE1(cuDeviceGetMemPool, (CUmemoryPool *p, CUdevice d), (p, d), p)
+TRACE1(cuMemGetAllocationGranularity,
+       (size_t *g, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags f), (g, prop, f), g)
+TRACE1(cuMemCreate, (CUmemGenericAllocationHandle *h, size_t n, const CUmemAllocationProp *prop,
+                     unsigned long long f), (h, n, prop, f), h)
+TRACE0(cuMemRelease, (CUmemGenericAllocationHandle h), (h))
+TRACE1(cuMemAddressReserve, (CUdeviceptr *p, size_t n, size_t a, CUdeviceptr addr, unsigned long long f),
+       (p, n, a, addr, f), p)
+TRACE0(cuMemAddressFree, (CUdeviceptr p, size_t n), (p, n))
+TRACE0(cuMemMap, (CUdeviceptr p, size_t n, size_t off, CUmemGenericAllocationHandle h, unsigned long long f),
+       (p, n, off, h, f))
+TRACE0(cuMemUnmap, (CUdeviceptr p, size_t n), (p, n))
+TRACE0(cuMemSetAccess, (CUdeviceptr p, size_t n, const CUmemAccessDesc *d, size_t c), (p, n, d, c))
+
+/* cuDeviceGetName writes a string: "written" means the first byte changed from the sentinel. */
+CUresult cuDeviceGetName(char *name, int len, CUdevice d) {
+    static CUresult (*next)(char *, int, CUdevice);
+    if (!next)
+        next = (CUresult(*)(char *, int, CUdevice))real("cuDeviceGetName");
+    int ctx_ = ctx_current();
+    char saved = len > 0 ? name[0] : 0;
+    if (len > 0)
+        name[0] = (char)0xa5;
+    CUresult r = next(name, len, d);
+    int w = len > 0 ? name[0] != (char)0xa5 : -1;
+    if (w == 0)
+        name[0] = saved;
+    emit("cuDeviceGetName", ctx_, r, w);
+    return r;
+}

@@ -1,0 +1,65 @@
+"""Record the driver-call traces of every reproducer scenario and of the driver-semantics probe.
+
+    python3 -m lucepatch.verify.trace.record_all --out DIR [--driver real|fake] [--label h200]
+
+Run on a GPU machine with --driver real (no HAMi loaded); commit DIR/*.jsonl under
+tests/fakecuda/traces/. CI replays the same programs on the simulated driver (tests/test_traces.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from lucepatch.build.toolchain import cuda_include
+from lucepatch.verify.fakecuda import build_fakecuda
+from lucepatch.verify.reproducer import list_reproducers
+from lucepatch.verify.runner import compile_reproducer
+from lucepatch.verify.trace import SOURCE, build_interposer, record
+from lucepatch.workspace import resolve_cache, resolve_workspace
+
+SEMANTICS = SOURCE.with_name("semantics.c")
+
+
+def compile_semantics(cache: Path, stub_dir: Path) -> Path:
+    out = cache / "trace" / "driver-semantics"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["cc", "-O1", "-g", "-o", str(out), str(SEMANTICS), f"-I{cuda_include()}", f"-L{stub_dir}",
+                    "-lcuda", "-pthread"], check=True)
+    return out
+
+
+def programs(ws, cache: Path, stub_dir: Path):
+    """(name, scenario, binary, env) for every program whose trace is recorded."""
+    yield "driver-semantics", "all", compile_semantics(cache, stub_dir), {}
+    for repro in list_reproducers(ws):
+        binary = compile_reproducer(repro, cache, stub_dir)
+        for s in repro.scenarios:
+            yield repro.name, s.name, binary, {**repro.env, **s.env}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--driver", choices=["real", "fake"], default="real")
+    ap.add_argument("--label", default="h200", help="suffix naming the hardware, e.g. h200")
+    args = ap.parse_args(argv)
+    ws, cache = resolve_workspace(None), resolve_cache(None)
+    stubs = build_fakecuda(cache / "fakecuda")
+    interposer = build_interposer(cache)
+    env_driver = {"LD_LIBRARY_PATH": str(stubs)} if args.driver == "fake" else {}
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name, scenario, binary, env in programs(ws, cache, stubs):
+        trace, rc = record(binary, scenario, interposer, {**env, **env_driver})
+        path = args.out / f"{name}.{scenario}.{args.label}.jsonl"
+        meta = {"program": name, "scenario": scenario, "returncode": rc, "driver": args.driver}
+        path.write_text("# " + json.dumps(meta) + "\n" + "".join(json.dumps(t) + "\n" for t in trace))
+        print(f"{path.name}: {len(trace)} calls, exit {rc}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
