@@ -1,0 +1,230 @@
+"""Tests for the CI skip policy (.ci/skip_policy.py) and the shape of .ci/run."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+POLICY = REPO / ".ci" / "skip_policy.py"
+CI_RUN = REPO / ".ci" / "run"
+DOCKER_BASE_SH = REPO / "tests" / "docker_base.sh"
+
+
+def fake_log(summary_lines: list[str], stats: str) -> str:
+    body = "\n".join(summary_lines)
+    return textwrap.dedent(
+        """\
+        ============================= test session starts ==============================
+        platform linux -- Python 3.11.7, pytest-9.0.3, pluggy-1.6.0
+        rootdir: /work/main
+        configfile: pyproject.toml
+        testpaths: tests
+        collected 9 items
+
+        tests/test_a.py ..s.s                                                   [ 55%]
+        tests/test_b.py .sss                                                    [100%]
+
+        =========================== short test summary info ============================
+        """
+    ) + body + f"\n======================== {stats} ========================\n"
+
+
+def run_policy(log: str, *args: str, ci: str | None = None, via_file: Path | None = None):
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    if ci is not None:
+        env["CI"] = ci
+    cmd = [sys.executable, str(POLICY), *args]
+    if via_file is not None:
+        via_file.write_text(log)
+        cmd.append(str(via_file))
+        return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
+    return subprocess.run(cmd, input=log, capture_output=True, text=True, env=env, timeout=60)
+
+
+ALLOWED = [
+    "SKIPPED [2] tests/test_a.py:14: no-gpu: no NVIDIA driver (nvidia-smi not found)",
+    "SKIPPED [1] tests/test_b.py:30: no-cluster: LUCEPATCH_KUBECONFIG not set",
+    "SKIPPED [1] tests/test_b.py: no-upstream: LUCEPATCH_SRC_HAMI not set",
+]
+
+
+def test_allowed_skips_pass_under_ci():
+    r = run_policy(fake_log(ALLOWED, "5 passed, 4 skipped in 0.42s"), ci="true")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "4 skipped test(s) listed" in r.stdout
+    for line in ALLOWED:
+        assert f"[ok ] {line}" in r.stdout
+    assert "skip_policy: OK" in r.stdout
+
+
+def test_disallowed_skip_fails_under_ci_and_is_named(tmp_path):
+    lines = ALLOWED + [
+        "SKIPPED [1] tests/test_b.py:51: no-docker: no Docker daemon answers",
+        "SKIPPED [1] tests/test_b.py:60: could not import 'kubernetes': No module named 'kubernetes'",
+    ]
+    r = run_policy(fake_log(lines, "3 passed, 6 skipped in 1.00s"), ci="true",
+                   via_file=tmp_path / "pytest.log")
+    assert r.returncode == 1, r.stdout
+    assert "[BAD] SKIPPED [1] tests/test_b.py:51: no-docker: no Docker daemon answers" in r.stdout
+    assert "tests/test_b.py:51: no-docker: no Docker daemon answers" in r.stdout
+    assert "tests/test_b.py:60: could not import 'kubernetes'" in r.stdout
+    assert "2 skip reason(s) not starting with an allowed prefix" in r.stdout
+    assert "FAIL" in r.stdout
+
+
+@pytest.mark.parametrize("reason", [
+    "",  # bare @pytest.mark.skip
+    "unconditional skip",
+    "requires cmake",
+    "NO-GPU: wrong case",
+    " no-gpu: leading space is not the prefix",
+    "gpu: missing the no- prefix",
+    "no-gpu missing the colon",
+    "no-docker: not in the allowed list",
+])
+def test_each_disallowed_reason_fails(reason):
+    line = f"SKIPPED [1] tests/test_a.py:3: {reason}".rstrip()
+    r = run_policy(fake_log([line], "1 skipped in 0.01s"), ci="true")
+    assert r.returncode == 1, (reason, r.stdout)
+
+
+def test_disallowed_skip_only_reported_without_ci():
+    log = fake_log(["SKIPPED [1] tests/test_a.py:3: flaky, skip for now"], "1 passed, 1 skipped in 0.1s")
+    for ci in (None, "false", ""):
+        r = run_policy(log, ci=ci)
+        assert r.returncode == 0, r.stdout
+        assert "[BAD]" in r.stdout and "reporting only" in r.stdout
+    # CI=True / TRUE also count as CI
+    assert run_policy(log, ci="TRUE").returncode == 1
+    # explicit flags override the environment
+    assert run_policy(log, "--strict", ci=None).returncode == 1
+    assert run_policy(log, "--report-only", ci="true").returncode == 0
+
+
+def test_no_skips_passes():
+    log = fake_log([], "9 passed in 0.5s")
+    r = run_policy(log, ci="true")
+    assert r.returncode == 0
+    assert "0 skipped test(s) listed" in r.stdout
+
+
+def test_other_summary_lines_are_ignored():
+    lines = [
+        "FAILED tests/test_a.py::test_x - AssertionError: SKIPPED [1] x.py:1: bogus",
+        "ERROR tests/test_a.py::test_y - RuntimeError",
+        "XFAIL tests/test_a.py::test_z - known bug",
+        "SKIPPED [1] tests/test_a.py:9: no-gpu: none",
+    ]
+    r = run_policy(fake_log(lines, "1 failed, 1 error, 1 skipped, 1 xfailed in 2s"), ci="true")
+    assert r.returncode == 0, r.stdout
+    assert "1 skipped test(s) listed" in r.stdout
+
+
+def test_skips_outside_the_summary_section_are_ignored():
+    log = "SKIPPED [1] tests/printed_by_a_test.py:1: bogus\n" + fake_log(
+        ["SKIPPED [1] tests/test_a.py:9: no-upstream: no checkout"], "1 skipped in 0.1s")
+    assert run_policy(log, ci="true").returncode == 0
+
+
+def test_unfolded_format_and_ansi_colour():
+    lines = [
+        "\x1b[33mSKIPPED\x1b[0m [1] tests/test_a.py:9: no-gpu: none",
+        "SKIPPED tests/test_b.py::test_k8s - no-cluster: none",
+        "SKIPPED tests/test_b.py::test_bad - Skipped: because",
+    ]
+    r = run_policy(fake_log(lines, "3 skipped in 0.1s"), ci="true")
+    assert r.returncode == 1
+    assert "tests/test_b.py::test_bad: because" in r.stdout
+    assert "3 skipped test(s) listed" in r.stdout
+
+
+def test_skips_hidden_from_summary_fail_under_ci():
+    # stats say 2 skipped, but the summary (no -ra) lists none
+    log = "tests/test_a.py ss\n\n============ 2 skipped in 0.01s ============\n"
+    r = run_policy(log, ci="true")
+    assert r.returncode == 1
+    assert "pytest reported 2 skipped but only 0 are listed" in r.stdout
+    # same with -q (no "=" rule around the stats line) and a long-run duration
+    r = run_policy("ss\n1 passed, 2 skipped, 3 warnings in 75.20s (0:01:15)\n", ci="true")
+    assert r.returncode == 1
+    assert "pytest reported 2 skipped" in r.stdout
+
+
+def test_custom_allow_prefixes():
+    log = fake_log(["SKIPPED [1] tests/test_a.py:3: no-docker: x"], "1 skipped in 0.1s")
+    assert run_policy(log, "--strict", "--allow", "no-docker:").returncode == 0
+    assert run_policy(log, "--strict", "--allow", "no-gpu:").returncode == 1
+
+
+def test_unreadable_log_is_usage_error(tmp_path):
+    r = subprocess.run([sys.executable, str(POLICY), str(tmp_path / "missing.log")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+
+
+def test_policy_on_a_real_pytest_run(tmp_path):
+    """End to end: real pytest output (default folded format) through the policy."""
+    (tmp_path / "test_fake.py").write_text(textwrap.dedent(
+        """\
+        import pytest
+
+        def test_ok():
+            pass
+
+        @pytest.mark.skip(reason="no-gpu: fake")
+        def test_gpu():
+            pass
+
+        def test_runtime_skip():
+            pytest.skip("no-cluster: fake")
+
+        @pytest.mark.parametrize("n", [1, 2])
+        def test_bad(n):
+            pytest.skip("not allowed")
+        """))
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTEST_ADDOPTS")}
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-ra", "-p", "no:cacheprovider", "-o", "addopts=",
+         "--rootdir", str(tmp_path), str(tmp_path)],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300,
+    )
+    assert run.returncode == 0, run.stdout
+    assert run_policy(run.stdout, ci=None).returncode == 0
+    r = run_policy(run.stdout, ci="true")
+    assert r.returncode == 1, r.stdout
+    assert "4 skipped test(s) listed" in r.stdout
+    assert "not allowed (x2)" in r.stdout
+    assert "no-gpu: fake" in r.stdout and "no-cluster: fake" in r.stdout
+
+
+# ------------------------------------------------------------ .ci/run shape
+
+def test_ci_run_scripts_are_valid_bash():
+    for script in (CI_RUN, DOCKER_BASE_SH):
+        r = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+        assert r.returncode == 0, f"{script}: {r.stderr}"
+    assert os.access(CI_RUN, os.X_OK), ".ci/run must be executable"
+
+
+def test_ci_run_wires_the_contract():
+    text = CI_RUN.read_text()
+    for needle in (
+        "docker.io", "quilt", "valgrind", "busybox-static", "--no-install-recommends",
+        "DEBIAN_FRONTEND=noninteractive",
+        "python3 -m pip install -e '.[test]'",
+        "dockerd --storage-driver=vfs --iptables=false --bridge=none",
+        "tests/docker_base.sh",
+        "docker run --rm --network none",
+        "python3 -m pytest -ra",
+        "tee",
+        ".ci/skip_policy.py",
+        '"$pytest_rc" = 5',
+    ):
+        assert needle in text, f".ci/run lost {needle!r}"
+
