@@ -1,0 +1,66 @@
+"""`lucepatch render k8s SET`: render cluster manifests (Lucebox, RBAC, verify Jobs, swap DaemonSet)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from lucepatch.errors import CheckFailed
+
+SET_ALIASES = {"daemonset": "hami-core-swap", "swap": "hami-core-swap", "verify-jobs": "verify-job", "job": "verify-job"}
+
+
+@click.group("render")
+def command():
+    """Render files lucepatch produces for other tools (Kubernetes manifests)."""
+
+
+@command.command("k8s")
+@click.argument("manifest_set", metavar="SET",
+                type=click.Choice(["lucebox", "rbac", "verify-job", "hami-core-swap", *SET_ALIASES]))
+@click.option("--values", "values_file", type=click.Path(dir_okay=False), default=None,
+              help="YAML or JSON file of values (see --show-values).")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override one value (JSON-parsed).")
+@click.option("--out", type=click.Path(file_okay=False), default=None, help="Write <set>.yaml files here.")
+@click.option("--show-values", is_flag=True, help="List every value with its default and meaning.")
+@click.option("--validate", "validate_versions", default=None, metavar="V1,V2",
+              help="Also validate strictly against these Kubernetes versions (needs kubernetes-validate).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON document (schema_version 1) on stdout.")
+def k8s(manifest_set, values_file, sets, out, show_values, validate_versions, as_json):
+    """Render SET: lucebox | rbac | verify-job (both variants) | hami-core-swap (alias daemonset)."""
+    from lucepatch.k8s import manifests, values
+
+    name = SET_ALIASES.get(manifest_set, manifest_set)
+    if show_values:
+        rows = values.describe(name)
+        if as_json:
+            click.echo(json.dumps({"schema_version": 1, "set": name, "values": rows}, indent=2))
+        else:
+            for r in rows:
+                click.echo(f"{r['key']:28} {json.dumps(r['default']):36} {r['doc']}")
+        return 0
+    vals = values.resolve(name, values.load_file(values_file) if values_file else {}, values.parse_set(sets))
+    docs = manifests.render_verify_jobs(vals) if name == "verify-job" else manifests.render(name, vals)
+    if validate_versions:
+        from lucepatch.k8s import validate
+
+        problems = validate.strict_validate(manifests.to_objects(docs), [v.strip() for v in validate_versions.split(",")])
+        if problems:
+            raise CheckFailed(f"{len(problems)} schema problem(s), first: {problems[0]}")
+        click.echo(f"validated against Kubernetes {validate_versions}", err=True)
+    written = []
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        for d in docs:
+            p = Path(out) / d.filename
+            p.write_text(d.text, encoding="utf-8")
+            written.append(str(p))
+            click.echo(f"wrote {p}", err=True)
+    if as_json:
+        click.echo(json.dumps({"schema_version": 1, "set": name, "files": written,
+                               "objects": manifests.to_objects(docs)}, indent=2))
+    elif not out:
+        click.echo(manifests.join(docs), nl=False)
+    return 0

@@ -1,0 +1,150 @@
+"""deploy hami-core's gates: nothing reaches a node unless every gate passes (or is honestly skipped).
+
+Gates, in order (each -> ok True / False / None = not determinable here, with the reason):
+- ``evidence``: evidence JSON says verdict ``proven``, driver kind ``real``, and its patched
+  artifact's sha256 is the sha256 of ``--lib`` (these exact bytes were verified).
+- ``elf``: ``--lib`` is an ELF shared object.
+- ``symbols``: ``--lib`` exports every dynamic symbol of the reference library: ``--installed``
+  (a copy of a node's current library) else the evidence's baseline artifact when present
+  locally with a matching sha256. The DaemonSet repeats this check on every node against the
+  library actually installed there.
+- ``shrreg``: shared-region MAJOR.MINOR read from the ELF (swap.shrreg_version) equals the
+  reference library's, else the series' ``shrreg`` in compatible_hami.toml. Not determinable
+  for builds that do not export ``shrreg_*_version`` (Release builds): skipped, said so.
+- ``compatible_hami``: every HAMi version given (``--hami-version``, e.g. from the device-plugin
+  image tag) is in the series' ``compatible`` list. Unknown HAMi version = failure for a live
+  deploy (refuse rather than guess), skipped for ``--dry-run``.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from lucepatch.errors import UsageError
+from lucepatch.k8s import swap
+
+
+@dataclass
+class Gate:
+    name: str
+    ok: bool | None
+    message: str
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "ok": self.ok, "message": self.message}
+
+
+def compat_data() -> dict:
+    with resources.files("lucepatch").joinpath("data", "compatible_hami.toml").open("rb") as f:
+        return tomllib.load(f)
+
+
+def load_evidence(path: str | Path) -> dict:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"evidence file {path} not found: run `lucepatch verify --lib FILE --evidence {path}`")
+    except json.JSONDecodeError as e:
+        raise UsageError(f"evidence file {path} is not JSON ({e.msg}): pass the file `lucepatch verify` wrote")
+    if not isinstance(data, dict) or data.get("schema_version") != 1:
+        raise UsageError(f"evidence file {path} has no schema_version 1: regenerate it with `lucepatch verify`")
+    return data
+
+
+def _get(d: dict, *keys):
+    for k in keys:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(k)
+    return d
+
+
+def evidence_gate(evidence: dict, lib_sha: str) -> Gate:
+    problems = []
+    if evidence.get("verdict") != "proven":
+        problems.append(f"verdict is {evidence.get('verdict')!r}, not 'proven'")
+    if _get(evidence, "driver", "kind") != "real":
+        problems.append(f"driver kind is {_get(evidence, 'driver', 'kind')!r}, not 'real' (a simulated driver proves "
+                        "nothing about a node)")
+    ev_sha = _get(evidence, "variants", "patched", "artifact", "sha256")
+    if ev_sha != lib_sha:
+        problems.append(f"evidence covers patched sha256 {ev_sha}, not --lib's {lib_sha} (verify these exact bytes)")
+    if problems:
+        return Gate("evidence", False, "; ".join(problems))
+    return Gate("evidence", True, f"proven on a real driver for sha256 {lib_sha[:12]}")
+
+
+def reference_library(evidence: dict, installed: str | None) -> tuple[str | None, str]:
+    if installed:
+        return installed, f"--installed {installed}"
+    path = _get(evidence, "variants", "baseline", "artifact", "path")
+    want = _get(evidence, "variants", "baseline", "artifact", "sha256")
+    if path and Path(path).is_file() and swap.sha256_file(path) == want:
+        return path, f"the evidence's baseline artifact {path}"
+    return None, "no reference library here (pass --installed FILE); each node checks its own"
+
+
+def run_gates(lib: str, evidence_path: str, *, installed: str | None = None, hami_versions=(),
+              series: str = "hami-core", live: bool = False) -> list[Gate]:
+    if not Path(lib).is_file():
+        raise UsageError(f"--lib {lib} not found: pass the built libvgpu.so (the one verify ran)")
+    evidence = load_evidence(evidence_path)
+    lib_sha = swap.sha256_file(lib)
+    gates = [evidence_gate(evidence, lib_sha)]
+    if not swap.is_elf(lib):
+        gates.append(Gate("elf", False, f"{lib} is not an ELF shared object"))
+        return gates
+    gates.append(Gate("elf", True, "ELF shared object"))
+
+    ref, ref_desc = reference_library(evidence, installed)
+    if ref is None:
+        gates.append(Gate("symbols", None, ref_desc))
+    else:
+        missing = swap.missing_symbols(lib, ref)
+        gates.append(Gate("symbols", not missing,
+                          f"superset of {ref_desc}" if not missing else
+                          f"missing {len(missing)} symbol(s) of {ref_desc}: {', '.join(missing[:5])}"))
+
+    data = compat_data()
+    ser = (data.get("series") or {}).get(series, {})
+    v_lib = swap.shrreg_version(lib)
+    v_ref = swap.shrreg_version(ref) if ref else None
+    want, want_desc = (v_ref, ref_desc) if v_ref else (ser.get("shrreg"), f"series {series} base")
+    if v_lib is None:
+        gates.append(Gate("shrreg", None, "shared-region version not determinable from --lib (shrreg_*_version not "
+                                          "exported, e.g. a Release build); not checked"))
+    elif want is None:
+        gates.append(Gate("shrreg", None, f"--lib has shared-region {v_lib}; nothing to compare with"))
+    else:
+        gates.append(Gate("shrreg", v_lib == want, f"--lib shared-region {v_lib} vs {want} ({want_desc})"))
+
+    compatible = ser.get("compatible") or []
+    if not hami_versions:
+        gates.append(Gate("compatible_hami", None if not live else False,
+                          "HAMi version of the nodes unknown: pass --hami-version (device-plugin image tag)"))
+    else:
+        bad = [v for v in hami_versions if _norm(v) not in {_norm(c) for c in compatible}]
+        gates.append(Gate("compatible_hami", not bad,
+                          f"HAMi {', '.join(hami_versions)} in {series}'s compatible list" if not bad else
+                          f"HAMi {', '.join(bad)} not in {series}'s compatible list {compatible} "
+                          "(lucepatch/data/compatible_hami.toml)"))
+    return gates
+
+
+def _norm(v: str) -> str:
+    v = str(v).strip()
+    return v if v.startswith("v") else "v" + v
+
+
+def passed(gates: list[Gate], live: bool) -> bool:
+    """All gates ok; skipped (None) gates are acceptable only where the node re-checks (symbols, shrreg)."""
+    for g in gates:
+        if g.ok is False:
+            return False
+        if g.ok is None and live and g.name not in ("symbols", "shrreg"):
+            return False
+    return True
