@@ -174,3 +174,23 @@ def test_every_value_documented():
     for name, schema in values.SCHEMAS.items():
         for key, v in schema.items():
             assert v.doc and len(v.doc) > 10, (name, key)
+
+
+def test_cli_render_out_json_and_values(tmp_path, capsys):
+    from lucepatch.main import main
+
+    vf = tmp_path / "v.yaml"
+    vf.write_text("gpu_mem_mib: 23000\nolares_gpu_inject: true\n")
+    assert main(["render", "k8s", "lucebox", "--values", str(vf), "--set", "cuda_device_memory_limit=24000m",
+                 "--out", str(tmp_path / "out"), "--json", "--validate", "1.29,1.31"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema_version"] == 1 and (tmp_path / "out" / "lucebox.yaml").is_file()
+    dep = next(o for o in doc["objects"] if o["kind"] == "Deployment")
+    env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "24000m"
+    assert main(["render", "k8s", "verify-job", "--set", "run_id=r9", "--out", str(tmp_path / "jobs")]) == 0
+    assert sorted(p.name for p in (tmp_path / "jobs").iterdir()) == ["verify-job-baseline.yaml", "verify-job-patched.yaml"]
+    assert main(["render", "k8s", "daemonset", "--show-values", "--json"]) == 0
+    keys = {r["key"] for r in json.loads(capsys.readouterr().out)["values"]}
+    assert {"host_lib_dir", "lib_sha256", "reassert_seconds"} <= keys
+    assert main(["render", "k8s", "lucebox", "--set", "nope=1"]) == 2

@@ -1,0 +1,168 @@
+"""deploy hami-core gates and --dry-run through the real CLI; cluster status parsing on recorded logs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from lucepatch.k8s import client, gates
+from lucepatch.main import main
+
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+pytest.importorskip("yaml")
+
+SRC = """int shrreg_major_version(void) {{ return 1; }}
+int shrreg_minor_version(void) {{ return {minor}; }}
+int cuMemAlloc_v2(void) {{ return 0; }}
+{extra}
+"""
+
+
+def _lib(tmp, name, minor=2, extra="int cuMemFreeAsync(void) { return 0; }"):
+    c = tmp / f"{name}.c"
+    c.write_text(SRC.format(minor=minor, extra=extra))
+    out = tmp / f"{name}.so"
+    subprocess.run(["gcc", "-O0", "-shared", "-fPIC", "-o", str(out), str(c)], check=True)
+    return out
+
+
+def _sha(p):
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def kit(tmp_path):
+    base = _lib(tmp_path, "baseline")
+    patched = _lib(tmp_path, "patched", extra="int cuMemFreeAsync(void) { return 0; }\nint extra_fix(void) { return 1; }")
+    ev = {"schema_version": 1, "verdict": "proven", "driver": {"kind": "real", "gpu": "H200"},
+          "variants": {"baseline": {"artifact": {"path": str(base), "sha256": _sha(base)}},
+                       "patched": {"artifact": {"path": str(patched), "sha256": _sha(patched)}}}}
+    evp = tmp_path / "evidence.json"
+    evp.write_text(json.dumps(ev))
+    return {"tmp": tmp_path, "base": base, "patched": patched, "ev": ev, "evp": evp}
+
+
+def _deploy(capsys, *args):
+    rc = main(["deploy", "hami-core", *args])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_dry_run_passes_and_prints_daemonset(kit, capsys):
+    rc, out, err = _deploy(capsys, "--lib", str(kit["patched"]), "--evidence", str(kit["evp"]),
+                           "--hami-version", "v2.9.0", "--dry-run", "--json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["schema_version"] == 1 and doc["result"] == "dry-run"
+    assert {g["name"]: g["ok"] for g in doc["gates"]} == {"evidence": True, "elf": True, "symbols": True,
+                                                          "shrreg": True, "compatible_hami": True}
+    ds = next(o for o in doc["objects"] if o["kind"] == "DaemonSet")
+    assert ds["metadata"]["annotations"]["lucepatch.dev/lib-sha256"] == _sha(kit["patched"])
+
+
+def _mutate(kit, **changes):
+    ev = json.loads(json.dumps(kit["ev"]))
+    for path, val in changes.items():
+        d = ev
+        keys = path.split(".")
+        for k in keys[:-1]:
+            d = d[k]
+        d[keys[-1]] = val
+    kit["evp"].write_text(json.dumps(ev))
+
+
+@pytest.mark.parametrize("case,gate", [
+    ("not-proven", "evidence"), ("fake-driver", "evidence"), ("sha-mismatch", "evidence"),
+    ("missing-symbols", "symbols"), ("shrreg", "shrreg"), ("hami-too-old", "compatible_hami"),
+    ("not-elf", "elf"),
+])
+def test_gates_refuse(kit, capsys, case, gate):
+    lib, hami = kit["patched"], "v2.8.3"
+    if case == "not-proven":
+        _mutate(kit, verdict="not-proven")
+    elif case == "fake-driver":
+        _mutate(kit, **{"driver.kind": "fake"})
+    elif case == "sha-mismatch":
+        _mutate(kit, **{"variants.patched.artifact.sha256": "0" * 64})
+    elif case in ("missing-symbols", "shrreg", "not-elf"):
+        if case == "missing-symbols":
+            lib = _lib(kit["tmp"], "lean", extra="")
+        elif case == "shrreg":
+            lib = _lib(kit["tmp"], "oldregion", minor=1)
+        else:
+            lib = kit["tmp"] / "libvgpu.txt"
+            lib.write_text("not a library")
+        _mutate(kit, **{"variants.patched.artifact.sha256": _sha(lib)})
+    elif case == "hami-too-old":
+        hami = "v2.5.1"  # Olares 1.12.5's HAMi: shared-region 1.1
+    rc, out, err = _deploy(capsys, "--lib", str(lib), "--evidence", str(kit["evp"]), "--hami-version", hami,
+                           "--dry-run", "--json")
+    assert rc == 1, err
+    doc = json.loads(out)
+    assert doc["result"] == "refused"
+    assert {g["name"]: g["ok"] for g in doc["gates"]}[gate] is False
+    assert "DaemonSet" not in out
+
+
+def test_unknown_hami_version_skipped_in_dry_run_refused_live(kit):
+    g = gates.run_gates(str(kit["patched"]), str(kit["evp"]), live=False)
+    assert {x.name: x.ok for x in g}["compatible_hami"] is None and gates.passed(g, live=False)
+    g = gates.run_gates(str(kit["patched"]), str(kit["evp"]), live=True)
+    assert not gates.passed(g, live=True)
+
+
+def test_usage_and_environment_errors(kit, capsys, monkeypatch, tmp_path):
+    monkeypatch.delenv("LUCEPATCH_KUBECONFIG", raising=False)
+    rc, _, err = _deploy(capsys, "--lib", str(kit["patched"]), "--evidence", str(kit["evp"]))
+    assert rc == 2 and "LUCEPATCH_KUBECONFIG" in err and len(err.strip().splitlines()) == 1
+    rc, _, err = _deploy(capsys, "--lib", str(kit["patched"]), "--evidence", str(tmp_path / "nope.json"), "--dry-run")
+    assert rc == 2 and "verify" in err
+    monkeypatch.setenv("LUCEPATCH_KUBECONFIG", str(tmp_path / "missing-kubeconfig"))
+    rc, _, err = _deploy(capsys, "--lib", str(kit["patched"]), "--evidence", str(kit["evp"]),
+                         "--hami-version", "v2.9.0", "--lib-image", "reg/x:1")
+    assert rc == 3, err
+
+
+def test_rollback_dry_run_needs_no_lib(capsys):
+    rc, out, err = _deploy(capsys, "--rollback", "--dry-run")
+    assert rc == 0, err
+    assert "SWAP_ACTION" in out and '"rollback"' in out and "fetch-lib" not in out
+
+
+def test_compat_data_is_consistent():
+    data = gates.compat_data()
+    rel = {r["hami"]: r for r in data["release"]}
+    ser = data["series"]["hami-core"]
+    for v in ser["compatible"]:
+        assert rel[v]["shrreg"] == ser["shrreg"], v
+    for r in data["release"]:
+        assert len(r["hami_core"]) == 40
+
+
+RECORDED_SWAP_LOGS = {
+    "node-a": 'hami-core-swap: backed up ...\n@@lucepatch-swap {"action":"install","outcome":"installed","dir":"/host/vgpu",'
+              '"name":"libvgpu.so","node":"node-a","message":"installed","current_sha256":"%s"}\n@@lucepatch-swap-exit 0\n',
+    "node-b": '@@lucepatch-swap {"action":"install","outcome":"refused","dir":"/host/vgpu","name":"libvgpu.so",'
+              '"node":"node-b","message":"lacks 2 exported symbol(s)"}\n@@lucepatch-swap-exit 1\n',
+    "node-c": '@@lucepatch-swap {"action":"install","outcome":"installed","current_sha256":"%s"}\n'
+              '@@lucepatch-swap {"action":"install","outcome":"installed","current_sha256":"%s","message":"re-asserted"}\n',
+    "node-d": "Error from server: container not ready\n",
+}
+
+
+def test_cluster_status_rows_from_recorded_logs():
+    want, other = "a" * 64, "b" * 64
+    logs = dict(RECORDED_SWAP_LOGS)
+    logs["node-a"] = logs["node-a"] % want
+    logs["node-c"] = logs["node-c"] % (other, want)
+    rows = {r["node"]: r for r in client.swap_status_rows(want, logs)}
+    assert rows["node-a"]["state"] == "ok"
+    assert rows["node-b"]["state"] == "refused"
+    assert rows["node-c"]["state"] == "ok"  # the last result counts
+    assert rows["node-d"]["state"] == "unknown"
+    logs["node-c"] = RECORDED_SWAP_LOGS["node-c"] % (want, other)
+    assert {r["node"]: r for r in client.swap_status_rows(want, logs)}["node-c"]["state"] == "drift"
