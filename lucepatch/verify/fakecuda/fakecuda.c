@@ -653,8 +653,12 @@ static struct fc_alloc *take_alloc(CUdeviceptr p) {
     return NULL;
 }
 
+/* Measured on the H200 (tests/fakecuda/traces): allocation and info calls clear their outputs
+ * before they fail, unlike cuCtxGetDevice, which leaves its output untouched. */
 static CUresult fc_cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) {
     NEED_INIT();
+    if (dptr)
+        *dptr = 0;
     struct CUctx_st *c = cur_ctx();
     if (!c)
         return CUDA_ERROR_INVALID_CONTEXT;
@@ -696,6 +700,8 @@ static void pool_update(struct CUmemPoolHandle_st *pl, long long delta) {
 /* Stream-ordered: the stream's context decides the device, not the calling thread. */
 static CUresult fc_cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s) {
     NEED_INIT();
+    if (dptr)
+        *dptr = 0;
     struct CUctx_st *c;
     CUresult r = stream_ctx(s, &c);
     if (r != CUDA_SUCCESS)
@@ -729,6 +735,10 @@ static CUresult fc_cuMemFreeAsync(CUdeviceptr p, CUstream s) {
 
 static CUresult fc_cuMemGetInfo_v2(size_t *free_b, size_t *total) {
     NEED_INIT();
+    if (free_b)
+        *free_b = 0;
+    if (total)
+        *total = 0;
     struct CUctx_st *c = cur_ctx();
     if (!c)
         return CUDA_ERROR_INVALID_CONTEXT;
