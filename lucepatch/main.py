@@ -7,7 +7,9 @@ Modules are imported lazily so `lucepatch list` does not pay for docker/kubernet
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
+import threading
 import traceback
 
 import click
@@ -75,7 +77,17 @@ def cli(ctx, workspace, cache_dir):
     ctx.obj["cache_dir"] = cache_dir
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread so every `finally` (work-area cleanup) still runs."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated()
+
+
 def main(argv=None) -> int:
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         rc = cli.main(args=argv, prog_name="lucepatch", standalone_mode=False)
     except LucepatchError as exc:
@@ -91,6 +103,9 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         click.echo("lucepatch: interrupted", err=True)
         return 130
+    except Terminated:
+        click.echo("lucepatch: terminated", err=True)
+        return 143
     except Exception:  # a bug: show everything so it can be reported
         traceback.print_exc()
         click.echo("lucepatch: internal error (a bug); the traceback above says where", err=True)
