@@ -19,26 +19,45 @@ from lucepatch.verify.reproducer import list_reproducers
 @click.option("--out", "out_dir", required=True, type=click.Path(), help="New directory for the PR files.")
 @click.option("--evidence", "evidence_path", type=click.Path(), default=None, help="Evidence JSON from lucepatch verify.")
 @click.option("--no-evidence", is_flag=True, help="Write the PR without evidence (the body says so).")
-@click.option("--patches", "patch_names", default=None, help="Comma-separated subset of the series.")
+@click.option("--patches", "patch_names", default=None, help="Comma-separated subset of the series (kept in series order).")
 @click.option("--upstream-ref", default=None, help="Upstream ref to base the PR on (default: the pinned base).")
-@click.option("--signoff", is_flag=True, help="Add Signed-off-by from your git config to patches lacking one.")
+@click.option("--signoff", is_flag=True, help="Add Signed-off-by from your git config (user.name/user.email); never invented.")
 @click.option("--draft", is_flag=True, help="Mark the PR payload as a draft.")
+@click.option("--push", "push", default=None, metavar="REMOTE",
+              help="Push the PR branch to REMOTE (a remote of --source, a URL or a path). Without it nothing leaves the machine.")
+@click.option("--branch", default=None, metavar="NAME", help="Branch name for the PR (default lucepatch/pr/<target>/<version>).")
+@click.option("--revise", type=click.Path(file_okay=False), default=None, metavar="PREV_DIR",
+              help="Make the next revision of the PR directory PREV_DIR (v2, v3...) with a range-diff section.")
+@click.option("--template", default=None, help="PR body template (default: the upstream's, e.g. hami, lucebox, llamacpp, generic).")
+@click.option("--ai-use", default=None, metavar="TEXT", help="AI-use disclosure (required by llama.cpp-family upstreams).")
 @json_option
 @click.pass_context
-def command(ctx, target, source, out_dir, evidence_path, no_evidence, patch_names, upstream_ref, signoff, draft, as_json):
-    """Write DIR/*.patch (with base-commit), DIR/pr-body.md and DIR/pr.json for TARGET's series."""
+def command(ctx, target, source, out_dir, evidence_path, no_evidence, patch_names, upstream_ref, signoff, draft,
+            push, branch, revise, template, ai_use, as_json):
+    """Write DIR/*.patch (with base-commit), DIR/pr-body.md and DIR/pr.json for TARGET's series.
+
+    The upstream's own checks (e.g. HAMi-core: DCO, cpplint --linelength=120 on touched lines,
+    hack/check_cuda_hook_consistency.py) run first; any failure refuses the PR (exit 1).
+    """
     ws = workspace(ctx)
     t = load_target(ws, target)
     src = require_source(source, t.name)
     git.open_repo(src)
-    hashes = {r.name: r.hash for r in list_reproducers(ws)}
+    repros = {r.name: r for r in list_reproducers(ws)}
     res = prepare_pr(t, src, cache(ctx), Path(out_dir), patch_names=patch_names.split(",") if patch_names else None,
                      upstream_ref=upstream_ref, signoff=signoff,
                      evidence_path=Path(evidence_path) if evidence_path else None, no_evidence=no_evidence,
-                     draft=draft, repro_hashes=hashes)
+                     draft=draft, repro_hashes={n: r.hash for n, r in repros.items()}, template=template,
+                     push=push, branch=branch, revise=Path(revise) if revise else None, ai_use=ai_use,
+                     reproducers=repros, workspace=ws.path)
     if as_json:
         report.emit_json("pr", {"workspace": ws.to_json(), "target": t.name, **res.to_json()})
-    report.progress(f"PR for {t.name} {t.version}: branch {res.branch} on {res.base[:12]}; files in {res.out_dir}")
+    report.progress(f"workspace {ws.describe()}")
+    for c in res.checks:
+        report.progress(f"  check {c.name}: {'skipped — ' if c.skipped else ('ok — ' if c.ok else 'FAILED — ')}{c.summary}")
+    report.progress(f"PR v{res.revision} for {t.name} {t.version}: branch {res.branch} on {res.base[:12]} "
+                    f"(template {res.template}); files in {res.out_dir}")
     for f in res.files:
         report.progress(f"  {f.name}")
+    report.progress(f"pushed: {res.pushed}" if res.pushed else "nothing was pushed (use --push REMOTE --branch NAME)")
     return 0

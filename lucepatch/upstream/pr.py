@@ -1,13 +1,17 @@
-"""Prepare an upstream PR: commits on a branch from the upstream ref, format-patch files with
-base-commit, a body in the upstream's template with the before/after table rendered from the
-evidence, and the GitHub create-PR payload. Nothing leaves the machine."""
+"""Prepare an upstream PR: commits on a branch from the upstream ref, the upstream's own checks,
+format-patch files with base-commit, a body in the upstream's template with the before/after table
+rendered from the evidence, and the GitHub create-PR payload.
+
+Nothing leaves the machine unless `push` is given (then one `git push` of the PR branch).
+Revisions: `revise=PREV_DIR` makes v(N+1) of a PR directory, with a range-diff against vN.
+"""
 
 from __future__ import annotations
 
 import json
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucepatch import __version__, git
@@ -15,8 +19,13 @@ from lucepatch.engine.apply import WorkArea, apply_series
 from lucepatch.errors import CheckFailed, UsageError
 from lucepatch.series import Patch
 from lucepatch.target import Target
+from lucepatch.upstream.checks import CheckResult, run_checks
+from lucepatch.upstream.conventions import conventions_for, repo_slug
 from lucepatch.upstream.render import render
+from lucepatch.upstream.scrub import Scrubber
 from lucepatch.verify.evidence import load_evidence, staleness
+
+META = "lucepatch.json"
 
 
 @dataclass
@@ -27,10 +36,16 @@ class PrResult:
     head: str
     files: list[Path]
     evidence_used: bool
+    revision: int = 1
+    checks: list[CheckResult] = field(default_factory=list)
+    pushed: str | None = None
+    template: str = "generic"
 
     def to_json(self) -> dict:
         return {"out_dir": str(self.out_dir), "branch": self.branch, "base": self.base, "head": self.head,
-                "files": [str(f) for f in self.files], "evidence_used": self.evidence_used}
+                "files": [f.name for f in self.files], "evidence_used": self.evidence_used,
+                "revision": self.revision, "template": self.template, "pushed": self.pushed,
+                "checks": [c.to_json() for c in self.checks]}
 
 
 def select_patches(target: Target, names: list[str] | None) -> list[Patch]:
@@ -40,7 +55,8 @@ def select_patches(target: Target, names: list[str] | None) -> list[Patch]:
     missing = [n for n in names if n not in by]
     if missing:
         raise UsageError(f"--patches: {', '.join(missing)} not in {target.name}'s series")
-    return [by[n] for n in names]
+    wanted = {by[n].name for n in names}
+    return [p for p in target.patches if p.name in wanted]  # series order, always
 
 
 def _body_text(p: Patch) -> str:
@@ -50,105 +66,55 @@ def _body_text(p: Patch) -> str:
     return "\n\n".join(paras).strip()
 
 
-def check_evidence(doc: dict, target: Target, repro_hashes: dict[str, str]) -> None:
+def check_evidence(doc: dict, target: Target, repro_hashes: dict[str, str], upstream_commit: str | None = None) -> None:
     if doc.get("target") != target.name:
         raise CheckFailed(f"evidence is for target {doc.get('target')!r}, not {target.name}")
     if doc["verdict"] != "proven":
         raise CheckFailed(f"evidence verdict is {doc['verdict']!r}, not proven; re-run lucepatch verify or pass --no-evidence")
-    why = staleness(doc, upstream_commit=target.base, patch_ids=[p.patch_id for p in target.patches],
+    why = staleness(doc, upstream_commit=upstream_commit or target.base, patch_ids=[p.patch_id for p in target.patches],
                     reproducer_hashes=repro_hashes)
     if why:
         raise CheckFailed(f"evidence is stale: {'; '.join(why)}; re-run lucepatch verify")
 
 
-def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, *, patch_names=None,
-               upstream_ref: str | None = None, signoff: bool = False, evidence_path: Path | None = None,
-               no_evidence: bool = False, draft: bool = False, repro_hashes: dict | None = None,
-               template: str | None = None) -> PrResult:
-    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        raise UsageError(f"--out {out_dir} exists and is not empty; choose a new directory")
-    if evidence_path is None and not no_evidence:
-        raise UsageError("pass --evidence FILE (from lucepatch verify) or --no-evidence")
-    doc = None
-    if evidence_path is not None:
-        doc = load_evidence(evidence_path)
-        check_evidence(doc, target, repro_hashes or {})
-    patches = select_patches(target, patch_names)
+# ---- the before/after table ---------------------------------------------------------------------
 
-    am_args: tuple[str, ...] = ()
-    am_env = None
-    unsigned = [p.name for p in patches if not p.trailer_all("Signed-off-by")]
-    if unsigned:
-        if not signoff:
-            raise CheckFailed(f"patch(es) {', '.join(unsigned)} have no Signed-off-by (upstream needs DCO); "
-                              "add it to the patch or pass --signoff to sign with your git identity")
-        ident = git.config_identity(source)
-        if not ident:
-            raise UsageError("--signoff needs user.name and user.email in git config; lucepatch never invents a sign-off")
-        am_args = ("--signoff",)
-        am_env = {"GIT_COMMITTER_NAME": ident[0], "GIT_COMMITTER_EMAIL": ident[1]}
-
-    branch = f"lucepatch/pr/{target.name}/{target.version}"
-    with WorkArea(cache, f"pr-{target.name}") as work:
-        res = apply_series(target, source, patches, work, base=upstream_ref, trailers=False,
-                           am_args=am_args, am_env=am_env)
-        bad = [o for o in res.outcomes if o.status not in ("applied", "applied-3way")]
-        if bad:
-            raise CheckFailed(f"{', '.join(o.patch.name + ' ' + o.status for o in bad)} on {res.base[:12]}; "
-                              "rebase the series before opening a PR")
-        git.run(work.repo, "checkout", "-q", "-b", branch)
-        staging = out_dir.with_name(out_dir.name + ".lucepatch-tmp")
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        names = git.run(work.repo, "format-patch", "--quiet", f"--base={res.base}", "--no-signature",
-                        "-o", str(staging), f"{res.base}..HEAD").stdout.split()
-        bugs = []
-        for p in patches:
-            for b in p.trailer_all("Bug"):
-                m = re.search(r"github\.com/([^/]+/[^/]+)/(?:issues|pull)/(\d+)", b)
-                ref = f"{m.group(1)}#{m.group(2)}" if m else b
-                if ref not in bugs:
-                    bugs.append(ref)
-        ctx = _body_context(target, patches, doc, res.base, res.head, bugs)
-        tmpl = template or target.pr.get("template", "generic")
-        body = render(f"pr/{tmpl}.md.j2", **ctx)
-        (staging / "pr-body.md").write_text(body)
-        payload = {"title": ctx["title"], "head": branch, "base": target.branch, "body": body, "draft": draft,
-                   "maintainer_can_modify": True}
-        (staging / "pr.json").write_text(json.dumps(payload, indent=2) + "\n")
-        if doc is not None:
-            (staging / "evidence.json").write_text(json.dumps(doc, indent=2) + "\n")
-        # The PR branch itself, as a git bundle a reviewer can fetch.
-        git.run(work.repo, "bundle", "create", "--quiet", str(staging / "branch.bundle"), f"{res.base}..{branch}")
-        out_dir.parent.mkdir(parents=True, exist_ok=True)
-        if out_dir.exists():
-            out_dir.rmdir()
-        staging.rename(out_dir)
-        files = sorted(out_dir.iterdir())
-        return PrResult(out_dir, branch, res.base, res.head, files, doc is not None)
+def driver_display(doc: dict) -> dict:
+    """GPU and driver as a reviewer reads them: '580.159.04 (CUDA 13.0)', never from a flag."""
+    drv = doc.get("driver", {})
+    kind = drv.get("kind")
+    api = drv.get("version")
+    cuda = f"CUDA {api // 1000}.{(api % 1000) // 10}" if isinstance(api, int) and api > 0 else "CUDA ?"
+    path = (drv.get("libcuda") or {}).get("path") or ""
+    m = re.search(r"libcuda\.so\.(\d+\.\d+(?:\.\d+)?)", path)
+    if kind == "real":
+        version = f"{m.group(1)} ({cuda})" if m else cuda
+    else:
+        version = f"simulated ({cuda})"
+    return {"kind": kind, "gpu": drv.get("gpu") or "unknown", "driver": version}
 
 
-def _body_context(target: Target, patches: list[Patch], doc: dict | None, base: str, head: str, bugs: list[str]) -> dict:
-    subjects = [p.subject for p in patches if not p.build_only] or [p.subject for p in patches]
-    title = subjects[0] if len(subjects) == 1 else f"{target.name}: {subjects[0]} (+{len(subjects) - 1} more)"
-    ctx = {
-        "title": title,
-        "summary": target.pr.get("summary", target.description) or title,
-        "release_note": target.pr.get("release_note", "NONE"),
-        "patches": [{"subject": p.subject, "body_text": _body_text(p), "bugs": p.trailer_all("Bug")} for p in patches],
-        "all_bugs": [f"https://github.com/{b.split('#')[0]}/issues/{b.split('#')[1]}" if "#" in b else b for b in bugs],
-        "target": target.name, "version": target.version, "base": base, "lucepatch_version": __version__,
-        "evidence": doc, "overhead": target.pr.get("overhead", ""),
-    }
-    if doc is not None:
-        drv = doc.get("driver", {})
-        ctx.update(
-            scenarios=doc["scenarios"], driver_kind=drv.get("kind"), gpu=drv.get("gpu"),
-            driver_version=drv.get("version"),
-            commits={v: doc["variants"][v].get("commit") or doc["upstream"]["base"] for v in ("baseline", "patched")},
-            baseline_patches=doc["variants"]["baseline"].get("patches", []),
-        )
-    return ctx
+def verdict_rows(doc: dict) -> list[dict]:
+    """The rows of the before/after table, as strings, in the order the body prints them."""
+    d = driver_display(doc)
+    rows = []
+    for s in doc["scenarios"]:
+        if s.get("control"):
+            continue
+        for v in ("baseline", "patched"):
+            var = doc["variants"].get(v, {})
+            commit = var.get("base") or doc.get("upstream", {}).get("base") or ""
+            rows.append({
+                "scenario": s["scenario"], "variant": v, "upstream commit": commit[:12], "GPU": d["gpu"],
+                "driver": d["driver"], "runs": str(s[v]["runs"]), "failures": str(s[v]["failures"]),
+                "failure rate": f"{s[v]['failure_rate']:.2f}",
+                "p-value": "" if s.get("p_value") is None else f"{s['p_value']:.3g}", "verdict": s["verdict"],
+            })
+    return rows
+
+
+TABLE_COLUMNS = ["scenario", "variant", "upstream commit", "GPU", "driver", "runs", "failures", "failure rate",
+                 "p-value", "verdict"]
 
 
 def parse_verdict_table(markdown: str) -> list[dict]:
@@ -157,10 +123,227 @@ def parse_verdict_table(markdown: str) -> list[dict]:
     lines = markdown.splitlines()
     for i, line in enumerate(lines):
         if line.startswith("| scenario | variant |"):
-            header = [c.strip() for c in line.strip("|").split("|")]
+            header = [c.strip() for c in line.strip().strip("|").split("|")]
             for row in lines[i + 2:]:
                 if not row.startswith("|"):
                     break
-                rows.append(dict(zip(header, [c.strip() for c in row.strip("|").split("|")])))
+                rows.append(dict(zip(header, [c.strip() for c in row.strip().strip("|").split("|")])))
             break
     return rows
+
+
+# ---- the PR directory ---------------------------------------------------------------------------
+
+def _bugs(patches: list[Patch]) -> list[str]:
+    bugs: list[str] = []
+    for p in patches:
+        for b in p.trailer_all("Bug"):
+            m = re.search(r"github\.com/([^/]+/[^/]+)/(?:issues|pull)/(\d+)", b)
+            ref = f"{m.group(1)}#{m.group(2)}" if m else b.strip()
+            if ref not in bugs:
+                bugs.append(ref)
+    return bugs
+
+
+def _read_previous(prev_dir: Path) -> dict:
+    meta = prev_dir / META
+    if not meta.is_file() or not (prev_dir / "branch.bundle").is_file():
+        raise UsageError(f"--revise {prev_dir}: not a lucepatch PR directory (no {META} / branch.bundle); "
+                         "pass the directory an earlier `lucepatch pr` wrote")
+    return json.loads(meta.read_text())
+
+
+def _resolve_remote(source: Path, remote: str) -> str:
+    r = git.run(source, "remote", "get-url", remote, check=False)
+    if r.status == 0 and r.stdout.strip():
+        return r.stdout.strip()
+    return remote  # a URL or a path
+
+
+def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, *, patch_names=None,
+               upstream_ref: str | None = None, signoff: bool = False, evidence_path: Path | None = None,
+               no_evidence: bool = False, draft: bool = False, repro_hashes: dict | None = None,
+               template: str | None = None, push: str | None = None, branch: str | None = None,
+               revise: Path | None = None, ai_use: str | None = None, reproducers: dict | None = None,
+               workspace: Path | None = None, skip_checks: bool = False) -> PrResult:
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise UsageError(f"--out {out_dir} exists and is not empty; choose a new directory")
+    if evidence_path is None and not no_evidence:
+        raise UsageError("pass --evidence FILE (from lucepatch verify) or --no-evidence")
+    if evidence_path is not None and no_evidence:
+        raise UsageError("--evidence and --no-evidence exclude each other")
+    if push and not branch:
+        raise UsageError("--push REMOTE needs --branch NAME (the branch to create on the fork)")
+    conv = conventions_for(target.upstream, target.pr)
+    tmpl = template or conv["template"]
+    ai_use = ai_use or conv.get("ai_use")
+    if conv.get("ai_use_required") and not ai_use:
+        raise UsageError(f"{target.upstream} asks every PR to disclose AI use; pass --ai-use TEXT "
+                         f"or set ai_use in [pr] of {target.toml_path}")
+    base_sha = git.resolve_commit(source, upstream_ref or target.base, what=f"upstream ref of {target.name}",
+                                  remedy="fetch it into the checkout (git fetch origin)")
+    doc = None
+    if evidence_path is not None:
+        doc = load_evidence(evidence_path)
+        check_evidence(doc, target, repro_hashes or {}, base_sha)
+    patches = select_patches(target, patch_names)
+    prev = _read_previous(revise) if revise else None
+    revision = (prev["revision"] + 1) if prev else 1
+    scrub = Scrubber(cache=cache, workspace=workspace)
+    for p in patches:
+        leaked = scrub.leaks(p.raw)
+        if leaked:
+            raise CheckFailed(f"patch {p.name} contains the value of {', '.join(leaked)}; remove it from the patch "
+                              "before opening a PR")
+
+    am_args: tuple[str, ...] = ()
+    am_env = None
+    unsigned = [p.name for p in patches if not p.trailer_all("Signed-off-by")]
+    if signoff:
+        ident = git.config_identity(source)
+        if not ident:
+            raise UsageError("--signoff needs user.name and user.email in git config; lucepatch never invents a sign-off")
+        am_args = ("--signoff",)
+        am_env = {"GIT_COMMITTER_NAME": ident[0], "GIT_COMMITTER_EMAIL": ident[1]}
+    elif unsigned and "dco" in conv["checks"]:
+        raise CheckFailed(f"patch(es) {', '.join(unsigned)} have no Signed-off-by (upstream needs DCO); "
+                          "add it to the patch or pass --signoff to sign with your git identity")
+
+    pr_branch = branch or f"lucepatch/pr/{target.name}/{target.version}"
+    with WorkArea(cache, f"pr-{target.name}") as work:
+        res = apply_series(target, source, patches, work, base=base_sha, trailers=False,
+                           am_args=am_args, am_env=am_env)
+        bad = [o for o in res.outcomes if o.status not in ("applied", "applied-3way")]
+        if bad:
+            raise CheckFailed(f"{', '.join(o.patch.name + ' ' + o.status for o in bad)} on {res.base[:12]}; "
+                              "rebase the series before opening a PR")
+        git.run(work.repo, "checkout", "-q", "-B", pr_branch)
+        checks = [] if skip_checks else run_checks(conv["checks"], work.repo, res.base, conv)
+        failed = [c for c in checks if not c.ok]
+        if failed:
+            first = failed[0]
+            more = f" (+{len(failed) - 1} more failed check(s))" if len(failed) > 1 else ""
+            raise CheckFailed(f"upstream check {first.name} failed: {first.summary}: "
+                              f"{'; '.join(first.findings[:3])}{more}; fix the patches, then re-run lucepatch pr")
+
+        range_diff = ""
+        if prev:
+            git.run(work.repo, "fetch", "--quiet", str(revise / "branch.bundle"),
+                    f"+refs/heads/{prev['branch']}:refs/lucepatch/prev")
+            range_diff = git.run(work.repo, "range-diff", "--no-color", f"{prev['base']}..refs/lucepatch/prev",
+                                 f"{res.base}..HEAD").stdout.rstrip("\n")
+
+        staging = out_dir.with_name(out_dir.name + ".lucepatch-tmp")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        fp_args = ["format-patch", "--quiet", f"--base={res.base}", "--no-signature", "-o", str(staging)]
+        if revision > 1:
+            fp_args.append(f"-v{revision}")
+        if len(patches) > 1:
+            fp_args.append("--numbered")
+        git.run(work.repo, *fp_args, f"{res.base}..HEAD")
+
+        ctx = _body_context(target, patches, doc, res.base, conv, checks, reproducers or {},
+                            revision=revision, range_diff=range_diff, ai_use=ai_use, prev=prev)
+        body = scrub.text(render(f"pr/{tmpl}.md.j2", **ctx))
+        (staging / "pr-body.md").write_text(body)
+        payload = {"title": ctx["title"], "head": pr_branch, "base": target.branch, "body": body, "draft": draft,
+                   "maintainer_can_modify": True}
+        (staging / "pr.json").write_text(json.dumps(payload, indent=2) + "\n")
+        if doc is not None:
+            (staging / "evidence.json").write_text(json.dumps(scrub.evidence(doc), indent=2) + "\n")
+        head = git.head(work.repo)
+        git.run(work.repo, "bundle", "create", "--quiet", str(staging / "branch.bundle"), f"{res.base}..{pr_branch}")
+        pushed = None
+        if push:
+            url = _resolve_remote(source, push)
+            args = ["push", "--quiet"] + (["--force"] if prev else []) + [url, f"{pr_branch}:refs/heads/{pr_branch}"]
+            r = git.run(work.repo, *args, check=False)
+            if r.status != 0:
+                shutil.rmtree(staging, ignore_errors=True)
+                last = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
+                raise CheckFailed(f"git push to {push} failed: {last[0]}; check the remote and your access")
+            pushed = f"{push} {pr_branch}"
+        meta = {
+            "schema_version": 1, "lucepatch": __version__, "target": target.name, "version": target.version,
+            "upstream": target.upstream, "revision": revision, "branch": pr_branch, "base": res.base, "head": head,
+            "tree": git.tree_of(work.repo), "template": tmpl,
+            "patches": [{"name": p.name, "patch_id": p.patch_id, "subject": p.subject} for p in patches],
+            "checks": [c.to_json() for c in checks], "evidence": (doc or {}).get("verdict"),
+            "driver": (driver_display(doc) if doc else None), "pushed": pushed,
+        }
+        (staging / META).write_text(json.dumps(scrub.obj(meta), indent=2) + "\n")
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        if out_dir.exists():
+            out_dir.rmdir()
+        staging.rename(out_dir)
+        files = sorted(out_dir.iterdir())
+        return PrResult(out_dir, pr_branch, res.base, head, files, doc is not None, revision, checks, pushed, tmpl)
+
+
+def _title(target: Target, patches: list[Patch], conv: dict) -> str:
+    if conv.get("title"):
+        return conv["title"]
+    subjects = [p.subject for p in patches if not p.build_only] or [p.subject for p in patches]
+    if len(subjects) == 1:
+        return subjects[0]
+    return f"{subjects[0]} (+{len(subjects) - 1} more)"
+
+
+def _body_context(target: Target, patches: list[Patch], doc: dict | None, base: str, conv: dict,
+                  checks: list[CheckResult], reproducers: dict, *, revision: int, range_diff: str,
+                  ai_use: str | None, prev: dict | None) -> dict:
+    bugs = _bugs(patches)
+    slug = repo_slug(target.upstream)
+    fixes = []
+    for b in bugs:
+        if "#" in b and not b.startswith("http"):
+            repo, num = b.split("#", 1)
+            fixes.append(f"#{num}" if slug and repo.lower() == slug.lower() else f"{repo}#{num}")
+        else:
+            fixes.append(b)
+    named = []
+    for p in patches:
+        for r, s in p.reproducers:
+            if (r, s) not in named:
+                named.append((r, s))
+    ran = {}
+    if doc is not None:
+        ran = {s["scenario"]: s for s in doc["scenarios"]}
+    repro_ctx = []
+    for name in dict.fromkeys(r for r, _ in named):
+        rep = reproducers.get(name)
+        scen = [s for r, s in named if r == name]
+        repro_ctx.append({
+            "name": name, "available": rep is not None,
+            "description": " ".join((rep.description if rep else "").split()),
+            "scenarios": [{"name": s or "(all)", "in_evidence": f"{name}:{s}" in ran,
+                           "description": " ".join(rep.scenario(s).description.split())
+                           if rep and s and any(x.name == s for x in rep.scenarios) else ""} for s in scen],
+        })
+    ctx = {
+        "title": _title(target, patches, conv),
+        "summary": conv.get("summary", target.description) or _title(target, patches, conv),
+        "release_note": conv.get("release_note", "NONE"),
+        "kind": conv.get("kind", "bug"),
+        "patches": [{"subject": p.subject, "body_text": _body_text(p), "bugs": p.trailer_all("Bug"),
+                     "build_only": p.build_only, "reproducers": [f"{r}:{s}" if s else r for r, s in p.reproducers]}
+                    for p in patches],
+        "fixes": fixes,
+        "all_bugs": [f"https://github.com/{b.split('#')[0]}/issues/{b.split('#')[1]}" if "#" in b else b for b in bugs],
+        "target": target.name, "version": target.version, "base": base, "lucepatch_version": __version__,
+        "evidence": doc, "overhead": conv.get("overhead", ""), "checks": checks, "reproducers": repro_ctx,
+        "revision": revision, "range_diff": range_diff, "ai_use": ai_use or "",
+        "prev_revision": prev["revision"] if prev else None, "upstream": target.upstream,
+        "rows": [], "columns": TABLE_COLUMNS,
+    }
+    if doc is not None:
+        d = driver_display(doc)
+        ctx.update(
+            scenarios=doc["scenarios"], driver_kind=d["kind"], gpu=d["gpu"], driver_version=d["driver"],
+            rows=verdict_rows(doc),
+            commits={v: doc["variants"][v].get("base") or doc["upstream"]["base"] for v in ("baseline", "patched")},
+            baseline_patches=doc["variants"]["baseline"].get("patches", []),
+            not_proven_here=[s for s in doc["scenarios"] if not s.get("control") and s.get("verdict") != "proven"],
+        )
+    return ctx

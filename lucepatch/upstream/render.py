@@ -8,7 +8,8 @@ _env = jinja2.Environment(
     loader=jinja2.PackageLoader("lucepatch", "templates"),
     undefined=jinja2.StrictUndefined,
     keep_trailing_newline=True,
-    trim_blocks=False,
+    trim_blocks=True,
+    lstrip_blocks=True,
 )
 
 

@@ -1,0 +1,82 @@
+"""What each upstream expects of a PR, as data: template, commit style, checks.
+
+A target picks its conventions by its upstream URL; its `[pr]` table in target.toml overrides any
+key (`template`, `checks`, `cpplint_args`, `subject_style`, `ai_use`, ...). A new upstream is a new
+entry here (or a `[pr]` table), never an `if` on a target name.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+
+# Keys:
+#   template       templates/pr/<template>.md.j2
+#   checks         names from lucepatch.upstream.checks.CHECKS, run in the PR tree before anything is written
+#   cpplint_args   extra cpplint arguments (the upstream's own settings)
+#   subject_style  "conventional" -> `type(scope): subject` required on every commit
+#   ai_use_required  the body carries an AI-use disclosure; `[pr] ai_use` or `pr --ai-use` must fill it
+#   kind           the /kind label for Kubernetes-style templates
+DEFAULT = {
+    "template": "generic",
+    "checks": ["dco"],
+    "cpplint_args": [],
+    "subject_style": None,
+    "ai_use_required": False,
+    "kind": "bug",
+}
+
+UPSTREAMS: dict[str, dict] = {
+    # HAMi-core has no PR template of its own; the HAMi main repository's Kubernetes-style template
+    # is what its maintainers read. DCO on every commit, cpplint --linelength=120,
+    # hack/check_cuda_hook_consistency.py when hooks change (FIELD-NOTES §2).
+    "github.com/project-hami/hami-core": {
+        "template": "hami",
+        "checks": ["dco", "cpplint", "hook-consistency"],
+        "cpplint_args": ["--linelength=120"],
+        "subject_style": "conventional",
+    },
+    "github.com/project-hami/hami": {
+        "template": "hami",
+        "checks": ["dco"],
+        "subject_style": "conventional",
+    },
+    # Lucebox: conventional commits, one concern per PR (FIELD-NOTES §4).
+    "github.com/luce-org/lucebox-hub": {
+        "template": "lucebox",
+        "checks": ["conventional-commits"],
+        "subject_style": "conventional",
+    },
+    # llama.cpp family: AI-use disclosure in every PR.
+    "github.com/ggml-org/llama.cpp": {"template": "llamacpp", "checks": [], "ai_use_required": True},
+    "github.com/ggerganov/llama.cpp": {"template": "llamacpp", "checks": [], "ai_use_required": True},
+    "github.com/luce-org/llama.cpp-dflash-ggml": {"template": "llamacpp", "checks": [], "ai_use_required": True},
+}
+
+
+def _key(url: str) -> str:
+    u = url.strip().lower()
+    for prefix in ("https://", "http://", "ssh://", "git://"):
+        if u.startswith(prefix):
+            u = u[len(prefix):]
+    if u.startswith("git@"):
+        u = u[4:].replace(":", "/", 1)
+    u = u.rstrip("/")
+    if u.endswith(".git"):
+        u = u[:-4]
+    return u
+
+
+def conventions_for(upstream_url: str, pr_table: dict | None = None) -> dict:
+    """The upstream's conventions, with the target's `[pr]` table applied on top."""
+    conv = copy.deepcopy(DEFAULT)
+    conv.update(copy.deepcopy(UPSTREAMS.get(_key(upstream_url), {})))
+    for k, v in (pr_table or {}).items():
+        conv[k] = v
+    return conv
+
+
+def repo_slug(upstream_url: str) -> str | None:
+    """owner/name for a GitHub URL, else None."""
+    m = re.search(r"github\.com[/:]([^/\s]+)/([^/\s]+?)(?:\.git)?/?$", upstream_url.strip())
+    return f"{m.group(1)}/{m.group(2)}" if m else None
