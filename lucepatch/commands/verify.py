@@ -12,7 +12,7 @@ from lucepatch.target import load_target
 from lucepatch.verify.driver import choose_driver
 from lucepatch.verify.evidence import write_evidence
 from lucepatch.verify.reproducer import list_reproducers, load_reproducer
-from lucepatch.verify.session import Variant, build_evidence, run_matrix, variant_from_file
+from lucepatch.verify.session import Variant, build_evidence, plan_execution, run_matrix, variant_from_file
 
 
 def _series_variants(t, src, cache_dir, baseline_ref, patched_ref):
@@ -43,11 +43,14 @@ def _series_variants(t, src, cache_dir, baseline_ref, patched_ref):
 @click.option("--baseline-lib", default=None, help="These bytes as the baseline library.")
 @click.option("--baseline-ref", default=None, help="Upstream ref as the baseline (ref-vs-ref, no series).")
 @click.option("--patched-ref", default=None, help="Upstream ref as the 'patched' side (ref-vs-ref).")
+@click.option("--jobs", type=click.IntRange(1, 256), default=None,
+              help="Parallel runs (default: one per CPU when each run can get a private mount namespace "
+                   "for /tmp/vgpulock, i.e. as root with unshare; serial otherwise). --jobs 1 forces serial.")
 @click.option("--evidence", "evidence_path", type=click.Path(dir_okay=False), default=None, help="Write the evidence JSON here.")
 @json_option
 @click.pass_context
 def command(ctx, reproducer_names, run_all, scenarios, target_name, source, driver, runs, lib, baseline_lib,
-            baseline_ref, patched_ref, evidence_path, as_json):
+            baseline_ref, patched_ref, jobs, evidence_path, as_json):
     """Run reproducers against the baseline and the patched build and decide whether the fix is proven."""
     ws = workspace(ctx)
     if run_all and reproducer_names:
@@ -83,8 +86,10 @@ def command(ctx, reproducer_names, run_all, scenarios, target_name, source, driv
         variants = _series_variants(t, src, c, baseline_ref, patched_ref)
         upstream_base = variants[0].provenance.get("base")
     n = runs or max(r.default_runs for r in repros)
-    records = run_matrix(repros, variants, n, drv, c, list(scenarios) or None)
-    doc = build_evidence(t, repros, variants, records, drv, n, ws.to_json(), upstream_base)
+    ex = plan_execution(jobs)
+    report.progress(f"execution: {ex.mode}" + (f", {ex.jobs} jobs" if ex.mode == "parallel" else "") + f" ({ex.why})")
+    records = run_matrix(repros, variants, n, drv, c, list(scenarios) or None, execution=ex)
+    doc = build_evidence(t, repros, variants, records, drv, n, ws.to_json(), upstream_base, execution=ex)
     if evidence_path:
         write_evidence(evidence_path, doc)
     if as_json:
@@ -94,9 +99,15 @@ def command(ctx, reproducer_names, run_all, scenarios, target_name, source, driv
         f"verify {', '.join(r.name for r in repros)} on {t.name} — driver {d.get('kind')} "
         f"({d.get('gpu')}, driver {d.get('version')})",
         ["scenario", "baseline fail", "patched fail", "p-value", "verdict", "why"],
-        [[s["scenario"] + (" (control)" if s["control"] else ""),
+        [[s["scenario"] + (" (control)" if s["control"] else " (guard)" if s.get("regression_guard") else ""),
           f"{s['baseline']['failures']}/{s['baseline']['runs']}", f"{s['patched']['failures']}/{s['patched']['runs']}",
           "" if s["p_value"] is None else f"{s['p_value']:.3g}", s["verdict"], s.get("reason", "")]
          for s in doc["scenarios"]], to_stdout=not as_json)
-    report.progress(f"verdict: {doc['verdict']}" + (f"; evidence written to {evidence_path}" if evidence_path else ""))
+    ex_doc = doc["execution"]
+    report.progress(f"{ex_doc['processes']} processes in {ex_doc['wall_s']:.1f}s, {ex_doc['mode']}"
+                    + (f" x{ex_doc['jobs']}" if ex_doc["mode"] == "parallel" else ""))
+    for sk in doc["skipped"]:
+        report.progress(f"skipped: {sk['scenario']}: {sk['reason']}")
+    report.progress(f"verdict: {doc['verdict']}" + (" (simulated driver)" if doc.get("simulated") else "")
+                    + (f"; evidence written to {evidence_path}" if evidence_path else ""))
     return 0 if doc["verdict"] == "proven" else EXIT_CHECK_FAILED

@@ -18,10 +18,16 @@ class Scenario:
     description: str = ""
     env: dict = field(default_factory=dict)
     min_devices: int = 1
+    # A regression guard: a behaviour upstream already gets right at the base (e.g. fixed in
+    # `fixed_upstream`). Passing on both variants is "guarded", not "not-proven"; a baseline
+    # that fails (an older --baseline-ref) is judged like any other scenario.
+    regression_guard: bool = False
+    fixed_upstream: str = ""
 
     def to_json(self) -> dict:
         return {"name": self.name, "control": self.control, "description": self.description,
-                "min_devices": self.min_devices}
+                "min_devices": self.min_devices, "regression_guard": self.regression_guard,
+                "fixed_upstream": self.fixed_upstream}
 
 
 @dataclass
@@ -89,7 +95,14 @@ def load_reproducer_dir(rdir: Path) -> Reproducer:
             raise UsageError(f"{toml_path}: every [[scenario]] needs a name")
         scenarios.append(Scenario(name=s["name"], control=bool(s.get("control", False)),
                                   description=s.get("description", ""), env=dict(s.get("env", {})),
-                                  min_devices=int(s.get("min_devices", 1))))
+                                  min_devices=int(s.get("min_devices", 1)),
+                                  regression_guard=bool(s.get("regression_guard", False)),
+                                  fixed_upstream=str(s.get("fixed_upstream", ""))))
+        if scenarios[-1].control and scenarios[-1].regression_guard:
+            raise UsageError(f"{toml_path}: scenario {s['name']} cannot be both a control and a regression guard")
+    names = [s.name for s in scenarios]
+    if len(set(names)) != len(names):
+        raise UsageError(f"{toml_path}: scenario names must be unique")
     if not any(s.control for s in scenarios):
         raise UsageError(f"{toml_path}: a reproducer needs at least one control scenario (control = true)")
     for src in data["sources"]:

@@ -33,6 +33,7 @@ FAIL_LOG = "fail-log"  # exited 0 but the hook logged an out-of-range device id
 CRASH = "crash"
 TIMEOUT = "timeout"
 INVALID = "invalid"
+SKIPPED = "skipped"  # the scenario cannot run on this machine (e.g. needs 2 GPUs); neither pass nor fail
 FAILURES = (FAIL, FAIL_LOG, CRASH, TIMEOUT)
 
 # Log signatures of the bug family (FIELD-NOTES §3).
@@ -40,7 +41,49 @@ ERROR_SIGNATURES = ("Illegal device id",)
 
 # Variables a run never inherits from the caller: they would change what is loaded or measured.
 _SCRUB = ("LD_PRELOAD", "LD_LIBRARY_PATH", "CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_SM_LIMIT",
-          "CUDA_DEVICE_MEMORY_SHARED_CACHE", "LIBCUDA_LOG_LEVEL", "CUDA_DISABLE_CONTROL")
+          "CUDA_DEVICE_MEMORY_SHARED_CACHE", "LIBCUDA_LOG_LEVEL", "CUDA_DISABLE_CONTROL", "LD_BIND_NOW")
+# ... nor any per-device variant (CUDA_DEVICE_MEMORY_LIMIT_0=0m would change what a run measures)
+_SCRUB_PREFIXES = ("CUDA_DEVICE_MEMORY_LIMIT_", "CUDA_DEVICE_SM_LIMIT_")
+
+# HAMi-core's host-wide lock (src/utils.c); parallel runs each get a private tmpfs here.
+VGPULOCK_DIR = "/tmp/vgpulock"
+ISOLATION_FAILED_RC = 125
+_NS_WRAPPER = (f'mount -t tmpfs -o size=4m,mode=1777 lucepatch-vgpulock {VGPULOCK_DIR} || exit {ISOLATION_FAILED_RC}; '
+               'ulimit -c 0; exec "$0" "$@"')
+
+
+def scrubbed_environ() -> dict:
+    return {k: v for k, v in os.environ.items() if k not in _SCRUB and not k.startswith(_SCRUB_PREFIXES)}
+
+
+_NS_PROBE: tuple[bool, str] | None = None
+
+
+def namespace_isolation() -> tuple[bool, str]:
+    """(available, why): can each run get a private mount namespace with its own /tmp/vgpulock?
+
+    Needs root (or CAP_SYS_ADMIN) and a working `unshare --mount`; probed once per process by
+    doing exactly what a run does."""
+    global _NS_PROBE
+    if _NS_PROBE is not None:
+        return _NS_PROBE
+    unshare = shutil.which("unshare")
+    if os.geteuid() != 0:
+        _NS_PROBE = (False, "not root: runs share the host-wide /tmp/vgpulock lock, so they run serially")
+    elif unshare is None:
+        _NS_PROBE = (False, "no unshare(1) (util-linux): runs run serially")
+    else:
+        try:
+            os.makedirs(VGPULOCK_DIR, exist_ok=True)
+            r = subprocess.run([unshare, "--mount", "--propagation", "private", "--", "/bin/sh", "-c",
+                                _NS_WRAPPER, "/bin/true"], capture_output=True, text=True, timeout=20)
+            ok = r.returncode == 0
+            why = "private mount namespace per run, tmpfs on /tmp/vgpulock" if ok else \
+                f"unshare --mount failed ({(r.stderr.strip() or 'exit %d' % r.returncode)[:160]}): runs run serially"
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            ok, why = False, f"unshare probe failed ({exc}): runs run serially"
+        _NS_PROBE = (ok, why)
+    return _NS_PROBE
 
 
 @dataclass
@@ -59,6 +102,7 @@ class RunRecord:
     checks: list = field(default_factory=list)
     first_error: str = ""
     log_tail: str = ""
+    values: dict = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
@@ -110,9 +154,11 @@ def parse_events(stdout: str) -> list[dict]:
 
 def run_once(binary: Path, repro: Reproducer, scenario: Scenario, variant: str, index: int,
              preload: Path | None, driver_env: dict, scratch: Path, expected_sha256: str | None = None,
-             extra_env: dict | None = None) -> RunRecord:
+             extra_env: dict | None = None, isolate: bool = False) -> RunRecord:
+    """One fresh process. isolate=True: in a private mount namespace with its own tmpfs on
+    /tmp/vgpulock (what makes parallel runs under HAMi safe); otherwise a plain child."""
     region = scratch / f"region-{uuid.uuid4().hex}.cache"  # never reuse a region file
-    env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
+    env = scrubbed_environ()
     env.update(repro.env)
     env.update(scenario.env)
     env.update(driver_env)
@@ -122,8 +168,15 @@ def run_once(binary: Path, repro: Reproducer, scenario: Scenario, variant: str, 
     if preload is not None:
         env["LD_PRELOAD"] = str(preload)
     start = time.monotonic()
-    proc = subprocess.Popen([str(binary), scenario.name], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=env, cwd=scratch, start_new_session=True, preexec_fn=_no_core_dumps)
+    if isolate:
+        # no preexec_fn: runs are started from several threads; the shell sets the core limit
+        cmd = [shutil.which("unshare") or "unshare", "--mount", "--propagation", "private", "--",
+               "/bin/sh", "-c", _NS_WRAPPER, str(binary), scenario.name]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=scratch,
+                                start_new_session=True)
+    else:
+        proc = subprocess.Popen([str(binary), scenario.name], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=env, cwd=scratch, start_new_session=True, preexec_fn=_no_core_dumps)
     timed_out = False
     try:
         out, err = proc.communicate(timeout=repro.timeout_s)
@@ -135,9 +188,19 @@ def run_once(binary: Path, repro: Reproducer, scenario: Scenario, variant: str, 
             pass
         out, err = proc.communicate()
     duration = time.monotonic() - start
+    if not timed_out:
+        try:  # children the scenario forked and left behind die with the run
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
     region.unlink(missing_ok=True)
     stdout = out.decode("utf-8", "replace")
     stderr = err.decode("utf-8", "replace")
+    if isolate and proc.returncode == ISOLATION_FAILED_RC and "@@lucepatch" not in stdout:
+        return RunRecord(variant=variant, scenario=scenario.name, index=index, outcome=INVALID,
+                         returncode=proc.returncode, signal=None, duration_s=round(duration, 4),
+                         reason="could not mount a private /tmp/vgpulock for this run",
+                         log_tail=stderr.strip()[-500:])
     return classify(repro, scenario, variant, index, proc.returncode, timed_out, duration, stdout, stderr,
                     preload, expected_sha256)
 
@@ -149,6 +212,8 @@ def classify(repro: Reproducer, scenario: Scenario, variant: str, index: int, re
     loaded = next((e for e in events if e.get("event") == "loaded"), None)
     drv = next((e for e in events if e.get("event") == "driver"), None)
     done = next((e for e in events if e.get("event") == "done"), None)
+    skip = next((e for e in events if e.get("event") == "skip"), None)
+    values = {e.get("name"): e.get("value") for e in events if e.get("event") == "value"}
     checks = [e for e in events if e.get("event") == "check"]
     sig = None
     if returncode is not None and returncode < 0:
@@ -166,7 +231,7 @@ def classify(repro: Reproducer, scenario: Scenario, variant: str, index: int, re
     rec = RunRecord(variant=variant, scenario=scenario.name, index=index, outcome=PASS, returncode=returncode,
                     signal=sig, duration_s=round(duration, 4), preload=(loaded or {}).get("preload", []),
                     libcuda=(loaded or {}).get("libcuda"), driver=drv, checks=checks, first_error=first_error[:300],
-                    log_tail="\n".join(log.strip().splitlines()[-8:])[-1500:])
+                    log_tail="\n".join(log.strip().splitlines()[-8:])[-1500:], values=values)
 
     # 1. Proof of what ran. Without it nothing else about the run means anything.
     if preload is not None:
@@ -190,7 +255,9 @@ def classify(repro: Reproducer, scenario: Scenario, variant: str, index: int, re
         return rec
     # 2. What happened.
     if timed_out:
-        rec.outcome, rec.reason = TIMEOUT, f"killed after {repro.timeout_s:g}s"
+        rec.outcome, rec.reason = TIMEOUT, f"killed after {repro.timeout_s:g}s (process group)"
+    elif skip is not None and returncode == 0 and all(c.get("ok") for c in checks):
+        rec.outcome, rec.reason = SKIPPED, str(skip.get("reason", ""))[:200]
     elif sig:
         rec.outcome, rec.reason = CRASH, sig
     elif returncode == 2:

@@ -299,4 +299,71 @@ static void __attribute__((unused)) lp_bind_now(char **argv) {
     /* exec failed: carry on with lazy binding (less deterministic, still correct) */
 }
 
+/* Poison with a chosen word: 0 or 1 make the residue a *valid* device id (silent misaccounting
+ * instead of a crash), LP_STACK_POISON_WORD an out-of-range one. */
+static void __attribute__((noinline, unused)) lp_poison_stack_word(uint32_t word) {
+    volatile uint32_t area[LP_STACK_POISON_BYTES / 4];
+    for (size_t i = 0; i < sizeof area / sizeof area[0]; i++)
+        area[i] = word;
+    __asm__ volatile("" : : "r"(area) : "memory");
+}
+
+/* The scenario cannot run here (e.g. it needs two GPUs and the machine has one).  The runner
+ * turns this into a `skipped` scenario: neither a pass nor a failure.  Exits 0. */
+static void __attribute__((noreturn, unused)) lp_skip(const char *scenario, const char *reason) {
+    printf("@@lucepatch {\"event\":\"skip\",\"scenario\":");
+    lp_json_str(stdout, scenario);
+    printf(",\"reason\":");
+    lp_json_str(stdout, reason);
+    printf("}\n");
+    fflush(stdout);
+    exit(0);
+}
+
+/* A number the runner records with the run (usage read back through the interposer, ...). */
+static void __attribute__((unused)) lp_report_value(const char *name, long long value) {
+    printf("@@lucepatch {\"event\":\"value\",\"name\":");
+    lp_json_str(stdout, name);
+    printf(",\"value\":%lld}\n", value);
+    fflush(stdout);
+}
+
+/* Check an integer quantity (bytes, counts) for equality; prints both numbers. */
+static int __attribute__((unused)) lp_check_eq(const char *name, long long want, long long got) {
+    char b1[32], b2[32];
+    snprintf(b1, sizeof b1, "%lld", want);
+    snprintf(b2, sizeof b2, "%lld", got);
+    return lp_report_check(name, b1, b2, want == got);
+}
+
+/* Common set-up, the way cudart does it: cuInit, the primary context of device 0 made current
+ * on the calling thread, then the proof of what is loaded and which driver answers.
+ * Returns 0 on success; on failure prints why and returns 2 (the "setup error" exit code). */
+static int __attribute__((unused)) lp_setup_primary(const char *prog, int *count, CUdevice *dev, CUcontext *ctx) {
+    int version = 0;
+    char name[256] = "";
+    *count = 0;
+    if (cuInit(0) != CUDA_SUCCESS || cuDeviceGetCount(count) != CUDA_SUCCESS || *count < 1 ||
+        cuDeviceGet(dev, 0) != CUDA_SUCCESS || cuDevicePrimaryCtxRetain(ctx, *dev) != CUDA_SUCCESS ||
+        cuCtxSetCurrent(*ctx) != CUDA_SUCCESS) {
+        fprintf(stderr, "%s: no usable CUDA device\n", prog);
+        return 2;
+    }
+    lp_report_loaded();
+    cuDriverGetVersion(&version);
+    cuDeviceGetName(name, sizeof name, *dev);
+    lp_report_driver(version, *count, name);
+    return 0;
+}
+
+/* Bytes in use on the current context's device as the interposer reports them
+ * (total - free of cuMemGetInfo_v2; under HAMi with a limit: the pod-wide usage).
+ * -1 when the call fails. */
+static long long __attribute__((unused)) lp_used_bytes(void) {
+    size_t free_b = 0, total = 0;
+    if (cuMemGetInfo(&free_b, &total) != CUDA_SUCCESS)
+        return -1;
+    return (long long)total - (long long)free_b;
+}
+
 #endif /* LP_REPORT_H */

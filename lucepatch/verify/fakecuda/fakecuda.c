@@ -1006,6 +1006,16 @@ static CUresult fc_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAcces
     return CUDA_SUCCESS;
 }
 
+/* ---- arrays: none exist in the simulation ------------------------------------------------- */
+
+/* Older HAMi-core (e.g. e3c3477) calls this directly, so it must resolve at load time
+ * (the reproducers run with LD_BIND_NOW=1); no array handle is ever valid here. */
+static CUresult fc_cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *desc, CUarray arr) {
+    NEED_INIT();
+    (void)arr;
+    return desc ? CUDA_ERROR_INVALID_HANDLE : CUDA_ERROR_INVALID_VALUE;
+}
+
 /* ---- cuGetProcAddress: resolve from our own table, never via dlsym ------------------------- */
 
 struct fc_sym {
@@ -1079,7 +1089,8 @@ static CUresult fc_cuGetProcAddress_v2(const char *symbol, void **pfn, int ver, 
     X("cuMemAddressFree", fc_cuMemAddressFree)                          \
     X("cuMemMap", fc_cuMemMap)                                          \
     X("cuMemUnmap", fc_cuMemUnmap)                                      \
-    X("cuMemSetAccess", fc_cuMemSetAccess)
+    X("cuMemSetAccess", fc_cuMemSetAccess)                              \
+    X("cuArray3DGetDescriptor_v2", fc_cuArray3DGetDescriptor_v2)
 
 #define FC_TABLE_ENTRY(name, impl) {name, (void *)impl},
 static const struct fc_sym g_syms[] = {FC_SYMBOLS(FC_TABLE_ENTRY)};
@@ -1188,3 +1199,4 @@ FC_EXPORT2("cuMemAddressFree", fc_cuMemAddressFree, )
 FC_EXPORT2("cuMemMap", fc_cuMemMap, )
 FC_EXPORT2("cuMemUnmap", fc_cuMemUnmap, )
 FC_EXPORT2("cuMemSetAccess", fc_cuMemSetAccess, )
+FC_EXPORT2("cuArray3DGetDescriptor_v2", fc_cuArray3DGetDescriptor_v2, )
