@@ -27,6 +27,8 @@ UPSTREAM_STATUS = re.compile(
 )
 _TRAILER = re.compile(r"^([A-Za-z0-9][A-Za-z0-9-]*):\s*(.*)$")
 _DIFF_START = re.compile(r"^diff --git ", re.M)
+MAX_PATCH_BYTES = 32 * 1024 * 1024  # one patch file
+MAX_SERIES_BYTES = 1024 * 1024  # the series file
 
 
 @dataclass
@@ -114,11 +116,17 @@ def _decode_header(value: str) -> str:
 
 def parse_patch(path: Path, name: str | None = None) -> Patch:
     try:
+        size = path.stat().st_size
+        if path.is_file() and size > MAX_PATCH_BYTES:
+            raise UsageError(f"patch {path} is {size // (1024 * 1024)} MiB, over the {MAX_PATCH_BYTES // (1024 * 1024)} MiB "
+                             "limit for one patch; split it or check it is the file you meant")
         raw = path.read_bytes()
     except FileNotFoundError:
         raise UsageError(f"patch {path} is listed in the series but does not exist; restore it or drop it from series")
     except IsADirectoryError:
         raise UsageError(f"patch {path} is a directory, not a patch file")
+    except PermissionError:
+        raise UsageError(f"patch {path} is not readable; fix its permissions")
     if b"\0" in raw:
         raise UsageError(f"patch {path} contains NUL bytes; binary content must be a git binary diff")
     text = raw.decode("utf-8", errors="surrogateescape")
@@ -181,8 +189,13 @@ def read_series(series_file: Path) -> list[str]:
     """Quilt-compatible series: one patch per line; '#' comments; quilt options (-p1) allowed."""
     if not series_file.is_file():
         raise UsageError(f"series file {series_file} is missing; list the patches there, one per line")
+    if series_file.stat().st_size > MAX_SERIES_BYTES:
+        raise UsageError(f"series file {series_file} is over {MAX_SERIES_BYTES // 1024} KiB; it should list patch names, one per line")
+    data = series_file.read_bytes()
+    if b"\0" in data:
+        raise UsageError(f"series file {series_file} contains NUL bytes; it should list patch names, one per line")
     names = []
-    for n, line in enumerate(series_file.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+    for n, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
@@ -190,7 +203,7 @@ def read_series(series_file: Path) -> list[str]:
         name = parts[0]
         if any(opt not in ("-p1", "-p0") for opt in parts[1:]):
             raise UsageError(f"series {series_file} line {n}: unsupported quilt option in {line!r}")
-        if "/" in name and (name.startswith("/") or ".." in Path(name).parts):
+        if name.startswith("/") or ".." in Path(name).parts or "\\" in name:
             raise UsageError(f"series {series_file} line {n}: patch name {name!r} escapes the series folder")
         if name in names:
             raise UsageError(f"series {series_file} line {n}: {name} is listed twice")

@@ -79,9 +79,13 @@ class Target:
 def load_target_dir(tdir: Path) -> Target:
     toml_path = tdir / "target.toml"
     try:
+        if toml_path.is_file() and toml_path.stat().st_size > 1024 * 1024:
+            raise UsageError(f"{toml_path} is over 1 MiB; a target.toml holds a few settings, check the file")
         data = tomllib.loads(toml_path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UsageError(f"{toml_path} is missing; every target folder needs a target.toml")
+    except IsADirectoryError:
+        raise UsageError(f"{toml_path} is a directory; it must be a TOML file")
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"{toml_path} is not valid TOML: {exc}")
     missing = [k for k in ("name", "upstream", "base", "version") if not data.get(k)]

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import click
 
-from lucepatch import git, report
+from lucepatch import report
 from lucepatch.commands._common import cache, json_option, require_source, source_option, workspace
-from lucepatch.engine.apply import CONFLICT, WorkArea, apply_series
+from lucepatch.engine import checkout as co
+from lucepatch.engine.apply import CONFLICT, WorkArea, apply_series, install_sigterm_handler
 from lucepatch.errors import EXIT_CHECK_FAILED, UsageError
 from lucepatch.target import load_target
 
@@ -17,44 +18,57 @@ def print_outcomes(title: str, result) -> None:
                    (o.commit or "")[:12], o.detail] for i, o in enumerate(result.outcomes, 1)])
 
 
+def load_checked(ctx, target):
+    ws = workspace(ctx)
+    t = load_target(ws, target)
+    if not t.series:
+        raise UsageError(f"series {t.dir / 'series'} lists no patches; add patch names, one per line")
+    _ = t.patches  # parse every patch now, before any output
+    return ws, t
+
+
 @click.command("apply")
 @click.argument("target", required=False)
 @source_option
 @click.option("--partial", is_flag=True, help="Switch to the branch even if some patches conflict.")
 @click.option("--force", is_flag=True, help="Replace an existing lucepatch branch of the same version.")
+@click.option("--stash", is_flag=True, help="Carry uncommitted changes across the switch (git stash push/pop).")
+@click.option("--fetch", is_flag=True, help="Allow a `git fetch` when the base commit is not in the checkout.")
 @json_option
 @click.pass_context
-def command(ctx, target, source, partial, force, as_json):
+def command(ctx, target, source, partial, force, stash, fetch, as_json):
     """Apply TARGET's series to an upstream checkout, on branch lucepatch/<target>/<version>.
 
     Work happens in a private clone under the cache; the checkout is switched only at the end and
     only when every patch applied (or --partial)."""
-    ws = workspace(ctx)
-    t = load_target(ws, target)
+    install_sigterm_handler()
+    ws, t = load_checked(ctx, target)
     src = require_source(source, t.name)
-    repo = git.open_repo(src)
-    if git.is_dirty(src):
-        raise UsageError(f"checkout {src} has uncommitted changes; commit or stash them before lucepatch apply")
+    co.open_checkout(src)
     branch = t.branch_name
-    if git.branch_exists(src, branch) and not force:
-        raise UsageError(f"branch {branch} already exists in {src}; delete it or pass --force")
-    del repo
-    report.progress(f"workspace {ws.describe()}; applying {t.name} {t.version} ({len(t.patches)} patches) onto {t.base[:12]}")
+    co.require_switchable(src, branch, force=force, allow_dirty=stash)
     with WorkArea(cache(ctx), f"apply-{t.name}") as work:
-        result = apply_series(t, src, t.patches, work)
+        result = apply_series(t, src, t.patches, work, checkout=False, fetch=fetch)
         conflicts = len(result.conflicts)
         switched = False
+        info = {"stashed": False, "restored": None}
         if conflicts == 0 or partial:
-            # The only writes to the user's checkout: fetch the finished branch, then switch.
-            git.fetch_into(src, work.repo, "HEAD", f"refs/heads/{branch}")
-            git.run(src, "checkout", "--quiet", branch)
+            clash = co.untracked_collisions(src, work.repo, result.base, result.head)
+            if clash:
+                raise UsageError(f"untracked file {src / clash[0]} would be overwritten by the series; "
+                                 "move it away or commit it first")
+            info = co.switch(src, work.repo, branch, stash=stash)
             switched = True
     if as_json:
         report.emit_json("apply", {"workspace": ws.to_json(), "target": t.name, "version": t.version,
-                                    "branch": branch, "switched": switched, **result.to_json()})
+                                    "branch": branch, "switched": switched, "stash": info, **result.to_json()})
+    report.progress(f"workspace {ws.describe()}; {t.name} {t.version} ({len(t.patches)} patches) onto {result.base[:12]}")
     print_outcomes(f"apply {t.name} {t.version} onto {result.base[:12]}", result)
     if switched:
         report.progress(f"{src} is now on {branch} ({result.head[:12]})")
+        if info["stashed"]:
+            report.progress("your uncommitted changes were restored" if info["restored"] else
+                            "your uncommitted changes conflict with the series; they are kept in `git stash list`")
     else:
         report.progress(f"{conflicts} patch(es) conflict; {src} left untouched (use --partial to accept fewer)")
     return 0 if conflicts == 0 else EXIT_CHECK_FAILED

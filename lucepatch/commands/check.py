@@ -5,27 +5,26 @@ from __future__ import annotations
 import click
 
 from lucepatch import git, report
-from lucepatch.commands._common import cache, json_option, require_source, source_option, workspace
-from lucepatch.commands.apply import print_outcomes
+from lucepatch.commands._common import cache, json_option, require_source, source_option
+from lucepatch.commands.apply import load_checked, print_outcomes
 from lucepatch.engine.apply import WorkArea, apply_series
 from lucepatch.errors import EXIT_CHECK_FAILED
-from lucepatch.target import load_target
 
 
 @click.command("check")
 @click.argument("target", required=False)
 @source_option
 @click.option("--onto", default=None, help="Check against this upstream ref instead of the pinned base.")
+@click.option("--fetch", is_flag=True, help="Allow a `git fetch` when the base commit is not in the checkout.")
 @json_option
 @click.pass_context
-def command(ctx, target, source, onto, as_json):
+def command(ctx, target, source, onto, fetch, as_json):
     """Report, patch by patch, whether TARGET's series applies; the checkout is not touched."""
-    ws = workspace(ctx)
-    t = load_target(ws, target)
+    ws, t = load_checked(ctx, target)
     src = require_source(source, t.name)
     git.open_repo(src)
     with WorkArea(cache(ctx), f"check-{t.name}") as work:
-        result = apply_series(t, src, t.patches, work, base=onto)
+        result = apply_series(t, src, t.patches, work, base=onto, checkout=False, fetch=fetch)
     if as_json:
         report.emit_json("check", {"workspace": ws.to_json(), "target": t.name, "version": t.version,
                                     "onto": onto or t.base, **result.to_json()})

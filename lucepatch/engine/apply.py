@@ -1,31 +1,40 @@
 """Apply a series in a private working copy: exact first, then 3-way, every patch reported.
 
-The working copy is a `git clone --shared` under the cache, so the user's checkout (work tree,
-index, refs, reflog, worktree list) is only read until the very end, when `apply` fetches the
-finished branch and switches to it. A conflicting patch is skipped and the later ones are still
-tried (`after-conflict`), which `git am` alone cannot do.
+The working copy is a `git clone --shared --no-checkout` under the cache, so the user's checkout
+(work tree, index, refs, reflog, worktree list) is only read until the very end, when `apply`
+fetches the finished branch and switches to it. Patches go through the index-only core
+(engine/core.py, shared with matrix/status/rebase): one commit per applied patch is made with
+`commit-tree`, author and message from the patch. A conflicting patch is skipped and the later
+ones are still tried (`after-conflict`), which `git am` alone cannot do.
+
+Test-only hook: with LUCEPATCH_TEST_PAUSE_AT_PATCH=<dir>, at every patch boundary k (before patch
+k+1; k = len(series) is "all applied, before the checkout moves") the run creates
+<dir>/boundary-<k>, prints its pid there, and waits until the file is removed.
 """
 
 from __future__ import annotations
 
+import email.utils
 import os
 import re
 import shutil
+import signal
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucepatch import git
-from lucepatch.engine.safety import check_patch_paths
-from lucepatch.errors import UsageError
+from lucepatch.engine.core import (ALREADY_UPSTREAM, APPLIED, APPLIED_3WAY, CONFLICT, IndexEngine,
+                                   validate_diffs)
+from lucepatch.engine.safety import check_series_safety
+from lucepatch.errors import EnvironmentMissing, UsageError
 from lucepatch.series import Patch
 from lucepatch.target import Target
 
-# Outcomes per patch (JSON values; DESIGN.md "Apply").
-APPLIED = "applied"  # clean, exact context
-APPLIED_3WAY = "applied-3way"  # needed the 3-way merge
-ALREADY_UPSTREAM = "already-upstream"  # the 3-way merge produced no change: the base has it
-CONFLICT = "conflict"
+# Outcomes per patch (JSON values; DESIGN.md "Apply"): applied (exact context), applied-3way,
+# already-upstream (the 3-way merge produced no change), conflict. Defined in engine/core.py.
+PAUSE_ENV = "LUCEPATCH_TEST_PAUSE_AT_PATCH"
 
 
 @dataclass
@@ -135,83 +144,141 @@ def reclaim_orphans(root: Path) -> list[Path]:
     return removed
 
 
-def _am_chunks(output: str) -> list[str]:
-    parts = re.split(r"^Applying: ", output, flags=re.M)
-    return parts[1:]
+def _sigterm_to_interrupt(signum, frame):  # pragma: no cover - exercised by the fault tests
+    raise KeyboardInterrupt
+
+
+def install_sigterm_handler() -> None:
+    """SIGTERM behaves like Ctrl-C: unwind, remove the work area, exit 130."""
+    try:
+        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+            signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
+    except ValueError:  # not the main thread (e.g. an embedding app): leave signals alone
+        pass
+
+
+def pause_at(boundary: int) -> None:
+    """Test-only: announce a patch boundary and wait until the test removes the marker."""
+    d = os.environ.get(PAUSE_ENV)
+    if not d:
+        return
+    marker = Path(d) / f"boundary-{boundary}"
+    tmp = marker.with_name(marker.name + ".tmp")
+    tmp.write_text(str(os.getpid()))
+    os.replace(tmp, marker)
+    while marker.exists():
+        time.sleep(0.01)
+
+
+def clone_private(source: Path, dest: Path) -> None:
+    """`git clone --shared --no-checkout`: objects are borrowed, nothing is written in `source`."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    git.run(dest.parent, "clone", "--quiet", "--shared", "--no-checkout", "--no-tags",
+            str(Path(source).resolve()), str(dest), env={"GIT_OPTIONAL_LOCKS": "0"})
+
+
+def resolve_base(source: Path, ref: str, target_name: str, *, fetch: bool = False) -> str:
+    remedy = ("fetch it into the checkout (git fetch origin; or git fetch --unshallow if the clone is shallow) "
+              "or pass --fetch to let lucepatch run git fetch")
+    sha = git.try_resolve(source, ref)
+    if sha is None and fetch:
+        git.run(source, "fetch", "--quiet", "origin", check=False)
+        if git.run(source, "rev-parse", "--is-shallow-repository", check=False).stdout.strip() == "true":
+            git.run(source, "fetch", "--quiet", "--unshallow", "origin", check=False)
+        sha = git.try_resolve(source, ref)
+    if sha is None:
+        shallow = git.run(source, "rev-parse", "--is-shallow-repository", check=False).stdout.strip() == "true"
+        why = " (the checkout is a shallow clone)" if shallow else ""
+        raise EnvironmentMissing(f"base commit {ref} of {target_name} is not in the checkout {source}{why}; {remedy}")
+    return sha
+
+
+def patch_author(patch: Patch) -> dict:
+    name, addr = email.utils.parseaddr(patch.author or "")
+    env = {}
+    if name or addr:
+        env["GIT_AUTHOR_NAME"] = name or addr.split("@")[0]
+        env["GIT_AUTHOR_EMAIL"] = addr
+    if patch.date:
+        env["GIT_AUTHOR_DATE"] = patch.date
+    return env
+
+
+def commit_message(patch: Patch, extra: list[str]) -> str:
+    body = patch.body.rstrip()
+    msg = patch.subject or patch.slug
+    if body:
+        msg += "\n\n" + body
+    if extra:
+        last_para = body.split("\n\n")[-1] if body else ""
+        if patch.trailers and last_para.strip():
+            msg += "\n" + "\n".join(extra)
+        else:
+            msg += "\n\n" + "\n".join(extra)
+    return msg + "\n"
+
+
+def prepare_patch_files(patches: list[Patch], work: WorkArea) -> list[Path]:
+    d = work.path / "patches"
+    d.mkdir(exist_ok=True)
+    files = []
+    for i, p in enumerate(patches, 1):
+        f = d / f"{i:04d}.diff"
+        f.write_bytes(p.diff)
+        files.append(f)
+    return files
 
 
 def apply_series(target: Target, source: Path, patches: list[Patch], work: WorkArea,
                  base: str | None = None, *, trailers: bool = True, am_args: tuple[str, ...] = (),
-                 am_env: dict | None = None) -> SeriesResult:
-    """Clone `source` at `base` into the work area and apply `patches` in order."""
-    base_sha = git.resolve_commit(source, base or target.base, what=f"base commit of {target.name}",
-                                  remedy="fetch it into the checkout (git fetch origin; or git fetch --unshallow) "
-                                         "or pass --fetch")
-    git.clone_shared(source, work.repo, base_sha)
-    result = SeriesResult(base=base_sha, head=base_sha, tree=git.tree_of(work.repo), workdir=work.repo)
-    if not patches:
-        return result
-    for p in patches:
-        check_patch_paths(p, work.repo)
-    mbox_dir = work.path / "mbox"
-    mbox_dir.mkdir()
-    files = []
-    for i, p in enumerate(patches, 1):
-        f = mbox_dir / f"{i:04d}.patch"
-        f.write_bytes(with_trailers(p, series_trailers(target, p)) if trailers else p.raw)
-        files.append(str(f))
+                 am_env: dict | None = None, checkout: bool = True, fetch: bool = False) -> SeriesResult:
+    """Clone `source` privately and apply `patches` in order onto `base` (default: the pinned base).
 
-    # One `git am` for the whole series (fast path); on a conflict, record it, `--skip`, go on.
-    chunks: list[str] = []
-    conflicted: dict[int, str] = {}
-    res = git.run(work.repo, "am", "--3way", "--keep-cr", "--no-gpg-sign", *am_args, *files, check=False, env=am_env)
-    chunks += _am_chunks(res.stdout + res.stderr)
-    guard = 0
-    while res.status != 0:
-        guard += 1
-        if guard > len(patches) + 1:
-            raise RuntimeError("git am did not make progress")
-        nxt = work.repo / ".git" / "rebase-apply" / "next"
-        if not nxt.exists():
-            raise UsageError(f"git am could not start on {target.name}: {(res.stderr or res.stdout).strip().splitlines()[-1:]}")
-        idx = int(nxt.read_text().strip()) - 1
-        unmerged = git.run(work.repo, "diff", "--name-only", "--diff-filter=U", check=False).stdout.split()
-        err = [l for l in (res.stdout + res.stderr).splitlines() if l.startswith(("error:", "CONFLICT"))]
-        conflicted[idx] = "; ".join(err[:3]) or ("unmerged: " + ", ".join(unmerged))
-        res = git.run(work.repo, "am", "--skip", check=False, env=am_env)
-        chunks += _am_chunks(res.stdout + res.stderr)
-
-    # Map commits back to patches through the Patch-Id trailer we added.
-    log = git.run(work.repo, "log", "--reverse", "--format=%H%x00%B%x01", f"{base_sha}..HEAD").stdout
-    commit_of: dict[str, str] = {}
-    for entry in log.split("\x01"):
-        if "\x00" not in entry:
-            continue
-        sha, body = entry.strip("\n").split("\x00", 1)
-        m = re.search(r"^Patch-Id: ([0-9a-f]{40})$", body, re.M)
-        if m:
-            commit_of[m.group(1)] = sha
-    if not trailers:
-        # Without our trailers, commits map to the patches that produced a commit, in order.
-        shas = [e.strip("\n").split("\x00", 1)[0] for e in log.split("\x01") if "\x00" in e]
-        producing = [p for i, p in enumerate(patches) if i not in conflicted
-                     and "No changes" not in (chunks[i] if i < len(chunks) else "")]
-        commit_of = {p.patch_id: sha for p, sha in zip(producing, shas)}
+    `am_args` accepts "--signoff" (the committer identity from `am_env` signs each commit);
+    `checkout=False` leaves the private clone without a work tree (apply/check/status do not need one).
+    """
+    install_sigterm_handler()
+    base_sha = resolve_base(source, base or target.base, target.name, fetch=fetch)
+    check_series_safety(patches, source, base_sha)
+    clone_private(source, work.repo)
+    files = prepare_patch_files(patches, work)
+    validate_diffs(work.repo, [(f, str(p.path)) for f, p in zip(files, patches)])
+    engine = IndexEngine(work.repo, work.path / "index")
+    engine.reset(base_sha)
+    result = SeriesResult(base=base_sha, head=base_sha, tree=engine.write_tree(), workdir=work.repo)
+    head = base_sha
+    commit_env = dict(am_env or {})
+    signoff = None
+    if "--signoff" in am_args:
+        n, e = commit_env.get("GIT_COMMITTER_NAME"), commit_env.get("GIT_COMMITTER_EMAIL")
+        if n and e:
+            signoff = f"Signed-off-by: {n} <{e}>"
     seen_conflict = False
-    for i, p in enumerate(patches):
-        chunk = chunks[i] if i < len(chunks) else ""
-        if i in conflicted:
-            outcome = PatchOutcome(p, CONFLICT, detail=conflicted[i])
-        elif p.patch_id in commit_of:
-            status = APPLIED_3WAY if "Falling back to patching base and 3-way merge" in chunk else APPLIED
-            outcome = PatchOutcome(p, status, commit=commit_of[p.patch_id])
-        elif "No changes" in chunk or "already applied" in chunk:
-            outcome = PatchOutcome(p, ALREADY_UPSTREAM, detail="3-way merge produced no change: the base already has it")
-        else:
-            outcome = PatchOutcome(p, CONFLICT, detail="git am produced no commit for this patch")
+    for i, (p, f) in enumerate(zip(patches, files)):
+        pause_at(i)
+        status, detail = engine.apply(f, name=str(p.path))
+        outcome = PatchOutcome(p, status, detail=detail)
+        if status in (APPLIED, APPLIED_3WAY):
+            extra = []
+            if signoff and signoff not in p.trailer_all("Signed-off-by") and \
+                    signoff.split(": ", 1)[1] not in p.trailer_all("Signed-off-by"):
+                extra.append(signoff)
+            if trailers:
+                extra += series_trailers(target, p)
+            tree = engine.write_tree()
+            res = engine.git("commit-tree", tree, "-p", head, "-F", "-",
+                             stdin=commit_message(p, extra).encode("utf-8", "surrogateescape"),
+                             env={**commit_env, **patch_author(p)})
+            head = res.stdout.strip()
+            outcome.commit = head
         outcome.after_conflict = seen_conflict
-        seen_conflict = seen_conflict or outcome.status == CONFLICT
+        seen_conflict = seen_conflict or status == CONFLICT
         result.outcomes.append(outcome)
-    result.head = git.head(work.repo)
-    result.tree = git.tree_of(work.repo)
+    pause_at(len(patches))
+    result.head = head
+    result.tree = engine.write_tree()
+    if checkout:
+        git.run(work.repo, "checkout", "--quiet", "--detach", head)
+    else:
+        git.run(work.repo, "update-ref", "--no-deref", "HEAD", head)
     return result
