@@ -366,4 +366,18 @@ static long long __attribute__((unused)) lp_used_bytes(void) {
     return (long long)total - (long long)free_b;
 }
 
+/* lp_used_bytes() on device `dev`, read with its primary context pushed on the calling thread
+ * and popped again (the thread's current context is unchanged afterwards). */
+static long long __attribute__((unused)) lp_used_bytes_on(int dev) {
+    CUdevice d;
+    CUcontext c, popped;
+    if (cuDeviceGet(&d, dev) != CUDA_SUCCESS || cuDevicePrimaryCtxRetain(&c, d) != CUDA_SUCCESS)
+        return -1;
+    cuCtxPushCurrent(c);
+    long long u = lp_used_bytes();
+    cuCtxPopCurrent(&popped);
+    cuDevicePrimaryCtxRelease(d);
+    return u;
+}
+
 #endif /* LP_REPORT_H */
