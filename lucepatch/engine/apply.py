@@ -282,3 +282,69 @@ def apply_series(target: Target, source: Path, patches: list[Patch], work: WorkA
     else:
         git.run(work.repo, "update-ref", "--no-deref", "HEAD", head)
     return result
+
+
+def open_engine(source: Path, patches: list[Patch], work: WorkArea, commit: str) -> tuple[IndexEngine, list[Path]]:
+    """Private clone + index engine at `commit`, patch diffs written and validated (read-only verbs)."""
+    check_series_safety(patches, source, commit)
+    clone_private(source, work.repo)
+    files = prepare_patch_files(patches, work)
+    validate_diffs(work.repo, [(f, str(p.path)) for f, p in zip(files, patches)])
+    engine = IndexEngine(work.repo, work.path / "index")
+    engine.reset(commit)
+    return engine, files
+
+
+def applied_patch_ids(repo: Path, base: str, head: str) -> dict[str, str]:
+    """Patch-Id trailer -> commit, for lucepatch commits in base..head (already applied)."""
+    if base == head:
+        return {}
+    log = git.run(repo, "log", "--format=%H%x00%B%x01", "--grep=^Lucepatch-Series: ", f"{base}..{head}",
+                  env={"GIT_OPTIONAL_LOCKS": "0"}).stdout
+    out = {}
+    for entry in log.split("\x01"):
+        if "\x00" not in entry:
+            continue
+        sha, body = entry.strip("\n").split("\x00", 1)
+        for m in re.finditer(r"^Patch-Id: ([0-9a-f]{40})\s*$", body, re.M):
+            out.setdefault(m.group(1), sha)
+    return out
+
+
+# -- export: commits -> patch files --------------------------------------------------------------
+OUR_TRAILERS = re.compile(r"^(Lucepatch-Series|Patch-Id): .*\n?", re.M)
+# format-patch must not depend on the user's git config (format.*, diff.noprefix, ...)
+PURE_ENV = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1", "GIT_OPTIONAL_LOCKS": "0"}
+FORMAT_PATCH_ARGS = ("format-patch", "--zero-commit", "--no-signature", "--full-index", "-N", "--no-numbered")
+
+
+def strip_our_trailers(msg: str) -> tuple[str, str | None]:
+    m = re.search(r"^Patch-Id: ([0-9a-f]{40})\s*$", msg, re.M)
+    clean = OUR_TRAILERS.sub("", msg).rstrip() + "\n"
+    return clean, (m.group(1) if m else None)
+
+
+def format_commits(repo: Path, base: str, head: str, out_dir: Path) -> list[tuple[Path, str | None, str]]:
+    """Format base..head (our trailers removed) as patch files: [(file, Patch-Id trailer, commit)]."""
+    commits = git.run(repo, "rev-list", "--reverse", "--no-merges", f"{base}..{head}").stdout.split()
+    prev = base
+    pid_of: list[tuple[str | None, str]] = []
+    for c in commits:
+        meta = git.run(repo, "log", "-1", "--format=%an%x00%ae%x00%ad%x00%T%x00%B", "--date=raw", c).stdout
+        an, ae, ad, tree, msg = meta.split("\x00", 4)
+        clean, pid = strip_our_trailers(msg)
+        res = git.run(repo, "commit-tree", tree, "-p", prev, "-F", "-", stdin=clean.encode("utf-8", "surrogateescape"),
+                      env={"GIT_AUTHOR_NAME": an, "GIT_AUTHOR_EMAIL": ae, "GIT_AUTHOR_DATE": ad, **PURE_ENV})
+        prev = res.stdout.strip()
+        pid_of.append((pid, c))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if not commits:
+        return []
+    names = git.run(repo, *FORMAT_PATCH_ARGS, "-o", str(out_dir), f"{base}..{prev}", env=PURE_ENV).stdout.split()
+    return [(Path(n), pid, c) for n, (pid, c) in zip(names, pid_of)]
+
+
+def format_patch_slug(file_name: str) -> str:
+    """`0003-fix-foo.patch` -> `fix-foo.patch`."""
+    m = re.match(r"^\d{4}-(.*)$", file_name)
+    return m.group(1) if m else file_name

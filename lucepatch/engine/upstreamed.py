@@ -1,0 +1,218 @@
+"""Has upstream already merged a patch? Several signals, each named in the output.
+
+- ``patch-id``: an upstream commit in base..REF has the same `git patch-id --stable` (exact change,
+  any context/offsets). Names that commit.
+- ``reverse-apply``: the patch reverse-applies exactly to REF's tree (upstream has the change, maybe
+  split over commits or squashed with others).
+- ``content-match``: a hand-rewritten variant (different context, whitespace or line breaks): every
+  significant added run of the patch is found, whitespace-insensitively and in order, in REF's
+  version of the file, every pure deletion is gone, created files exist and deleted ones do not.
+  A near-miss (any added line that differs beyond whitespace) is *not* a match. Runs made only of
+  trivial lines (braces, `return 0;`, blank) are not evidence on their own; a patch with no
+  significant run never matches this way.
+- ``behaviour``: hooks registered by the verify side (`register_behaviour_hook`); a hook answers
+  True/False/None (unknown) for (target, patch, ref) — e.g. a reproducer passing on unpatched REF.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from lucepatch import git
+from lucepatch.series import Patch
+
+SIGNALS = ("patch-id", "reverse-apply", "content-match", "behaviour")
+
+_behaviour_hooks: list[Callable] = []
+
+
+def register_behaviour_hook(fn: Callable) -> None:
+    """fn(target, patch, source: Path, ref: str) -> True (fixed upstream) / False / None (unknown)."""
+    if fn not in _behaviour_hooks:
+        _behaviour_hooks.append(fn)
+
+
+@dataclass
+class Upstreamed:
+    signal: str
+    commit: str | None = None  # the upstream commit that brought it, when known
+    detail: str = ""
+
+    def to_json(self) -> dict:
+        return {"signal": self.signal, "commit": self.commit, "detail": self.detail}
+
+
+def upstream_patch_ids(repo: Path, base: str, ref: str) -> dict[str, str]:
+    """patch-id -> oldest upstream commit in base..ref with it (lucepatch's own commits excluded)."""
+    if base == ref:
+        return {}
+    log = git.run(repo, "log", "-p", "--no-merges", "--no-color", "--full-index", "--reverse",
+                  "--invert-grep", "--grep=^Lucepatch-Series: ", "--format=commit %H", f"{base}..{ref}",
+                  env={"GIT_OPTIONAL_LOCKS": "0"}).stdout
+    if not log.strip():
+        return {}
+    out = git.run(repo, "patch-id", "--stable", stdin=log.encode("utf-8", "surrogateescape")).stdout
+    ids: dict[str, str] = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] not in ids:
+            ids[parts[0]] = parts[1]
+    return ids
+
+
+_TRIVIAL = re.compile(r"^[{}();,\s]*$|^(return\s*\w*;|break;|continue;|else|#endif.*|\*/|/\*|//)$")
+
+
+def _norm(s: str) -> str:
+    return re.sub(r"\s+", "", s)
+
+
+def _significant(lines: list[str]) -> bool:
+    return any(len(_norm(l)) >= 6 and not _TRIVIAL.match(l.strip()) for l in lines)
+
+
+def _file_blocks(diff: str):
+    for block in re.split(r"^(?=diff --git )", diff, flags=re.M):
+        if not block.startswith("diff --git "):
+            continue
+        yield block
+
+
+def _block_paths(block: str) -> tuple[str | None, str | None]:
+    old = new = None
+    for line in block.split("\n"):
+        if line.startswith("--- "):
+            p = line[4:].split("\t")[0]
+            old = None if p == "/dev/null" else p[2:] if p[:2] == "a/" else p
+        elif line.startswith("+++ "):
+            p = line[4:].split("\t")[0]
+            new = None if p == "/dev/null" else p[2:] if p[:2] == "b/" else p
+            break
+    if old is None and new is None:
+        m = re.match(r"diff --git a/(\S+) b/(\S+)", block)
+        if m:
+            old, new = m.group(1), m.group(2)
+    return old, new
+
+
+def _runs(block: str) -> list[tuple[list[str], list[str], str, str]]:
+    """(removed, added, context-before, context-after) change runs of one file's hunks."""
+    runs = []
+    rem: list[str] = []
+    add: list[str] = []
+    before = ""
+    in_hunk = False
+    for line in block.split("\n"):
+        if line.startswith("@@"):
+            if rem or add:
+                runs.append((rem, add, before, ""))
+            rem, add, before, in_hunk = [], [], "", True
+            continue
+        if not in_hunk:
+            continue
+        tag, text = line[:1], line[1:]
+        if tag == "-":
+            rem.append(text)
+        elif tag == "+":
+            add.append(text)
+        elif tag == " " or line == "":
+            if rem or add:
+                runs.append((rem, add, before, text))
+                rem, add = [], []
+            before = text
+        elif tag == "\\":
+            continue
+    if rem or add:
+        runs.append((rem, add, before, ""))
+    return runs
+
+
+def content_match(patch: Patch, read_file: Callable[[str], str | None]) -> bool:
+    """True when REF already carries the patch's change, allowing whitespace/context/reflow drift."""
+    diff = patch.diff.decode("utf-8", "replace")
+    evidence = False
+    for block in _file_blocks(diff):
+        old, new = _block_paths(block)
+        if "GIT binary patch" in block:
+            return False
+        if new is None:  # deletion: upstream must not have the file
+            if old is not None and read_file(old) is not None:
+                return False
+            continue
+        text = read_file(new)
+        if text is None:
+            return False
+        hay = _norm(text)
+        pos = 0
+        for rem, add, ctx_b, ctx_a in _runs(block):
+            if add:
+                if not _significant(add):
+                    continue
+                needle = _norm("".join(add))
+                idx = hay.find(needle, pos)
+                if idx < 0:
+                    return False
+                if rem and _significant(rem) and _norm("".join(rem)) not in _norm("".join(add)):
+                    # the replaced text must be gone from REF (else it is a different change)
+                    if _norm("".join(rem)) in hay:
+                        return False
+                pos = idx + len(needle)
+                evidence = True
+            elif rem and _significant(rem):
+                gone = _norm(ctx_b + "".join(rem) + ctx_a)
+                if gone in hay:
+                    return False
+                evidence = True
+    return evidence
+
+
+def detect(patch: Patch, patch_file: Path, *, repo: Path, ref: str, upstream_ids: dict[str, str],
+           reverse_check: Callable[[Path], bool] | None, read_file: Callable[[str], str | None],
+           target=None, source: Path | None = None) -> Upstreamed | None:
+    """The first signal (in SIGNALS order) saying `patch` is already in `ref`, or None."""
+    pid = patch.patch_id
+    if pid in upstream_ids:
+        return Upstreamed("patch-id", upstream_ids[pid], f"upstream commit {upstream_ids[pid][:12]} has patch-id {pid[:12]}")
+    if reverse_check is not None and reverse_check(patch_file):
+        return Upstreamed("reverse-apply", None, f"the patch reverse-applies exactly to {ref[:12]}")
+    if content_match(patch, read_file):
+        return Upstreamed("content-match", None, f"every changed run is present in {ref[:12]} (whitespace/context differ)")
+    for hook in _behaviour_hooks:
+        try:
+            verdict = hook(target, patch, source, ref)
+        except Exception as exc:  # a hook's failure is not ours to crash on
+            verdict = None
+            del exc
+        if verdict:
+            return Upstreamed("behaviour", None, f"behavioural check {getattr(hook, '__name__', 'hook')} passes on {ref[:12]}")
+    return None
+
+
+def tree_reader(repo: Path, ref: str) -> Callable[[str], str | None]:
+    cache: dict[str, str | None] = {}
+
+    def read(path: str) -> str | None:
+        if path not in cache:
+            res = git.run(repo, "cat-file", "-p", f"{ref}:{path}", check=False)
+            cache[path] = res.stdout if res.status == 0 else None
+        return cache[path]
+
+    return read
+
+
+def first_commit_with(repo: Path, base: str, ref: str, has_it: Callable[[str], bool]) -> str | None:
+    """Oldest first-parent commit in base..ref for which has_it(commit) holds (binary search)."""
+    commits = git.run(repo, "rev-list", "--first-parent", "--reverse", f"{base}..{ref}").stdout.split()
+    if not commits or not has_it(commits[-1]):
+        return None
+    lo, hi = 0, len(commits) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if has_it(commits[mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    return commits[lo]
