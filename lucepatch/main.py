@@ -36,6 +36,9 @@ VERBS = {
     "cluster": "cluster",
     "inspect": "inspect",
     "probe": "probe",
+    "rebase": "rebase",
+    "matrix": "matrix",
+    "import": "import_",
 }
 
 

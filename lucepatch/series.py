@@ -187,6 +187,11 @@ def parse_patch(path: Path, name: str | None = None) -> Patch:
 
 def read_series(series_file: Path) -> list[str]:
     """Quilt-compatible series: one patch per line; '#' comments; quilt options (-p1) allowed."""
+    return [name for name, _strip in read_series_entries(series_file)]
+
+
+def read_series_entries(series_file: Path) -> list[tuple[str, int]]:
+    """(name, strip level) per series line; quilt's `-p0`/`-p1` option gives the strip level."""
     if not series_file.is_file():
         raise UsageError(f"series file {series_file} is missing; list the patches there, one per line")
     if series_file.stat().st_size > MAX_SERIES_BYTES:
@@ -205,9 +210,9 @@ def read_series(series_file: Path) -> list[str]:
             raise UsageError(f"series {series_file} line {n}: unsupported quilt option in {line!r}")
         if name.startswith("/") or ".." in Path(name).parts or "\\" in name:
             raise UsageError(f"series {series_file} line {n}: patch name {name!r} escapes the series folder")
-        if name in names:
+        if name in [e[0] for e in names]:
             raise UsageError(f"series {series_file} line {n}: {name} is listed twice")
-        names.append(name)
+        names.append((name, 0 if "-p0" in parts[1:] else 1))
     return names
 
 

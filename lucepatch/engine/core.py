@@ -57,9 +57,10 @@ class IndexEngine:
             self._tree = self.git("write-tree").stdout.strip()
         return self._tree
 
-    def apply(self, patch_file: Path, *, name: str = "") -> tuple[str, str]:
+    def apply(self, patch_file: Path, *, name: str = "", strip: int = 1) -> tuple[str, str]:
         """(status, detail) of `patch_file` on the current index; the index holds the result."""
-        res = self.git("apply", "--cached", str(patch_file), check=False)
+        pargs = () if strip == 1 else (f"-p{strip}",)
+        res = self.git("apply", "--cached", *pargs, str(patch_file), check=False)
         if res.status == 0:
             self._tree = None
             return APPLIED, ""
@@ -68,7 +69,7 @@ class IndexEngine:
         before = self.write_tree()
         saved = self.index.with_name(self.index.name + ".save")
         shutil.copyfile(self.index, saved)
-        res3 = self.git("apply", "--cached", "--3way", str(patch_file), check=False)
+        res3 = self.git("apply", "--cached", "--3way", *pargs, str(patch_file), check=False)
         if res3.status == 0:
             self._tree = None
             if self.write_tree() == before:
