@@ -1,0 +1,272 @@
+"""Every verdict of `lucepatch verify`, proven through the CLI on the fakehami fixture.
+
+A throwaway upstream repo is built from tests/fixtures/fakehami/{src,CMakeLists.txt}; each test
+gets a workspace (lucepatch.toml, patches/fakehami/{target.toml,series,*.patch}, reproducers
+copied from the real ones with target = "fakehami"). Builds share one cache per module.
+
+  proven      the fixture's fix series on async-sched
+  not-proven  the no-op "fix" (patches/bad) on async-sched: the patched build still fails
+  regression  a PR #188-style fix (patches/pr188) on pr188-guard: success without allocating
+  invalid     --lib pointing at an ELF that does not load, and at one that lacks the marker
+  timeout     the harness fixture's `hang` scenario: killed with its process group
+  control     the harness fixture with a failing control: invalid, whatever the fix does
+  skipped     multi-device on a one-device simulated machine
+The real HAMi-core variants run only when LUCEPATCH_SRC_HAMI_CORE is set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, REPO_ROOT, commit_all, init_repo, make_target
+from lucepatch.verify.runner import namespace_isolation
+
+FAKEHAMI = FIXTURES / "fakehami"
+PR188_HAMI = FIXTURES / "pr188"
+BUILD = ('[build]\nsystem = "cmake"\nconfigure_args = []\ntargets = ["vgpu"]\n\n'
+         '[build.artifacts]\n"libvgpu.so" = "libvgpu.so"\n')
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("gcc") is None or shutil.which("cmake") is None or not os.path.isfile("/usr/local/cuda/include/cuda.h"),
+    reason="needs gcc, cmake and /usr/local/cuda/include/cuda.h",
+)
+
+
+@pytest.fixture(scope="module")
+def fh(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fakehami-verify")
+    up = init_repo(root / "upstream")
+    shutil.copytree(FAKEHAMI / "src", up / "src")
+    shutil.copy(FAKEHAMI / "CMakeLists.txt", up / "CMakeLists.txt")
+    base = commit_all(up, "fakehami base")
+    return {"root": root, "upstream": up, "base": base, "cache": root / "cache"}
+
+
+def _series(sub: str) -> list[Path]:
+    d = FAKEHAMI / "patches" / sub if sub else FAKEHAMI / "patches"
+    if sub:
+        return sorted(d.glob("*.patch"))
+    return [d / l.strip() for l in (d / "series").read_text().splitlines() if l.strip() and not l.startswith("#")]
+
+
+def make_ws(fh, name: str, patches: list[Path], repros: list[str], toml_edit=None) -> Path:
+    ws = fh["root"] / name
+    if ws.exists():
+        shutil.rmtree(ws)
+    make_target(ws, "fakehami", fh["base"], patches, build=BUILD)
+    rdir = ws / "reproducers"
+    shutil.copytree(REPO_ROOT / "reproducers" / "common", rdir / "common")
+    for r in repros:
+        src = REPO_ROOT / "reproducers" / r
+        if not src.is_dir():
+            src = FAKEHAMI / "reproducers" / r
+        shutil.copytree(src, rdir / r)
+        t = rdir / r / "reproducer.toml"
+        text = re.sub(r'(?m)^target = ".*"$', 'target = "fakehami"', t.read_text())
+        if toml_edit:
+            text = toml_edit(r, text)
+        t.write_text(text)
+    return ws
+
+
+def verify(cli, fh, ws, *args):
+    res = cli("--workspace", ws, "--cache-dir", fh["cache"], "verify", "--source", fh["upstream"],
+              "--driver", "fake", "--json", *args)
+    doc = res.json["evidence"] if res.out.strip() else None
+    return res, doc
+
+
+def by_name(doc) -> dict:
+    return {s["scenario"].split(":", 1)[1]: s for s in doc["scenarios"]}
+
+
+# ---- proven ----------------------------------------------------------------------------------
+
+
+def test_fix_series_is_proven_with_per_scenario_verdicts(cli, fh, tmp_path):
+    ws = make_ws(fh, "ws-fix", _series(""), ["async-sched"])
+    ev = tmp_path / "ev.json"
+    res, doc = verify(cli, fh, ws, "--reproducer", "async-sched", "--runs", "5", "--evidence", ev)
+    assert res.code == 0, res.err
+    assert doc["verdict"] == "proven"
+    sc = by_name(doc)
+    assert sc["control"]["verdict"] == "pass"
+    assert sc["ctxless-async-alloc"]["verdict"] == "proven"
+    assert sc["ctxless-async-alloc"]["baseline"]["failures"] == 5 and sc["ctxless-async-alloc"]["patched"]["failures"] == 0
+    assert sc["ctxless-async-alloc"]["p_value"] < 0.01
+    # 4 scenarios x 2 variants x 5 runs, each a process that proved what it loaded
+    assert len(doc["runs"]) == 40 and all(r["preload"] and r["libcuda"] for r in doc["runs"])
+    assert doc["driver"]["kind"] == "fake" and doc["simulated"] is True
+    ex = doc["execution"]
+    assert ex["processes"] == 40
+    assert ex["mode"] == ("parallel" if namespace_isolation()[0] and (os.cpu_count() or 1) > 1 else "serial")
+    assert json.loads(ev.read_text())["verdict"] == "proven"
+
+
+def test_jobs_1_runs_serially(cli, fh):
+    ws = make_ws(fh, "ws-serial", _series(""), ["async-sched"])
+    res, doc = verify(cli, fh, ws, "--reproducer", "async-sched", "--runs", "5", "--jobs", "1",
+                      "--scenario", "ctxless-sync-alloc")
+    assert res.code == 0, res.err
+    assert doc["execution"]["mode"] == "serial" and doc["execution"]["jobs"] == 1
+    assert set(by_name(doc)) == {"control", "ctxless-sync-alloc"}  # controls always run
+
+
+# ---- not-proven ------------------------------------------------------------------------------
+
+
+def test_noop_fix_is_not_proven(cli, fh):
+    ws = make_ws(fh, "ws-bad", _series("bad"), ["async-sched"])
+    res, doc = verify(cli, fh, ws, "--reproducer", "async-sched", "--runs", "5", "--scenario", "ctxless-async-alloc")
+    assert res.code == 1
+    assert doc["verdict"] == "not-proven"
+    s = by_name(doc)["ctxless-async-alloc"]
+    assert s["verdict"] == "not-proven" and "still fails" in s["reason"]
+    assert s["patched"]["failures"] == 5
+
+
+# ---- regression: the PR #188 guard ------------------------------------------------------------
+
+
+def test_pr188_style_fix_is_caught(cli, fh):
+    ws = make_ws(fh, "ws-pr188", _series("pr188"), ["pr188-guard"])
+    res, doc = verify(cli, fh, ws, "--reproducer", "pr188-guard", "--runs", "5")
+    assert res.code == 1
+    assert doc["verdict"] == "regression"
+    sc = by_name(doc)
+    # residue 0: the baseline answers 201 by luck, the "fix" answers CUDA_SUCCESS -> regression
+    assert sc["ctxless-alloc-valid-residue"]["verdict"] == "regression"
+    assert sc["ctxless-alloc-valid-residue"]["baseline"]["failures"] == 0
+    assert "CUDA_SUCCESS" in sc["ctxless-alloc-valid-residue"]["patched"]["first_error"]
+    # out-of-range residue: the baseline crashes, the "fix" still lies -> not proven
+    assert sc["ctxless-alloc-exact-error"]["verdict"] == "not-proven"
+    assert sc["ctxless-alloc-exact-error"]["baseline"]["outcomes"] == {"crash": 5}
+
+
+def test_pr188_guard_proves_the_real_fix(cli, fh):
+    ws = make_ws(fh, "ws-pr188-fix", _series(""), ["pr188-guard"])
+    res, doc = verify(cli, fh, ws, "--reproducer", "pr188-guard", "--runs", "5")
+    assert res.code == 0, res.err
+    sc = by_name(doc)
+    assert sc["ctxless-alloc-exact-error"]["verdict"] == "proven"
+    assert sc["ctxless-alloc-valid-residue"]["verdict"] == "guarded"
+
+
+# ---- invalid: a preload that does not load, or lacks the marker ---------------------------------
+
+
+@pytest.fixture(scope="module")
+def libs(fh, tmp_path_factory):
+    d = tmp_path_factory.mktemp("libs")
+    broken = d / "libvgpu-broken.so"  # ELF magic, then nothing ld.so can load
+    broken.write_bytes(b"\x7fELF" + b"\0" * 60)
+    quiet_src = d / "quiet.c"
+    quiet_src.write_text("int lucepatch_quiet_preload(void) { return 0; }\n")
+    quiet = d / "libvgpu-quiet.so"  # loads fine, prints no "Initialized"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(quiet), str(quiet_src)], check=True)
+    from lucepatch.build.native import build_variant
+    from lucepatch.target import load_target
+    from lucepatch.workspace import resolve_workspace
+
+    ws = make_ws(fh, "ws-libs", _series(""), ["async-sched"])
+    t = load_target(resolve_workspace(str(ws)), "fakehami")
+    good = build_variant(t, fh["upstream"], "baseline", fh["cache"]).artifacts["libvgpu.so"]
+    return {"ws": ws, "broken": broken, "quiet": quiet, "good": good}
+
+
+@pytest.mark.parametrize("which,why", [("broken", "was not mapped"), ("quiet", "load marker")])
+def test_lib_that_does_not_prove_itself_is_invalid(cli, fh, libs, which, why):
+    res = cli("--workspace", libs["ws"], "--cache-dir", fh["cache"], "verify", "--reproducer", "async-sched",
+              "--driver", "fake", "--runs", "2", "--scenario", "ctxless-async-alloc", "--json",
+              "--baseline-lib", libs["good"], "--lib", libs[which])
+    assert res.code == 1
+    doc = res.json["evidence"]
+    assert doc["verdict"] == "invalid"
+    patched = [r for r in doc["runs"] if r["variant"] == "patched"]
+    assert patched and all(r["outcome"] == "invalid" and why in r["reason"] for r in patched)
+    assert doc["variants"]["patched"]["from"] == "file"
+
+
+def test_lib_that_is_not_elf_is_a_usage_error(cli, fh, libs, tmp_path):
+    txt = tmp_path / "libvgpu.so"
+    txt.write_text("not a library\n")
+    res = cli("--workspace", libs["ws"], "--cache-dir", fh["cache"], "verify", "--reproducer", "async-sched",
+              "--driver", "fake", "--baseline-lib", libs["good"], "--lib", txt)
+    assert res.code == 2 and "not an ELF" in res.err
+
+
+# ---- timeout ------------------------------------------------------------------------------------
+
+
+def test_hanging_scenario_times_out_and_its_process_group_dies(cli, fh):
+    ws = make_ws(fh, "ws-hang", _series(""), ["harness"])
+    res, doc = verify(cli, fh, ws, "--reproducer", "harness", "--runs", "1", "--scenario", "hang")
+    assert res.code == 1
+    hang = [r for r in doc["runs"] if r["scenario"] == "harness:hang"]
+    assert len(hang) == 2 and all(r["outcome"] == "timeout" for r in hang)
+    assert all(r["duration_s"] < 3 + 5 for r in hang)
+    for r in hang:  # the forked child was killed with the group, not left sleeping
+        pid = r["values"]["child_pid"]
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+    assert by_name(doc)["hang"]["verdict"] == "not-proven"
+    assert by_name(doc)["hang"]["patched"]["outcomes"] == {"timeout": 1}
+
+
+# ---- control failure ----------------------------------------------------------------------------
+
+
+def test_failing_control_makes_everything_invalid(cli, fh):
+    def fail_control(_r, text):
+        return text.replace('[env]\n', '[env]\nLP_FIXTURE_FAIL_CONTROL = "1"\n')
+
+    ws = make_ws(fh, "ws-ctl", _series(""), ["harness"], toml_edit=fail_control)
+    res, doc = verify(cli, fh, ws, "--reproducer", "harness", "--runs", "3", "--scenario", "ctxless-async-alloc")
+    assert res.code == 1
+    assert doc["verdict"] == "invalid"
+    sc = by_name(doc)
+    assert sc["control"]["verdict"] == "invalid" and "control failed" in sc["control"]["reason"]
+    # the fix itself works (3/3 vs 0/3), but nothing is proven on a broken harness
+    assert sc["ctxless-async-alloc"]["verdict"] == "invalid"
+    assert sc["ctxless-async-alloc"]["baseline"]["failures"] == 3 and sc["ctxless-async-alloc"]["patched"]["failures"] == 0
+
+
+# ---- skipped ------------------------------------------------------------------------------------
+
+
+def test_multi_device_on_one_device_is_skipped_and_says_so(cli, fh):
+    def one_device(_r, text):
+        return text.replace('LUCEPATCH_FAKECUDA_DEVICES = "2"', 'LUCEPATCH_FAKECUDA_DEVICES = "1"')
+
+    ws = make_ws(fh, "ws-skip", _series(""), ["multi-device"], toml_edit=one_device)
+    res, doc = verify(cli, fh, ws, "--reproducer", "multi-device", "--runs", "2")
+    assert res.code == 1
+    assert all(s["verdict"] == "skipped" for s in doc["scenarios"])
+    assert {s["scenario"] for s in doc["skipped"]} == {"multi-device:control", "multi-device:stream-device",
+                                                       "multi-device:free-recorded-device"}
+    assert all("needs 2 CUDA devices" in s["reason"] for s in doc["skipped"])
+    assert all(r["outcome"] == "skipped" for r in doc["runs"])
+    assert doc["verdict"] == "not-proven"  # nothing was measured, so nothing is proven
+
+
+def test_all_runs_every_reproducer_of_the_target(cli, fh):
+    ws = make_ws(fh, "ws-all", _series(""), ["async-sched", "pr188-guard"])
+    res = cli("--workspace", ws, "--cache-dir", fh["cache"], "verify", "--all", "--source", fh["upstream"],
+              "--driver", "fake", "--runs", "5", "--json")
+    assert res.code == 0, res.err
+    doc = res.json["evidence"]
+    assert {r["name"] for r in doc["reproducers"]} == {"async-sched", "pr188-guard"}
+    assert {s["reproducer"] for s in doc["scenarios"]} == {"async-sched", "pr188-guard"}
+
+
+def test_unknown_scenario_is_a_usage_error(cli, fh):
+    ws = make_ws(fh, "ws-unknown", _series(""), ["async-sched"])
+    res = cli("--workspace", ws, "--cache-dir", fh["cache"], "verify", "--source", fh["upstream"], "--driver", "fake",
+              "--reproducer", "async-sched", "--scenario", "nope")
+    assert res.code == 2 and "nope" in res.err
