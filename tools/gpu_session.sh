@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # One device-machine session: record real-driver traces and take the real-GPU evidence.
 # Run from the repo root on the GPU machine with .whl/ and .upstream/hami-core carried:
-#   bash tools/gpu_session.sh <step...>     steps: env traces async-sched all vmm-refs overhead
+#   bash tools/gpu_session.sh <step...>
+#   steps: env traces async-sched all all-serial vmm-refs overhead bench-verify multi-device
+#   plan (issue 4): smoke = `env async-sched`; full = `all vmm-refs overhead bench-verify traces`;
+#   reserve = `all-serial` (if parallel runs misbehave on the GPU); 2-GPU machine: `multi-device`.
+# verify runs in parallel (private mount namespace + tmpfs /tmp/vgpulock per run) when root and
+# unshare(1) works, serially otherwise; the evidence's execution.mode says which.
 # Everything it writes goes under $OUT (or ./gpu-out when OUT is unset).
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
@@ -22,12 +27,25 @@ for step in "$@"; do
       lp verify --reproducer async-sched --source $SRC --driver real --runs 20 \
         --evidence "$OUT/async-sched.h200.json" 2>&1 | tee "$OUT/verify-async-sched.log" ;;
     all)
-      lp verify --all --target hami-core --source $SRC --driver real --runs 20 \
+      lp verify --all --target hami-core --source $SRC --driver real --runs 20 --jobs 8 \
         --evidence "$OUT/hami-core-all.h200.json" 2>&1 | tee "$OUT/verify-all.log" ;;
+    all-serial)
+      lp verify --all --target hami-core --source $SRC --driver real --runs 20 --jobs 1 \
+        --evidence "$OUT/hami-core-all.serial.h200.json" 2>&1 | tee "$OUT/verify-all-serial.log" ;;
     vmm-refs)
+      # host-numa-create crashes before 72b24fd; device-create is a series fix (wrong at both refs)
       lp verify --reproducer llama-vmm --source $SRC --driver real --runs 20 --baseline-ref e3c3477 \
-        --patched-ref 8f3a89c --evidence "$OUT/llama-vmm-refs.h200.json" 2>&1 | tee "$OUT/verify-vmm-refs.log" ;;
+        --patched-ref 8f3a89c --scenario host-numa-create --scenario ctxless-device --jobs 8 \
+        --evidence "$OUT/llama-vmm-refs.h200.json" 2>&1 | tee "$OUT/verify-vmm-refs.log" ;;
+    multi-device)
+      n=$(nvidia-smi -L 2>/dev/null | wc -l)
+      lp verify --reproducer multi-device --source $SRC --driver real --runs 20 --jobs 8 \
+        --evidence "$OUT/multi-device.h200x${n}.json" 2>&1 | tee "$OUT/verify-multi-device.log" ;;
     overhead)
-      python3 bench/hook_overhead.py --source $SRC --json "$OUT/hook-overhead.h200.json" 2>&1 | tee "$OUT/overhead.log" ;;
+      python3 bench/hook_overhead.py --source $SRC --driver real --json "$OUT/hook-overhead.h200.json" 2>&1 | tee "$OUT/overhead.log" ;;
+    bench-verify)
+      python3 bench/verify.py --source $SRC --driver real --json "$OUT/bench-verify.h200.json" 2>&1 | tee "$OUT/bench-verify.log" ;;
+    *)
+      echo "unknown step $step" >&2 ;;
   esac
 done

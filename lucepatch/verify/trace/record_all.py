@@ -32,12 +32,31 @@ def compile_semantics(cache: Path, stub_dir: Path) -> Path:
     return out
 
 
-def programs(ws, cache: Path, stub_dir: Path):
-    """(name, scenario, binary, env) for every program whose trace is recorded."""
+def device_count(env: dict) -> int:
+    """CUDA devices the driver in `env` reports (0 when it cannot be asked)."""
+    import os
+
+    from lucepatch.verify.driver import _PROBE
+
+    r = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, **env})
+    parts = r.stdout.split()
+    return int(parts[1]) if len(parts) == 2 and parts[0] == "devices" else 0
+
+
+def programs(ws, cache: Path, stub_dir: Path, devices: int | None = None):
+    """(name, scenario, binary, env) for every program whose trace is recorded.
+
+    Scenarios needing more devices than the machine has are left out: they only report a skip
+    there, and replaying that on the simulated driver (2 devices) would differ."""
     yield "driver-semantics", "all", compile_semantics(cache, stub_dir), {}
     for repro in list_reproducers(ws):
         binary = compile_reproducer(repro, cache, stub_dir)
         for s in repro.scenarios:
+            if devices is not None and s.min_devices > devices:
+                print(f"{repro.name}.{s.name}: needs {s.min_devices} devices, {devices} here; not recorded",
+                      file=sys.stderr)
+                continue
             yield repro.name, s.name, binary, {**repro.env, **s.env}
 
 
@@ -52,7 +71,8 @@ def main(argv=None) -> int:
     interposer = build_interposer(cache)
     env_driver = {"LD_LIBRARY_PATH": str(stubs)} if args.driver == "fake" else {}
     args.out.mkdir(parents=True, exist_ok=True)
-    for name, scenario, binary, env in programs(ws, cache, stubs):
+    devices = device_count(env_driver)
+    for name, scenario, binary, env in programs(ws, cache, stubs, devices):
         trace, rc = record(binary, scenario, interposer, {**env, **env_driver})
         path = args.out / f"{name}.{scenario}.{args.label}.jsonl"
         meta = {"program": name, "scenario": scenario, "returncode": rc, "driver": args.driver}
