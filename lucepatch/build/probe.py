@@ -1,0 +1,754 @@
+"""Probes: prove each build fix of a series by the content of what a small build produces.
+
+A full Lucebox CUDA build takes 35-45 min on 2 cores and the field failure (F6) only shows at its
+very end. A probe configures the real (patched or baseline) tree with the profile, then builds
+only what a fix touches: one translation unit (`compile`: which SASS the object carries), the real
+link commands of one executable against one-TU stand-ins (`link`), the same after copying into a
+runtime-like folder (`runpath`), or the generated target list (`targets`). Probes are data
+(patches/<target>/probes.toml); a patch names its probe with a `Probe:` trailer.
+
+Sub-targets: the engine applies one series per repository, so each `[[submodule]]` of target.toml
+is applied here with apply_series() on a Target built from its series_dir, and the applied
+submodule trees are linked into the applied superproject tree at their paths.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lucepatch import git, report
+from lucepatch.build import toolchain
+from lucepatch.engine.apply import WorkArea, apply_series
+from lucepatch.errors import CheckFailed, EnvironmentMissing, UsageError
+from lucepatch.series import Patch
+from lucepatch.target import Target
+
+KINDS = ("compile", "link", "runpath", "targets")
+PASS, FAIL, ERROR = "pass", "fail", "error"
+
+import importlib.util
+import os
+import re
+import shutil
+import struct
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+FATBIN_MAGIC = 0xBA55ED50
+
+
+@dataclass
+class GpuCode:
+    sass: list[str] = field(default_factory=list)  # e.g. ["sm_120"]
+    ptx: list[str] = field(default_factory=list)  # e.g. ["compute_120"]
+    tool: str = ""
+
+    def sass_numbers(self) -> list[int]:
+        return sorted({int(re.sub(r"\D", "", s)) for s in self.sass})
+
+    def to_json(self) -> dict:
+        return {"sass": self.sass, "ptx": self.ptx, "tool": self.tool}
+
+
+def find_cuobjdump() -> str | None:
+    cands = [shutil.which("cuobjdump")]
+    for home in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if home:
+            cands.append(str(Path(home) / "bin" / "cuobjdump"))
+    spec = importlib.util.find_spec("nvidia")
+    if spec and spec.submodule_search_locations:
+        for root in spec.submodule_search_locations:
+            cands += [str(p) for p in sorted(Path(root).glob("cu*/bin/cuobjdump"), reverse=True)]
+    for c in cands:
+        if c and os.path.isfile(c) and os.access(c, os.X_OK):
+            return c
+    return None
+
+
+def _sections(data: bytes) -> dict[str, bytes]:
+    if data[:4] != b"\x7fELF" or data[4] != 2:
+        raise ValueError("not an ELF64 file")
+    shoff = struct.unpack_from("<Q", data, 0x28)[0]
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    secs = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    stroff = secs[shstrndx][4]
+    out = {}
+    for s in secs:
+        end = data.index(b"\0", stroff + s[0])
+        name = data[stroff + s[0]:end].decode(errors="replace")
+        if s[1] != 8:  # SHT_NOBITS has no bytes
+            out[name] = data[s[4]:s[4] + s[5]]
+    return out
+
+
+def parse_fatbin_sections(path: Path) -> GpuCode:
+    data = Path(path).read_bytes()
+    code = GpuCode(tool="lucepatch fatbin reader")
+    for name, blob in _sections(data).items():
+        if name not in (".nv_fatbin", "__nv_relfatbin", ".nvFatBinSegment") or name == ".nvFatBinSegment":
+            continue
+        p = 0
+        while p + 16 <= len(blob):
+            magic, _ver, hsize, fsize = struct.unpack_from("<IHHQ", blob, p)
+            if magic != FATBIN_MAGIC:
+                p += 8  # fatbins are 8-byte aligned inside the section
+                continue
+            q, end = p + hsize, p + hsize + fsize
+            while q + 32 <= end:
+                kind, _ev, ehs, psize = struct.unpack_from("<HHIQ", blob, q)
+                sm = struct.unpack_from("<I", blob, q + 28)[0]
+                if kind == 2 and f"sm_{sm}" not in code.sass:
+                    code.sass.append(f"sm_{sm}")
+                elif kind == 1 and f"compute_{sm}" not in code.ptx:
+                    code.ptx.append(f"compute_{sm}")
+                if ehs == 0:
+                    break
+                q += ehs + psize
+            p = end
+    return code
+
+
+def list_gpu_code(path: Path) -> GpuCode:
+    tool = find_cuobjdump()
+    if tool:
+        code = GpuCode(tool=tool)
+        for flag, dest, rx in (("--list-elf", code.sass, r"\.(sm_\d+[a-z]?)\.cubin"),
+                               ("--list-ptx", code.ptx, r"\.(sm_\d+[a-z]?)\.ptx")):
+            r = subprocess.run([tool, flag, str(path)], capture_output=True, text=True)
+            for m in re.finditer(rx, r.stdout):
+                v = m.group(1) if dest is code.sass else m.group(1).replace("sm_", "compute_")
+                if v not in dest:
+                    dest.append(v)
+        if code.sass or code.ptx:
+            return code
+    return parse_fatbin_sections(path)
+
+
+# ---------------------------------------------------------------------------------- data model
+@dataclass
+class ProbeSpec:
+    name: str
+    fix: str
+    title: str
+    kind: str
+    data: dict
+    signature: str
+    patches: list[str] = field(default_factory=list)  # patch names carrying `Probe: <name>`
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "fix": self.fix, "title": self.title, "kind": self.kind,
+                "signature": self.signature, "patches": self.patches}
+
+
+@dataclass
+class ProbeResult:
+    spec: ProbeSpec
+    variant: str
+    status: str  # pass / fail / error
+    detail: str = ""
+    first_error: str = ""
+    error_count: int = 0
+    seconds: float = 0.0
+    evidence: dict = field(default_factory=dict)
+
+    @property
+    def signature_matched(self) -> bool:
+        text = "\n".join([self.detail, self.first_error, self.evidence.get("log_excerpt", "")])
+        return bool(self.spec.signature and re.search(self.spec.signature, text))
+
+    @property
+    def as_declared(self) -> bool:
+        """patched: passes; baseline: fails with the declared signature."""
+        if self.variant == "patched":
+            return self.status == PASS
+        return self.status == FAIL and self.signature_matched
+
+    def to_json(self) -> dict:
+        return {"probe": self.spec.name, "fix": self.spec.fix, "kind": self.spec.kind, "variant": self.variant,
+                "status": self.status, "as_declared": self.as_declared,
+                "signature": self.spec.signature, "signature_matched": self.signature_matched,
+                "detail": self.detail, "first_error": self.first_error, "error_count": self.error_count,
+                "seconds": round(self.seconds, 2), "evidence": self.evidence, "patches": self.spec.patches}
+
+
+def load_probes(target: Target) -> tuple[list[ProbeSpec], dict]:
+    path = target.dir / "probes.toml"
+    if not path.is_file():
+        raise UsageError(f"target {target.name} has no probes: write {path}")
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path} is not valid TOML: {exc}")
+    by_probe: dict[str, list[str]] = {}
+    for sub_t in [target] + [sub_target(target, s) for s in target.submodules]:
+        for p in sub_t.patches:
+            for name in p.trailer_all("Probe"):
+                by_probe.setdefault(name.strip(), []).append(p.name)
+    specs = []
+    for name, d in (doc.get("probe") or {}).items():
+        kind = d.get("kind")
+        if kind not in KINDS:
+            raise UsageError(f"{path}: probe {name}: kind {kind!r} must be one of {', '.join(KINDS)}")
+        specs.append(ProbeSpec(name, d.get("fix", ""), d.get("title", name), kind, d, d.get("signature", ""),
+                               by_probe.get(name, [])))
+    known = {s.name for s in specs}
+    for name, pnames in by_probe.items():
+        if name not in known:
+            raise UsageError(f"patch {pnames[0]} names probe {name!r}, which {path} does not define")
+    return specs, doc.get("stand_ins", {})
+
+
+def resolve_profile(target: Target, name: str | None) -> tuple[str, dict]:
+    profiles = target.profiles or target.raw.get("profiles", {})
+    if not profiles:
+        raise UsageError(f"target {target.name} defines no [profiles.*] in {target.toml_path}")
+    if name is None:
+        name = next(iter(profiles))
+    if name not in profiles:
+        raise UsageError(f"unknown profile {name!r} of {target.name}; known: {', '.join(profiles)}")
+    chain, cur = [], name
+    while cur:
+        if cur in chain:
+            raise UsageError(f"profile {name!r} of {target.name}: inherits loops through {cur!r}")
+        if cur not in profiles:
+            raise UsageError(f"profile {chain[-1]!r} inherits unknown profile {cur!r}")
+        chain.append(cur)
+        cur = profiles[cur].get("inherits")
+    merged: dict = {}
+    for pname in reversed(chain):
+        p = profiles[pname]
+        for k, v in p.items():
+            if k == "cmake_args":
+                merged["cmake_args"] = merged.get("cmake_args", []) + list(v)
+            elif k != "inherits":
+                merged[k] = v
+    merged["name"] = name
+    merged["hash"] = hashlib.sha256(repr(sorted((k, repr(v)) for k, v in merged.items())).encode()).hexdigest()[:16]
+    return name, merged
+
+
+def sub_target(target: Target, sub: dict) -> Target:
+    """A Target-like object for one [[submodule]]: its own base and series under series_dir."""
+    for key in ("path", "base", "series_dir"):
+        if not sub.get(key):
+            raise UsageError(f"{target.toml_path}: a [[submodule]] lacks {key}")
+    sdir = (target.dir / sub["series_dir"]).resolve()
+    if not sdir.is_relative_to(target.dir.resolve()):
+        raise UsageError(f"{target.toml_path}: series_dir {sub['series_dir']!r} leaves the target folder")
+    name = sub.get("name") or Path(sub["path"]).name
+    return Target(name=f"{target.name}.{name}", dir=sdir, upstream=sub.get("url", ""), branch=sub.get("branch", "main"),
+                  base=sub["base"], version=target.version, raw=sub)
+
+
+def variant_patches(t: Target, variant: str) -> list[Patch]:
+    if variant not in ("baseline", "patched"):
+        raise UsageError(f"unknown variant {variant!r}; use baseline or patched")
+    return t.build_only_patches if variant == "baseline" else t.patches
+
+
+# ---------------------------------------------------------------------------------- the tree
+@dataclass
+class AppliedTree:
+    root: Path
+    variant: str
+    repos: list[dict]  # per repository: name, path, base, head, patches
+
+    def to_json(self) -> dict:
+        return {"variant": self.variant, "repos": self.repos}
+
+
+def prepare_tree(target: Target, source: Path, variant: str, cache: Path, stack: contextlib.ExitStack) -> AppliedTree:
+    """Superproject + every submodule with their series applied, in private work areas."""
+    repos = []
+    work = stack.enter_context(WorkArea(cache, f"probe-{target.name}-{variant}"))
+    patches = variant_patches(target, variant)
+    res = apply_series(target, source, patches, work)
+    if res.conflicts:
+        raise CheckFailed(f"{target.name} {variant}: {', '.join(o.patch.name for o in res.conflicts)} "
+                          f"do(es) not apply on {res.base[:12]}; run lucepatch check {target.name}")
+    repos.append({"name": target.name, "path": ".", "base": res.base, "head": res.head,
+                  "patches": [p.name for p in patches]})
+    for sub in target.submodules:
+        st = sub_target(target, sub)
+        sub_src = Path(source) / sub["path"]
+        if not (sub_src / ".git").exists():
+            raise EnvironmentMissing(f"submodule {sub['path']} of {source} is not initialised: run "
+                                     f"git -C {source} submodule update --init {sub['path']}")
+        swork = stack.enter_context(WorkArea(cache, f"probe-{st.name}-{variant}"))
+        spatches = variant_patches(st, variant)
+        sres = apply_series(st, sub_src, spatches, swork)
+        if sres.conflicts:
+            raise CheckFailed(f"{st.name} {variant}: {', '.join(o.patch.name for o in sres.conflicts)} "
+                              f"do(es) not apply on {sres.base[:12]}")
+        dest = res.workdir / sub["path"]
+        if dest.is_symlink() or dest.is_file():
+            dest.unlink()
+        elif dest.is_dir():
+            shutil.rmtree(dest)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.symlink_to(sres.workdir, target_is_directory=True)
+        repos.append({"name": st.name, "path": sub["path"], "base": sres.base, "head": sres.head,
+                      "patches": [p.name for p in spatches]})
+    return AppliedTree(res.workdir, variant, repos)
+
+
+# ---------------------------------------------------------------------------------- stand-ins
+def _run(cmd, cwd=None, env=None, timeout=1800, shell=False) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=cwd, env=env, timeout=timeout, shell=shell, capture_output=True, text=True,
+                          errors="replace", executable="/bin/bash" if shell else None)
+
+
+@dataclass
+class StandIns:
+    """A CUDA devel-image layout for configure and link on a driver-less box.
+
+    lib64/stubs/libcuda.so (SONAME libcuda.so.1, no libcuda.so.1 file: the devel-image layout),
+    cuBLAS stand-ins where the toolkit has none, a nlohmann_json package config where none is
+    installed (configure only: no probe compiles the C++ that uses it), and objects for links.
+    """
+    root: Path
+    driver_symbols: list[str]
+    presets: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def stubs(self) -> Path:
+        return self.root / "cuda" / "lib64" / "stubs"
+
+    def cmake_args(self) -> list[str]:
+        return [f"-D{k}={v}" for k, v in self.presets.items()]
+
+
+def _cc() -> str:
+    return toolchain.require("cc", "install a C compiler (apt-get install gcc)")
+
+
+def make_stand_ins(cache: Path, cfg: dict) -> StandIns:
+    syms = list(cfg.get("driver_symbols") or ["cuMemCreate"])
+    key = hashlib.sha256(("v2\n" + "\n".join(syms) + toolchain.version_line("cc")).encode()).hexdigest()[:16]
+    root = cache / "probe-standins" / key
+    si = StandIns(root, syms)
+    cuda = root / "cuda" / "lib64"
+    done = root / "done"
+    if not done.is_file():
+        tmp = root.with_name(root.name + f".tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        (tmp / "cuda" / "lib64" / "stubs").mkdir(parents=True)
+        (tmp / "src").mkdir()
+        src = tmp / "src"
+        (src / "driver.c").write_text("".join(f"int {s}(void) {{ return 0; }}\n" for s in syms))
+        (src / "cublas.c").write_text("int lucepatch_cublas_stand_in(void) { return 0; }\n")
+        (src / "empty.c").write_text("static int lucepatch_probe_empty_tu __attribute__((unused));\n")
+        (src / "main.c").write_text("int main(void) { return 0; }\n")
+        (src / "uses_driver.c").write_text("".join(f"extern int {s}(void);\n" for s in syms)
+                                          + "int lucepatch_uses_driver(void) { return 0"
+                                          + "".join(f" + {s}()" for s in syms) + "; }\n")
+        cc = _cc()
+        steps = [
+            [cc, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(tmp / "cuda/lib64/stubs/libcuda.so"), str(src / "driver.c")],
+            [cc, "-shared", "-fPIC", "-Wl,-soname,libcublas.so.13", "-o", str(tmp / "cuda/lib64/libcublas.so.13"), str(src / "cublas.c")],
+            [cc, "-shared", "-fPIC", "-Wl,-soname,libcublasLt.so.13", "-o", str(tmp / "cuda/lib64/libcublasLt.so.13"), str(src / "cublas.c")],
+        ] + [[cc, "-c", "-fPIC", "-o", str(src / f"{n}.o"), str(src / f"{n}.c")] for n in ("empty", "main", "uses_driver")]
+        for cmd in steps:
+            r = _run(cmd)
+            if r.returncode != 0:
+                raise EnvironmentMissing(f"cannot build probe stand-ins ({' '.join(cmd[:2])}): {(r.stderr or r.stdout).strip()[:200]}")
+        for n in ("libcublas", "libcublasLt"):
+            os.symlink(f"{n}.so.13", tmp / "cuda/lib64" / f"{n}.so")
+        nl = tmp / "nlohmann_json"
+        nl.mkdir()
+        (nl / "nlohmann_jsonConfig.cmake").write_text(
+            "# lucepatch probe stand-in: an interface target only (probes compile no JSON-using TU)\n"
+            "if(NOT TARGET nlohmann_json::nlohmann_json)\n"
+            "  add_library(nlohmann_json::nlohmann_json INTERFACE IMPORTED)\nendif()\n")
+        (nl / "nlohmann_jsonConfigVersion.cmake").write_text(
+            "set(PACKAGE_VERSION 3.11.3)\nset(PACKAGE_VERSION_COMPATIBLE TRUE)\nset(PACKAGE_VERSION_EXACT FALSE)\n")
+        (tmp / "done").write_text("ok\n")
+        shutil.rmtree(root, ignore_errors=True)
+        root.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.replace(tmp, root)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+    home = None
+    try:
+        home = toolchain.cuda_home()
+    except EnvironmentMissing:
+        pass
+    libdirs = [home / d for d in ("lib64", "lib", "targets/x86_64-linux/lib")] if home else []
+    if not any((d / "stubs" / "libcuda.so").is_file() for d in libdirs):
+        si.presets["CUDA_cuda_driver_LIBRARY"] = str(cuda / "stubs" / "libcuda.so")
+    for lib in ("cublas", "cublasLt"):
+        if not any((d / f"lib{lib}.so").is_file() for d in libdirs):
+            si.presets[f"CUDA_{lib}_LIBRARY"] = str(cuda / f"lib{lib}.so")
+    if not _has_nlohmann():
+        si.presets["nlohmann_json_DIR"] = str(root / "nlohmann_json")
+    return si
+
+
+def _has_nlohmann() -> bool:
+    for base in ("/usr/share/cmake", "/usr/lib/cmake", "/usr/local/share/cmake", "/usr/lib/x86_64-linux-gnu/cmake"):
+        if (Path(base) / "nlohmann_json" / "nlohmann_jsonConfig.cmake").is_file():
+            return True
+    return False
+
+
+# ---------------------------------------------------------------------------------- helpers
+_ERR = re.compile(r"(\berror\b|fatal|undefined reference|not found \(try using|cannot find -l)", re.I)
+_NOT_ERR = re.compile(r"-Werror|warning #|Wno-error", re.I)
+
+
+def summarize_errors(log: str) -> tuple[str, int]:
+    """The first error line and how many error lines there are (not 10,000 lines)."""
+    lines = [l.strip() for l in log.splitlines() if _ERR.search(l) and not _NOT_ERR.search(l)]
+    return (lines[0][:300] if lines else ""), len(lines)
+
+
+def excerpt(log: str, n: int = 12) -> str:
+    lines = [l for l in log.splitlines() if _ERR.search(l) and not _NOT_ERR.search(l)]
+    return "\n".join(l[:300] for l in lines[:n])
+
+
+def _ld_so() -> str:
+    for p in ("/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1", "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"):
+        if os.path.exists(p):
+            return p
+    raise EnvironmentMissing("no ld.so found (expected /lib64/ld-linux-x86-64.so.2)")
+
+
+def ld_list(path: Path, env: dict | None = None) -> tuple[dict[str, str | None], str]:
+    """NEEDED name -> resolved path (None when `not found`), via `ld.so --list`."""
+    r = _run([_ld_so(), "--list", str(path)], env=env or {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"})
+    out: dict[str, str | None] = {}
+    for line in (r.stdout + r.stderr).splitlines():
+        m = re.match(r"\s*(\S+) => (not found|(\S+))", line)
+        if m:
+            out[m.group(1)] = None if m.group(2) == "not found" else m.group(3)
+        m = re.search(r"error while loading shared libraries: (\S+): cannot open shared object file", line)
+        if m:  # the loader gave up at this library; it is as unresolved as a `not found`
+            out[m.group(1)] = None
+    return out, r.stdout + r.stderr
+
+
+def readelf_dynamic(path: Path) -> dict:
+    r = _run(["readelf", "-d", str(path)])
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", r.stdout)
+    runpath = re.findall(r"\((?:RUNPATH|RPATH)\)\s+Library r(?:un)?path: \[([^\]]*)\]", r.stdout)
+    soname = re.findall(r"\(SONAME\)\s+Library soname: \[([^\]]+)\]", r.stdout)
+    return {"needed": needed, "runpath": runpath[0] if runpath else "", "soname": soname[0] if soname else ""}
+
+
+def is_elf(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"\x7fELF"
+    except OSError:
+        return False
+
+
+# ---------------------------------------------------------------------------------- the runner
+class ProbeRunner:
+    def __init__(self, target: Target, tree: AppliedTree, profile: dict, stand_ins: StandIns, stand_cfg: dict,
+                 work: Path, *, jobs: int | None = None):
+        self.target, self.tree, self.profile, self.si, self.cfg = target, tree, profile, stand_ins, stand_cfg
+        self.work = work
+        self.src = tree.root / target.build.get("source_dir", ".")
+        self.configured: dict[tuple, tuple[Path, str, int]] = {}
+        self.env = {k: v for k, v in os.environ.items() if k not in ("CUDAARCHS", "CMAKE_CUDA_ARCHITECTURES")}
+        # devel images export LIBRARY_PATH=<cuda>/lib64/stubs; it does not resolve indirect NEEDED entries
+        self.env["LIBRARY_PATH"] = str(stand_ins.stubs)
+
+    # -- configure -----------------------------------------------------------------------
+    def args_for(self, spec: ProbeSpec) -> list[str]:
+        args = list(self.profile.get("cmake_args", []))
+        for prefix in spec.data.get("drop", []):
+            args = [a for a in args if not a.startswith(prefix + "=") and a != prefix]
+        args += list(spec.data.get("cmake_args", []))
+        return args
+
+    def configure(self, args: list[str]) -> tuple[Path, str, int]:
+        key = tuple(args)
+        if key in self.configured:
+            return self.configured[key]
+        bdir = self.work / ("b-" + hashlib.sha256("\0".join(key).encode()).hexdigest()[:10])
+        nvcc = shutil.which("nvcc") or str(toolchain.cuda_home() / "bin" / "nvcc")
+        cmd = ["cmake", "-G", "Ninja", "-S", str(self.src), "-B", str(bdir), f"-DCMAKE_CUDA_COMPILER={nvcc}",
+               *self.si.cmake_args(), *args]
+        r = _run(cmd, env=self.env)
+        log = "$ " + shlex.join(cmd) + "\n" + r.stdout + r.stderr
+        self.configured[key] = (bdir, log, r.returncode)
+        return self.configured[key]
+
+    def commands(self, bdir: Path, target_name: str) -> list[str]:
+        r = _run(["ninja", "-C", str(bdir), "-t", "commands", target_name])
+        if r.returncode != 0:
+            raise _ProbeFail(f"target {target_name} is not in the generated build ({r.stderr.strip()[:160]})")
+        return [l for l in r.stdout.splitlines() if l.strip()]
+
+    # -- kinds ---------------------------------------------------------------------------
+    def run(self, spec: ProbeSpec) -> ProbeResult:
+        t0 = time.monotonic()
+        res = ProbeResult(spec, self.tree.variant, ERROR)
+        try:
+            args = self.args_for(spec)
+            bdir, log, rc = self.configure(args)
+            res.evidence["cmake_args"] = args
+            if rc != 0:
+                res.status = FAIL
+                res.first_error, res.error_count = summarize_errors(log)
+                res.detail = "cmake configure failed"
+                res.evidence["log_excerpt"] = excerpt(log)
+            else:
+                getattr(self, f"_probe_{spec.kind}")(spec, bdir, res)
+        except _ProbeFail as exc:
+            res.status, res.detail = FAIL, str(exc)
+        except subprocess.TimeoutExpired as exc:
+            res.status, res.detail = ERROR, f"timed out: {str(exc.cmd)[:120]}"
+        except (EnvironmentMissing, OSError) as exc:
+            res.status, res.detail = ERROR, str(exc)
+        res.seconds = time.monotonic() - t0
+        return res
+
+    def _probe_targets(self, spec, bdir, res):
+        r = _run(["ninja", "-C", str(bdir), "-t", "targets", "all"])
+        present = {l.split(":", 1)[0].strip() for l in r.stdout.splitlines() if ":" in l}
+        want = spec.data.get("expect", {}).get("targets", [])
+        missing = [t for t in want if t not in present]
+        res.evidence["targets_checked"] = {t: (t in present) for t in want}
+        res.evidence["generated_targets"] = len(present)
+        if missing:
+            res.status = FAIL
+            res.detail = f"missing target{'s' if len(missing) > 1 else ''}: {', '.join(missing)}"
+            res.first_error, res.error_count = res.detail, len(missing)
+        else:
+            res.status, res.detail = PASS, f"all {len(want)} targets generated"
+
+    def _find_compile(self, cmds: list[str], tu: str) -> str | None:
+        for c in cmds:
+            if " -c " in c and (f"/{tu} " in c + " " or c.rstrip().endswith(tu)):
+                return c
+        return None
+
+    def _probe_compile(self, spec, bdir, res):
+        tu = spec.data["tu"]
+        cmds = self.commands(bdir, spec.data.get("target", "all"))
+        cmd = self._find_compile(cmds, tu)
+        if cmd is None:
+            raise _ProbeFail(f"{tu} is not compiled for {spec.data.get('target')} in this configuration")
+        m = re.search(r"\s-o\s+(\S+)", cmd)
+        obj = bdir / m.group(1)
+        obj.parent.mkdir(parents=True, exist_ok=True)
+        res.evidence["compile_command"] = cmd
+        res.evidence["arch_flags"] = re.findall(r"--generate-code=\S+|-arch[= ]\S+|-gencode[= ]\S+", cmd)
+        r = _run(cmd, cwd=bdir, env=self.env, shell=True)
+        out = r.stdout + r.stderr
+        missing_hdr = re.search(r"fatal error: (\S+): No such file or directory", out)
+        if r.returncode != 0 and missing_hdr and self.cfg.get("substitute_kernel"):
+            # This machine lacks a header of that TU (e.g. cuBLAS on a PyPI-only CUDA): compile the
+            # same command line with a substitute kernel. Which SASS is emitted depends on the
+            # command line only, which is what an arch fix changes.
+            sub = bdir / f"lucepatch-probe-{spec.name}.cu"
+            sub.write_text(self.cfg["substitute_kernel"])
+            src_tok = next(t for t in shlex.split(cmd) if t.endswith(tu))
+            cmd = cmd.replace(src_tok, str(sub))
+            res.evidence["tu_substituted"] = f"{tu} needs {missing_hdr.group(1)}, absent here; same command, substitute kernel"
+            r = _run(cmd, cwd=bdir, env=self.env, shell=True)
+            out = r.stdout + r.stderr
+        if r.returncode != 0:
+            res.status = FAIL
+            res.first_error, res.error_count = summarize_errors(out)
+            res.detail = f"compile of {tu} failed"
+            res.evidence["log_excerpt"] = excerpt(out)
+            return
+        code = list_gpu_code(obj)
+        res.evidence["gpu_code"] = code.to_json()
+        have = code.sass_numbers()
+        exp = spec.data.get("expect", {})
+        problems = []
+        if exp.get("sass") == "profile":
+            want = sorted(int(re.sub(r"\D", "", str(a))) for a in self.profile.get("cuda_archs", []))
+            miss = [w for w in want if w not in have]
+            extra = [h for h in have if h not in want]
+            if miss:
+                problems.append(f"missing SASS {', '.join(f'sm_{w}' for w in miss)} (object has SASS "
+                                f"{', '.join(f'sm_{h}' for h in have) or 'none'} only)")
+            if extra:
+                problems.append(f"unexpected SASS {', '.join(f'sm_{h}' for h in extra)}")
+        if "min_sm" in exp:
+            low = [h for h in have if h < int(exp["min_sm"])]
+            if low:
+                problems.append(f"SASS below sm_{exp['min_sm']}: {', '.join(f'sm_{h}' for h in low)}")
+        for inc in exp.get("includes", []):
+            if int(inc) not in have:
+                problems.append(f"missing SASS sm_{inc}")
+        if problems:
+            res.status, res.detail = FAIL, "; ".join(problems)
+            res.first_error, res.error_count = problems[0], len(problems)
+        else:
+            res.status = PASS
+            res.detail = f"{obj.name}: SASS {', '.join(code.sass)}; PTX {', '.join(code.ptx) or 'none'}"
+
+    def _link(self, spec, bdir, res, extra_flags: list[str]) -> tuple[bool, str]:
+        target_name = spec.data["target"]
+        cmds = self.commands(bdir, target_name)
+        src = self.si.root / "src"
+        driver_tu = self.cfg.get("driver_tu", "")
+        compiles = [c for c in cmds if " -c " in c and re.search(r"\s-o\s+\S+", c)]
+        others = [c for c in cmds if c not in compiles]
+        for c in compiles:
+            obj = bdir / re.search(r"\s-o\s+(\S+)", c).group(1)
+            obj.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(src / ("uses_driver.o" if driver_tu and str(obj).endswith(driver_tu) else "empty.o"), obj)
+        final = None
+        for i, c in enumerate(others):
+            is_exe_link = " -o " in c and " -shared" not in c and " ar " not in c and "/ar " not in c \
+                and "cmake_symlink" not in c and re.search(r"(c\+\+|g\+\+|gcc|clang\+?\+?|cc)\s", c)
+            if is_exe_link:
+                objs = [t for t in shlex.split(c) if t.endswith(".o")]
+                if objs:
+                    shutil.copy(src / "main.o", bdir / objs[0])
+                if i == len(others) - 1 or target_name in c.split(" -o ", 1)[1].split()[0]:
+                    final = i
+        if final is None:
+            final = len(others) - 1
+        for i, c in enumerate(others):
+            # Stand-in objects reference (almost) nothing, so a toolchain defaulting to --as-needed
+            # would drop every library and never look at libggml-cuda's NEEDED entries; the real
+            # objects reference them all. --no-as-needed restores that (and the real NEEDED lists).
+            flags = ["-Wl,--no-as-needed"] + (list(extra_flags) if i == final else [])
+            if re.match(r"^(:\s*&&\s*)?\S*(c\+\+|g\+\+|gcc|clang\+*|cc)\s", c):
+                c = re.sub(r"^(:\s*&&\s*)?(\S+)", lambda m: (m.group(1) or "") + m.group(2) + " " + " ".join(flags), c, count=1)
+            r = _run(c, cwd=bdir, env=self.env, shell=True)
+            out = r.stdout + r.stderr
+            if i == final:
+                res.evidence["link_command"] = c
+                return r.returncode == 0, out
+            if r.returncode != 0:
+                raise _ProbeFail(f"stand-in step failed before the link: {summarize_errors(out)[0] or c[:120]}")
+        return False, "no link command"
+
+    def _probe_link(self, spec, bdir, res):
+        ok, out = self._link(spec, bdir, res, list(spec.data.get("link_flags", [])))
+        first, count = summarize_errors(out)
+        res.evidence["log_excerpt"] = excerpt(out)
+        res.evidence["layout"] = {"stubs": str(self.si.stubs), "files": sorted(p.name for p in self.si.stubs.iterdir()),
+                                  "LIBRARY_PATH": self.env["LIBRARY_PATH"]}
+        res.first_error, res.error_count = first, count
+        if ok and "not found" not in out:
+            res.status, res.detail = PASS, f"{spec.data['target']} linked against libggml-cuda.so with stubs/libcuda.so only"
+        else:
+            res.status = FAIL
+            res.detail = f"link of {spec.data['target']} failed: {count} error line(s)"
+
+    def _probe_runpath(self, spec, bdir, res):
+        ok, out = self._link(spec, bdir, res, list(spec.data.get("link_flags", [])))
+        if not ok:
+            res.first_error, res.error_count = summarize_errors(out)
+            raise _ProbeFail(f"link of {spec.data['target']} failed even with {spec.data.get('link_flags')}")
+        binary = bdir / spec.data.get("binary", spec.data["target"])
+        app = self.work / f"copied-{spec.name}-{bdir.name}" / "app"
+        shutil.rmtree(app.parent, ignore_errors=True)
+        app.mkdir(parents=True)
+        shutil.copy2(binary, app / binary.name)
+        copied = []
+        for p in sorted(bdir.rglob("*.so*")):
+            if p.is_file() and is_elf(p) and not (app / p.name).exists():
+                shutil.copy2(p, app / p.name, follow_symlinks=True)
+                copied.append(p.name)
+        dyn = readelf_dynamic(app / binary.name)
+        res.evidence["readelf"] = dyn
+        res.evidence["copied"] = copied
+        # the build tree must not help: move it away while ld.so resolves
+        moved = bdir.with_name(bdir.name + ".moved")
+        os.rename(bdir, moved)
+        try:
+            resolved, raw = ld_list(app / binary.name)
+        finally:
+            os.rename(moved, bdir)
+        res.evidence["ld_so_list"] = raw.strip().splitlines()[:40]
+        allowed = set(spec.data.get("allowed_missing", []))
+        missing = [n for n, p in resolved.items() if p is None and n not in allowed]
+        if missing:
+            res.status = FAIL
+            lines = [f"{n} => not found" for n in missing]
+            res.detail = f"after copy, RUNPATH {dyn['runpath'] or '(none)'}: " + "; ".join(lines)
+            res.first_error, res.error_count = lines[0], len(lines)
+        else:
+            res.status = PASS
+            res.detail = f"after copy, every NEEDED resolves (RUNPATH {dyn['runpath']}; allowed missing: {', '.join(sorted(allowed)) or 'none'})"
+
+
+class _ProbeFail(Exception):
+    pass
+
+
+# ---------------------------------------------------------------------------------- entry points
+@dataclass
+class ProbeRun:
+    target: str
+    profile: str
+    profile_hash: str
+    variant: str
+    tree: AppliedTree
+    results: list[ProbeResult]
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return all(r.as_declared for r in self.results)
+
+    def to_json(self) -> dict:
+        return {"target": self.target, "profile": self.profile, "profile_hash": self.profile_hash,
+                "variant": self.variant, "tree": self.tree.to_json(), "ok": self.ok,
+                "seconds": round(self.seconds, 2), "probes": [r.to_json() for r in self.results]}
+
+
+def run_probes(target: Target, source: Path, profile_name: str | None, variant: str, cache: Path,
+               only: list[str] | None = None) -> ProbeRun:
+    for tool, remedy in (("cmake", "install cmake"), ("ninja", "install ninja (apt-get install ninja-build)"),
+                         ("readelf", "install binutils")):
+        toolchain.require(tool, remedy)
+    if not (shutil.which("nvcc") or (toolchain.cuda_home() / "bin" / "nvcc").exists()):
+        raise EnvironmentMissing("nvcc not found: install the CUDA toolkit (or pip install nvidia-cuda-nvcc) and set CUDA_HOME")
+    pname, profile = resolve_profile(target, profile_name)
+    specs, stand_cfg = load_probes(target)
+    if only:
+        unknown = [o for o in only if o not in {s.name for s in specs} | {s.fix for s in specs}]
+        if unknown:
+            raise UsageError(f"unknown probe(s) {', '.join(unknown)}; known: {', '.join(s.name for s in specs)}")
+        specs = [s for s in specs if s.name in only or s.fix in only]
+    specs = [s for s in specs if not s.data.get("profiles") or pname in s.data["profiles"]]
+    git.open_repo(source)
+    si = make_stand_ins(cache, stand_cfg)
+    t0 = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        tree = prepare_tree(target, source, variant, cache, stack)
+        work = stack.enter_context(WorkArea(cache, f"probe-build-{target.name}-{variant}")).path
+        runner = ProbeRunner(target, tree, profile, si, stand_cfg, work)
+        results = []
+        for spec in specs:
+            report.progress(f"probe {spec.name} ({spec.fix}, {spec.kind}) on {variant} / {pname}")
+            r = runner.run(spec)
+            report.progress(f"  {r.status} in {r.seconds:.1f}s: {r.detail[:160]}")
+            results.append(r)
+    return ProbeRun(target.name, pname, profile["hash"], variant, tree, results, time.monotonic() - t0)
+
+
+def preflight(target: Target, source: Path, profile_name: str | None, cache: Path) -> ProbeRun:
+    """Run the patched probes; refuse (CheckFailed) when any fails: a long build known to fail."""
+    run = run_probes(target, source, profile_name, "patched", cache)
+    bad = [r for r in run.results if not r.as_declared]
+    if bad:
+        raise CheckFailed(f"preflight: probe(s) {', '.join(r.spec.name for r in bad)} failed for profile {run.profile} "
+                          f"({bad[0].detail[:160]}); not starting a build known to fail (--no-preflight to force)")
+    return run

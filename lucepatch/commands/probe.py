@@ -1,0 +1,46 @@
+"""`lucepatch probe TARGET --profile P [--baseline|--both]`: prove each build fix by artifact content."""
+
+from __future__ import annotations
+
+import click
+
+from lucepatch import report
+from lucepatch.build.probe import run_probes
+from lucepatch.commands._common import cache, json_option, require_source, source_option, workspace
+from lucepatch.errors import EXIT_CHECK_FAILED
+from lucepatch.target import load_target
+
+
+@click.command("probe")
+@click.argument("target", required=False)
+@source_option
+@click.option("--profile", default=None, help="Build profile from target.toml (default: the first one).")
+@click.option("--baseline", is_flag=True, help="Probe upstream + Build-Only patches: each probe must fail with its declared signature.")
+@click.option("--both", is_flag=True, help="Probe baseline and patched.")
+@click.option("--only", multiple=True, help="Run only this probe (name or fix id, e.g. F6); repeatable.")
+@json_option
+@click.pass_context
+def command(ctx, target, source, profile, baseline, both, only, as_json):
+    """Compile/link probes proving TARGET's build fixes (minutes, not a full build)."""
+    ws = workspace(ctx)
+    t = load_target(ws, target)
+    src = require_source(source, t.name)
+    variants = ["baseline", "patched"] if both else (["baseline"] if baseline else ["patched"])
+    runs = [run_probes(t, src, profile, v, cache(ctx), list(only) or None) for v in variants]
+    ok = all(r.ok for r in runs)
+    if as_json:
+        report.emit_json("probe", {"workspace": ws.to_json(), "target": t.name, "version": t.version,
+                                    "ok": ok, "runs": [r.to_json() for r in runs]})
+    rows = []
+    for run in runs:
+        for r in run.results:
+            verdict = ("proven" if r.as_declared else "NOT PROVEN") if r.variant == "patched" else \
+                ("fails as declared" if r.as_declared else ("UNEXPECTED PASS" if r.status == "pass" else "fails differently"))
+            shown = r.first_error if r.variant == "baseline" and r.first_error else r.detail
+            rows.append([r.spec.fix, r.spec.name, r.variant, r.status, verdict, f"{r.seconds:.1f}s",
+                         str(r.error_count), shown[:140]])
+    title = f"probe {t.name} {t.version} profile {runs[0].profile}: " + \
+        ", ".join(f"{r.variant} {r.seconds:.0f}s" for r in runs)
+    report.table(title, ["fix", "probe", "variant", "status", "verdict", "time", "errors", "first error / evidence"],
+                 rows, to_stdout=not as_json)
+    return 0 if ok else EXIT_CHECK_FAILED
