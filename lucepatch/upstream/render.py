@@ -1,11 +1,24 @@
-"""jinja2 rendering of PR bodies (and other text) from lucepatch's templates."""
+"""jinja2 rendering of PR bodies (and other text) from lucepatch's templates.
+
+PR-body templates (templates/pr/) are written for trim_blocks/lstrip_blocks; every other template
+keeps the original whitespace handling its authors wrote it for.
+"""
 
 from __future__ import annotations
 
 import jinja2
 
+_LOADER = jinja2.PackageLoader("lucepatch", "templates")
+
 _env = jinja2.Environment(
-    loader=jinja2.PackageLoader("lucepatch", "templates"),
+    loader=_LOADER,
+    undefined=jinja2.StrictUndefined,
+    keep_trailing_newline=True,
+    trim_blocks=False,
+)
+
+_pr_env = jinja2.Environment(
+    loader=_LOADER,
     undefined=jinja2.StrictUndefined,
     keep_trailing_newline=True,
     trim_blocks=True,
@@ -14,4 +27,5 @@ _env = jinja2.Environment(
 
 
 def render(template: str, **ctx) -> str:
-    return _env.get_template(template).render(**ctx)
+    env = _pr_env if template.startswith("pr/") else _env
+    return env.get_template(template).render(**ctx)
