@@ -645,7 +645,7 @@ class ProbeRunner:
                                   "LIBRARY_PATH": self.env["LIBRARY_PATH"]}
         res.first_error, res.error_count = first, count
         if ok and "not found" not in out:
-            res.status, res.detail = PASS, f"{spec.data['target']} linked against libggml-cuda.so with stubs/libcuda.so only"
+            res.status, res.detail = PASS, f"{spec.data['target']} linked with only stubs/libcuda.so (no libcuda.so.1) in the layout"
         else:
             res.status = FAIL
             res.detail = f"link of {spec.data['target']} failed: {count} error line(s)"
