@@ -148,11 +148,12 @@ def parse_patch(path: Path, name: str | None = None) -> Patch:
             if line[:1] in (" ", "\t") and key:
                 headers[key] += " " + line.strip()
             else:
-                k, sep, v = line.partition(":")
-                if not sep:
-                    raise UsageError(f"patch {path} has a malformed mail header line {i + 1}: {line[:60]!r}")
-                key = k.strip().lower()
-                headers[key] = v.strip()
+                hm = re.match(r"^([!-9;-~]+):(.*)$", line)
+                if not hm:
+                    raise UsageError(f"patch {path} has a malformed mail header line {i + 1}: {line[:60]!r}; "
+                                     "regenerate it with git format-patch")
+                key = hm.group(1).lower()
+                headers[key] = hm.group(2).strip()
             i += 1
         i += 1  # blank line after headers
     patch.author = _decode_header(headers.get("from", ""))

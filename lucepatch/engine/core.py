@@ -48,6 +48,17 @@ class IndexEngine:
     def git(self, *args: str, check: bool = True, stdin: bytes | None = None, env: dict | None = None):
         return git.run(self.repo, *args, check=check, stdin=stdin, env={**self.env, **(env or {})})
 
+    def _apply_git(self, name, *args: str):
+        res = self.git("apply", "--cached", *args, check=False)
+        if res.status < 0 or res.status > 128:
+            # git itself crashed on this input (e.g. git 2.39 asserts in check_preimage on some
+            # malformed new-file patches); it left its lock behind in our private index.
+            Path(str(self.index) + ".lock").unlink(missing_ok=True)
+            msg = (res.stderr.strip().splitlines() or ["no message"])[-1]
+            raise UsageError(f"patch {name} makes git apply crash ({msg[:120]}); the patch is malformed, "
+                             "regenerate it with git format-patch")
+        return res
+
     def reset(self, treeish: str) -> None:
         self.git("read-tree", treeish)
         self._tree = None
@@ -60,7 +71,7 @@ class IndexEngine:
     def apply(self, patch_file: Path, *, name: str = "", strip: int = 1) -> tuple[str, str]:
         """(status, detail) of `patch_file` on the current index; the index holds the result."""
         pargs = () if strip == 1 else (f"-p{strip}",)
-        res = self.git("apply", "--cached", *pargs, str(patch_file), check=False)
+        res = self._apply_git(name or patch_file, *pargs, str(patch_file))
         if res.status == 0:
             self._tree = None
             return APPLIED, ""
@@ -69,7 +80,7 @@ class IndexEngine:
         before = self.write_tree()
         saved = self.index.with_name(self.index.name + ".save")
         shutil.copyfile(self.index, saved)
-        res3 = self.git("apply", "--cached", "--3way", *pargs, str(patch_file), check=False)
+        res3 = self._apply_git(name or patch_file, "--3way", *pargs, str(patch_file))
         if res3.status == 0:
             self._tree = None
             if self.write_tree() == before:
@@ -83,7 +94,7 @@ class IndexEngine:
 
     def check_reverse(self, patch_file: Path) -> bool:
         """Does the patch reverse-apply exactly to the current index (i.e. the tree already has it)?"""
-        return self.git("apply", "--cached", "--check", "-R", str(patch_file), check=False).status == 0
+        return self._apply_git(patch_file, "--check", "-R", str(patch_file)).status == 0
 
 
 def _first_errors(stderr: str) -> str:
