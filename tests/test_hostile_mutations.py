@@ -70,7 +70,7 @@ def mutate(data: bytes, ops) -> bytes:
 op = st.tuples(st.integers(0, 4), st.integers(0, 1 << 20), st.integers(0, 255))
 
 
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(which=st.integers(0, 1), ops=st.lists(op, min_size=1, max_size=4))
 def test_mutated_patches_never_crash(corpus, which, ops):

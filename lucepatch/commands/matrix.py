@@ -1,0 +1,78 @@
+"""`lucepatch matrix TARGET --source P --range A..B`: per upstream commit x patch, no checkouts."""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from lucepatch import report
+from lucepatch.commands._common import cache, json_option, require_source, source_option
+from lucepatch.commands.apply import load_checked
+from lucepatch.engine import checkout as co
+from lucepatch.engine.apply import WorkArea, install_sigterm_handler, open_engine
+from lucepatch.engine.matrix import SYMBOL, range_commits, run_matrix
+from lucepatch.errors import UsageError
+
+
+@click.command("matrix")
+@click.argument("target", required=False)
+@source_option
+@click.option("--range", "rev_range", required=True, metavar="A..B", help="Upstream commits to evaluate (git range, first parent).")
+@click.option("--independent", is_flag=True, help="Each patch alone on each commit (default: cumulative in series order).")
+@click.option("--first-parent", is_flag=True, help="Only the first-parent chain of the range (default: every commit).")
+@click.option("--jobs", type=click.IntRange(min=1), default=None, help="Parallel workers (default: CPU count).")
+@click.option("--newest-compatible", is_flag=True, help="Print only the newest commit where no patch conflicts.")
+@json_option
+@click.pass_context
+def command(ctx, target, source, rev_range, independent, first_parent, jobs, newest_compatible, as_json):
+    """Which patches apply (exact / 3-way / already upstream / conflict) at every commit of A..B."""
+    install_sigterm_handler()
+    ws, t = load_checked(ctx, target)
+    src = require_source(source, t.name)
+    co.open_checkout(src)
+    if ".." not in rev_range:
+        raise UsageError(f"--range {rev_range!r} must be a git range A..B")
+    t0 = time.monotonic()
+    with WorkArea(cache(ctx), f"matrix-{t.name}") as work:
+        a, b = rev_range.split("..", 1)
+        from lucepatch import git
+
+        for ref in (a, b or "HEAD"):
+            if ref:
+                git.resolve_commit(src, ref, what=f"range end {ref}", remedy="fetch it or pass an existing ref")
+        commits, subjects = range_commits(src, rev_range, first_parent=first_parent)
+        if not commits:
+            raise UsageError(f"--range {rev_range} holds no commits in {src}")
+        _engine, files = open_engine(src, t.patches, work, commits[0])
+        res = run_matrix(work.repo, work.path, t.patches, files, commits, subjects, independent=independent, jobs=jobs)
+    elapsed = time.monotonic() - t0
+    newest = res.newest_compatible
+    if as_json:
+        report.emit_json("matrix", {
+            "workspace": ws.to_json(), "target": t.name, "version": t.version, "range": rev_range,
+            "mode": "independent" if independent else "cumulative", "patches": [p.name for p in t.patches],
+            "commits": [{"commit": c, "subject": s, "cells": row, "compatible": res.compatible(i)}
+                        for i, (c, s, row) in enumerate(zip(res.commits, res.subjects, res.cells))],
+            "distinct_states": res.states, "newest_compatible": newest, "seconds": round(elapsed, 3)})
+    if newest_compatible:
+        if not as_json:
+            click.echo(newest or "")
+        report.progress(f"newest commit of {rev_range} where the series applies: {newest or 'none'}")
+        return 0 if newest else 1
+    # compress runs of identical rows for people
+    rows = []
+    i = 0
+    while i < len(res.commits):
+        j = i
+        while j + 1 < len(res.commits) and res.cells[j + 1] == res.cells[i]:
+            j += 1
+        span = res.commits[i][:10] + (f"..{res.commits[j][:10]} ({j - i + 1})" if j > i else "")
+        rows.append([span, " ".join(SYMBOL[c] for c in res.cells[i]), res.subjects[j][:60]])
+        i = j + 1
+    report.table(f"matrix {t.name} {t.version} over {rev_range} ({len(res.commits)} commits, {res.states} distinct "
+                 f"states, {elapsed:.2f}s; A=applied 3=3-way U=already upstream X=conflict; patches "
+                 f"{', '.join(str(k) for k in range(1, len(t.patches) + 1))})",
+                 ["commits", "cells", "last subject"], rows)
+    report.progress(f"newest compatible: {newest or 'none'}")
+    return 0
