@@ -229,24 +229,11 @@ def prepare_patch_files(patches: list[Patch], work: WorkArea) -> list[Path]:
     return files
 
 
-def apply_series(target: Target, source: Path, patches: list[Patch], work: WorkArea,
-                 base: str | None = None, *, trailers: bool = True, am_args: tuple[str, ...] = (),
-                 am_env: dict | None = None, checkout: bool = True, fetch: bool = False) -> SeriesResult:
-    """Clone `source` privately and apply `patches` in order onto `base` (default: the pinned base).
-
-    `am_args` accepts "--signoff" (the committer identity from `am_env` signs each commit);
-    `checkout=False` leaves the private clone without a work tree (apply/check/status do not need one).
-    """
-    install_sigterm_handler()
-    base_sha = resolve_base(source, base or target.base, target.name, fetch=fetch)
-    check_series_safety(patches, source, base_sha)
-    clone_private(source, work.repo)
-    files = prepare_patch_files(patches, work)
-    validate_diffs(work.repo, [(f, str(p.path)) for f, p in zip(files, patches)])
-    engine = IndexEngine(work.repo, work.path / "index")
-    engine.reset(base_sha)
-    result = SeriesResult(base=base_sha, head=base_sha, tree=engine.write_tree(), workdir=work.repo)
-    head = base_sha
+def apply_loop(engine: IndexEngine, target: Target, patches: list[Patch], files: list[Path], head: str, *,
+               trailers: bool = True, am_args: tuple[str, ...] = (), am_env: dict | None = None,
+               pause: bool = False) -> tuple[list[PatchOutcome], str]:
+    """Apply `patches` cumulatively on the engine's index; one commit per applied patch on `head`."""
+    outcomes = []
     commit_env = dict(am_env or {})
     signoff = None
     if "--signoff" in am_args:
@@ -255,7 +242,8 @@ def apply_series(target: Target, source: Path, patches: list[Patch], work: WorkA
             signoff = f"Signed-off-by: {n} <{e}>"
     seen_conflict = False
     for i, (p, f) in enumerate(zip(patches, files)):
-        pause_at(i)
+        if pause:
+            pause_at(i)
         status, detail = engine.apply(f, name=str(p.path))
         outcome = PatchOutcome(p, status, detail=detail)
         if status in (APPLIED, APPLIED_3WAY):
@@ -273,7 +261,30 @@ def apply_series(target: Target, source: Path, patches: list[Patch], work: WorkA
             outcome.commit = head
         outcome.after_conflict = seen_conflict
         seen_conflict = seen_conflict or status == CONFLICT
-        result.outcomes.append(outcome)
+        outcomes.append(outcome)
+    return outcomes, head
+
+
+def apply_series(target: Target, source: Path, patches: list[Patch], work: WorkArea,
+                 base: str | None = None, *, trailers: bool = True, am_args: tuple[str, ...] = (),
+                 am_env: dict | None = None, checkout: bool = True, fetch: bool = False) -> SeriesResult:
+    """Clone `source` privately and apply `patches` in order onto `base` (default: the pinned base).
+
+    `am_args` accepts "--signoff" (the committer identity from `am_env` signs each commit);
+    `checkout=False` leaves the private clone without a work tree (apply/check/status do not need one).
+    """
+    install_sigterm_handler()
+    base_sha = resolve_base(source, base or target.base, target.name, fetch=fetch)
+    check_series_safety(patches, source, base_sha)
+    clone_private(source, work.repo)
+    files = prepare_patch_files(patches, work)
+    validate_diffs(work.repo, [(f, str(p.path)) for f, p in zip(files, patches)])
+    engine = IndexEngine(work.repo, work.path / "index")
+    engine.reset(base_sha)
+    result = SeriesResult(base=base_sha, head=base_sha, tree=engine.write_tree(), workdir=work.repo)
+    outcomes, head = apply_loop(engine, target, patches, files, base_sha, trailers=trailers,
+                                am_args=am_args, am_env=am_env, pause=True)
+    result.outcomes.extend(outcomes)
     pause_at(len(patches))
     result.head = head
     result.tree = engine.write_tree()
