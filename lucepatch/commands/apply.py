@@ -57,6 +57,10 @@ def command(ctx, target, source, partial, force, stash, fetch, as_json):
             if clash:
                 raise UsageError(f"untracked file {src / clash[0]} would be overwritten by the series; "
                                  "move it away or commit it first")
+            overlap = co.stash_overlap(src, work.repo, result.base, result.head) if stash else []
+            if overlap:
+                raise UsageError(f"your uncommitted change to {src / overlap[0]} overlaps a file the series changes; "
+                                 "commit it (or move it away) instead of --stash")
             info = co.switch(src, work.repo, branch, stash=stash)
             switched = True
     if as_json:

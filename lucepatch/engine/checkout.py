@@ -86,6 +86,12 @@ def untracked_collisions(src: Path, workrepo: Path, base: str, head: str) -> lis
     return out
 
 
+def stash_overlap(src: Path, workrepo: Path, base: str, head: str) -> list[str]:
+    """Uncommitted paths that the series also changes (a stash pop there could conflict)."""
+    changed = set(git.run(workrepo, "diff", "--name-only", "-z", "--no-renames", base, head).stdout.split("\0"))
+    return [p for p in dirty_paths(src) if p in changed]
+
+
 @contextlib.contextmanager
 def signals_deferred():
     """Hold SIGINT/SIGTERM while the checkout switches; they are delivered right after."""
