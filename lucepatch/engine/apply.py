@@ -345,7 +345,7 @@ def format_commits(repo: Path, base: str, head: str, out_dir: Path) -> list[tupl
         an, ae, ad, tree, msg = meta.split("\x00", 4)
         clean, pid = strip_our_trailers(msg)
         res = git.run(repo, "commit-tree", tree, "-p", prev, "-F", "-", stdin=clean.encode("utf-8", "surrogateescape"),
-                      env={"GIT_AUTHOR_NAME": an, "GIT_AUTHOR_EMAIL": ae, "GIT_AUTHOR_DATE": ad, **PURE_ENV})
+                      env={"GIT_AUTHOR_NAME": an, "GIT_AUTHOR_EMAIL": ae, "GIT_AUTHOR_DATE": "@" + ad, **PURE_ENV})
         prev = res.stdout.strip()
         pid_of.append((pid, c))
     out_dir.mkdir(parents=True, exist_ok=True)
