@@ -26,6 +26,7 @@ VERBS = {
     "export": "export",
     "build": "build",
     "verify": "verify",
+    "bisect": "bisect",
     "pr": "pr",
     "mark": "mark",
     "lint": "lint",

@@ -1,0 +1,86 @@
+"""`lucepatch bisect --reproducer R A..B`: the upstream commit where a reproducer's behaviour flips.
+
+Exit codes: 0 found; 1 no flip in the range, or inconclusive (skipped commits hide the flip, an
+end of the range cannot be judged), or --record refused because the behaviour broke rather than
+got fixed; 2 bad input (range, reproducer, scenario, patch, read-only workspace); 3 environment
+(no upstream checkout, no compiler, no GPU with --driver real).
+"""
+
+from __future__ import annotations
+
+import click
+
+from lucepatch import report
+from lucepatch.commands._common import cache, json_option, require_source, source_option, workspace
+from lucepatch.errors import LucepatchError
+from lucepatch.target import load_target
+from lucepatch.upstream.bisect import (FOUND, bisect_behaviour, bisect_exit_code, find_patch,
+                                       record_applied_upstream)
+from lucepatch.verify.driver import choose_driver
+from lucepatch.verify.reproducer import load_reproducer
+
+
+@click.command("bisect")
+@click.argument("range_spec", metavar="A..B")
+@click.option("--reproducer", "reproducer_name", required=True, help="Reproducer whose behaviour is the predicate.")
+@click.option("--scenario", default=None,
+              help="Scenario to bisect (default: every non-control scenario; the behaviour passes when all pass).")
+@click.option("--target", "target_name", default=None, help="Target (default: the reproducer's).")
+@source_option
+@click.option("--driver", type=click.Choice(["auto", "real", "fake"]), default="auto", show_default=True,
+              help="CUDA driver: the machine's, the simulated one, or real when a GPU answers.")
+@click.option("--runs", type=click.IntRange(1, 10000), default=None,
+              help="Runs per probed commit (default: the reproducer's default_runs). A commit fails when any run fails.")
+@click.option("--record", "record_patch", default=None, metavar="PATCH",
+              help="Write Applied-Upstream: <commit> (signal: behaviour) into PATCH's trailers when a fix is found.")
+@json_option
+@click.pass_context
+def command(ctx, range_spec, reproducer_name, scenario, target_name, source, driver, runs, record_patch, as_json):
+    """Find the first upstream commit in A..B (first parent) where R's scenario flips (fixed or broke),
+    judged on unpatched upstream (+ Build-Only patches) built in a private clone."""
+    ws = workspace(ctx)
+    repro = load_reproducer(ws, reproducer_name)
+    t = load_target(ws, target_name or repro.target)
+    patch = None
+    if record_patch:
+        ws.require_writable("bisect --record")
+        patch = find_patch(t, record_patch)  # fail on a bad name before any build
+    if scenario:
+        repro.scenario(scenario)
+    src = require_source(source, t.name)
+    c = cache(ctx)
+    drv = choose_driver(driver, c)
+    report.progress(f"workspace {ws.describe()}; driver {drv.chosen} ({drv.note or drv.requested})")
+    doc = bisect_behaviour(t, src, range_spec, repro, c, drv, runs, scenario)
+    doc["workspace"] = ws.to_json()
+    rc = bisect_exit_code(doc)
+    record_error = None
+    if patch is not None and doc["result"] == FOUND:
+        try:
+            doc["recorded"] = record_applied_upstream(patch, doc)
+        except LucepatchError as exc:  # reported after the result, which is still worth printing
+            record_error = exc
+    if as_json:
+        report.emit_json("bisect", {"bisect": doc})
+    rows = [[p["commit"][:12], str(p["index"]), p["state"], p["why"]] for p in doc["probes"]]
+    report.table(f"bisect {'+'.join(doc['scenarios'])} over {doc['range']['spec']} — driver {doc['driver'].get('kind')}"
+                 f"{' (simulated)' if doc.get('simulated') else ''}, {doc['runs']} run(s) per probe",
+                 ["commit", "#", "behaviour", "why"], rows)
+    if doc["result"] == FOUND:
+        line = f"{doc['direction']} by {doc['first']['commit']} {doc['first']['subject']}"
+        if not as_json:
+            click.echo(line)
+        report.progress(doc["reason"])
+    else:
+        report.progress(f"{doc['result']}: {doc['reason']}")
+        for cand in doc["candidates"]:
+            report.progress(f"  candidate {cand}")
+    if doc.get("recorded"):
+        r = doc["recorded"]
+        report.progress(f"{t.name}/{r['patch']}: Applied-Upstream: {r['applied_upstream']} (signal {r['signal']})")
+    if record_error is not None:
+        click.echo(f"lucepatch: error: {record_error}", err=True)
+        return record_error.exit_code
+    if patch is not None and doc["result"] != FOUND:
+        report.progress(f"nothing recorded in {patch.name}: {doc['reason']}")
+    return rc
