@@ -1,0 +1,372 @@
+"""Container images of a patched target, through the docker SDK.
+
+render()   the multi-stage Dockerfile (templates/docker/<template>.Dockerfile.j2) and entrypoint
+           for one profile; base images are build arguments (profile data, overridable)
+context    the series already applied: src/ (superproject, no .git) + submodules/<name>/ per
+           sub-target, Dockerfile, entrypoint.sh; nothing secret is ever written there
+labels     OCI labels + org.lucepatch.*: source, upstream revision, series version/hash, patch ids
+           per repository, profile, evidence sha256 (the preflight probe run)
+checks     runtime closure: `ld.so --list` on every ELF under /app, every NEEDED resolves except
+           the driver's (libcuda.so.1, provided by the host at run time)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jinja2
+
+from lucepatch import __version__, report
+from lucepatch.build.probe import AppliedTree, prepare_tree, resolve_profile, sub_target, variant_patches
+from lucepatch.errors import CheckFailed, EnvironmentMissing, UsageError
+from lucepatch.target import Target
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates" / "docker"
+LABEL_PREFIX = "org.lucepatch."
+DEFAULT_BUILDER_PACKAGES = ["cmake", "ninja-build", "git", "ca-certificates", "nlohmann-json3-dev"]
+DEFAULT_RUNTIME_PACKAGES = ["libgomp1", "curl", "ca-certificates"]
+ALLOWED_MISSING = ["libcuda.so.1", "libnvidia-ml.so.1"]
+
+
+# ---------------------------------------------------------------------------------- docker
+def docker_client():
+    """A docker SDK client whose daemon answers; else EnvironmentMissing (one line, exit 3)."""
+    try:
+        import docker  # noqa: PLC0415
+    except ImportError:
+        raise EnvironmentMissing("the docker SDK is not installed: pip install 'lucepatch[docker]'")
+    try:
+        client = docker.from_env(timeout=int(os.environ.get("LUCEPATCH_DOCKER_TIMEOUT", "600")))
+        client.ping()
+    except Exception as exc:  # DockerException, requests errors, FileNotFoundError on the socket
+        reason = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+        raise EnvironmentMissing(f"no Docker daemon answers at {os.environ.get('DOCKER_HOST', 'unix:///var/run/docker.sock')} "
+                                 f"({reason}): start dockerd or set DOCKER_HOST")
+    return client
+
+
+# ---------------------------------------------------------------------------------- render
+def image_tag(target: Target, profile: str, repo: str | None) -> str:
+    repo = repo or f"lucepatch/{target.name}"
+    if ":" in repo.rsplit("/", 1)[-1]:
+        raise UsageError(f"--tag takes a repository (REPO), not REPO:TAG; the tag is <profile>-<series-version>")
+    return f"{repo}:{profile}-{target.version}"
+
+
+def patch_labels(target: Target, variant: str = "patched") -> dict[str, str]:
+    repos = [target] + [sub_target(target, s) for s in target.submodules]
+    ids = []
+    for t in repos:
+        for p in variant_patches(t, variant):
+            ids.append(f"{t.name}:{p.slug}={p.patch_id[:12]}")
+    subs = [f"{s['path']}@{s['base'][:12]}" for s in target.submodules]
+    return {"patches": ",".join(ids), "submodules": ",".join(subs)}
+
+
+def labels_for(target: Target, profile: dict, *, revision: str | None = None, evidence_sha256: str = "none",
+               variant: str = "patched") -> dict[str, str]:
+    pl = patch_labels(target, variant)
+    return {
+        "org.opencontainers.image.source": target.upstream,
+        "org.opencontainers.image.revision": revision or target.base,
+        "org.opencontainers.image.version": f"{target.version}",
+        "org.opencontainers.image.title": f"{target.name} ({profile['name']})",
+        "org.opencontainers.image.description": (target.description or target.name)[:200],
+        f"{LABEL_PREFIX}target": target.name,
+        f"{LABEL_PREFIX}variant": variant,
+        f"{LABEL_PREFIX}profile": profile["name"],
+        f"{LABEL_PREFIX}profile-hash": profile["hash"],
+        f"{LABEL_PREFIX}series-version": target.version,
+        f"{LABEL_PREFIX}series-hash": target.series_hash,
+        f"{LABEL_PREFIX}patch-ids": pl["patches"],
+        f"{LABEL_PREFIX}submodules": pl["submodules"],
+        f"{LABEL_PREFIX}evidence-sha256": evidence_sha256,
+        f"{LABEL_PREFIX}version": __version__,
+    }
+
+
+def template_vars(target: Target, profile: dict, *, labels: dict, builder_image: str | None = None,
+                  runtime_image: str | None = None, jobs: int | None = None, ccache: bool = False,
+                  verbose: bool = False) -> dict:
+    b = target.build
+    binaries = list(b.get("binaries") or b.get("targets") or [])
+    if not binaries and target.build.get("artifacts") is None:
+        raise UsageError(f"target {target.name}: [build] binaries (or targets) is empty in {target.toml_path}")
+    model = dict(target.raw.get("model", {}))
+    return {
+        "lucepatch_version": __version__, "target": target.name, "version": target.version,
+        "profile": profile["name"],
+        "builder_image": builder_image or profile.get("builder_image") or "nvidia/cuda:13.0.0-devel-ubuntu22.04",
+        "runtime_image": runtime_image or profile.get("runtime_image") or "nvidia/cuda:13.0.0-runtime-ubuntu22.04",
+        "builder_packages": profile.get("builder_packages", DEFAULT_BUILDER_PACKAGES),
+        "runtime_packages": profile.get("runtime_packages", DEFAULT_RUNTIME_PACKAGES),
+        "cuda_stub": profile.get("cuda_stub", True),
+        "generator": profile.get("generator", "Ninja"),
+        "cmake_args": list(profile.get("cmake_args", [])),
+        "build_targets": list(b.get("targets") or binaries),
+        "binaries": binaries,
+        "artifacts": b.get("artifacts", {}),
+        "source_dir": b.get("source_dir", ".").strip("/") or ".",
+        "submodules": [{"name": s.get("name") or Path(s["path"]).name, "path": s["path"]} for s in target.submodules],
+        "jobs": jobs or os.cpu_count() or 2,
+        "uid": int(profile.get("uid", 10001)), "user": profile.get("user", target.name.replace(".", "-")),
+        "model_dir": profile.get("model_dir", "/models"),
+        "port": int(b.get("port", 8080)), "health_path": b.get("health_path", "/health"),
+        "health_start_period": profile.get("health_start_period", "30m"),
+        "model": {"target_repo": model.get("target_repo", ""), "target_file": model.get("target_file", ""),
+                  "draft_repo": model.get("draft_repo", "")},
+        "server_draft_flag": b.get("server_draft_flag", "--draft"),
+        "labels": labels, "ccache": ccache, "verbose": verbose,
+    }
+
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
+                             keep_trailing_newline=True, trim_blocks=False, lstrip_blocks=False)
+    # a Dockerfile double-quoted word: backslash and quote escaped, no newlines
+    env.filters["dq"] = lambda v: '"' + " ".join(str(v).split()).replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
+    return env
+
+
+def render(target: Target, vars_: dict) -> dict[str, str]:
+    name = target.build.get("image_template") or target.name
+    path = TEMPLATES / f"{name}.Dockerfile.j2"
+    if not path.is_file():
+        known = sorted(p.name.split(".")[0] for p in TEMPLATES.glob("*.Dockerfile.j2"))
+        raise UsageError(f"no image template {path.name} for {target.name}; set [build] image_template to one of {', '.join(known)}")
+    env = _env()
+    out = {"Dockerfile": env.get_template(path.name).render(**vars_)}
+    if target.build.get("entrypoint", True) and (TEMPLATES / "entrypoint.sh.j2").is_file() and vars_.get("binaries"):
+        out["entrypoint.sh"] = env.get_template("entrypoint.sh.j2").render(**vars_)
+    return out
+
+
+def render_profile(target: Target, profile_name: str | None, **kw) -> tuple[dict, dict[str, str]]:
+    pname, profile = resolve_profile(target, profile_name)
+    labels = labels_for(target, profile, evidence_sha256=kw.pop("evidence_sha256", "none"))
+    v = template_vars(target, profile, labels=labels, **kw)
+    return profile, render(target, v)
+
+
+# ---------------------------------------------------------------------------------- context
+def _copy_tree(src: Path, dst: Path, skip: set[str]) -> None:
+    def ignore(d, names):
+        rel = os.path.relpath(d, src)
+        out = {".git"} & set(names)
+        for n in names:
+            if os.path.normpath(os.path.join(rel, n)) in skip:
+                out.add(n)
+        return out
+    shutil.copytree(src, dst, symlinks=True, ignore=ignore)
+
+
+def make_context(tree: AppliedTree, target: Target, files: dict[str, str], ctx: Path,
+                 ccache_dir: Path | None = None) -> Path:
+    shutil.rmtree(ctx, ignore_errors=True)
+    ctx.mkdir(parents=True)
+    sub_paths = {os.path.normpath(s["path"]) for s in target.submodules}
+    _copy_tree(tree.root, ctx / "src", sub_paths)
+    for s in target.submodules:
+        name = s.get("name") or Path(s["path"]).name
+        real = (tree.root / s["path"]).resolve()
+        _copy_tree(real, ctx / "submodules" / name, set())
+        (ctx / "src" / s["path"]).mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (ctx / name).write_text(text)
+    if "entrypoint.sh" in files:
+        os.chmod(ctx / "entrypoint.sh", 0o755)
+    (ctx / "ccache").mkdir(exist_ok=True)
+    if ccache_dir and ccache_dir.is_dir():
+        shutil.rmtree(ctx / "ccache")
+        shutil.copytree(ccache_dir, ctx / "ccache", symlinks=True)
+    (ctx / ".dockerignore").write_text("**/.git\n")
+    return ctx
+
+
+# ---------------------------------------------------------------------------------- build
+@dataclass
+class ImageResult:
+    tag: str
+    image_id: str
+    labels: dict
+    dockerfile: Path
+    log: Path
+    seconds: float = 0.0
+    closure: dict = field(default_factory=dict)
+    saved: str | None = None
+    pushed: str | None = None
+
+    def to_json(self) -> dict:
+        return {"tag": self.tag, "image_id": self.image_id, "labels": self.labels, "dockerfile": str(self.dockerfile),
+                "log": str(self.log), "seconds": round(self.seconds, 2), "closure": self.closure,
+                "saved": self.saved, "pushed": self.pushed}
+
+
+def docker_build(client, ctx: Path, tag: str, log_path: Path, *, target_stage: str | None = None,
+                 buildargs: dict | None = None, network_mode: str | None = None) -> str:
+    """Build through the SDK's low-level API, streaming the log to log_path; returns the image id."""
+    image_id = None
+    errors = []
+    with open(log_path, "a") as log:
+        stream = client.api.build(path=str(ctx), dockerfile="Dockerfile", tag=tag, rm=True, forcerm=True,
+                                  decode=True, buildargs=buildargs or {}, target=target_stage,
+                                  network_mode=network_mode, pull=False)
+        for chunk in stream:
+            if "stream" in chunk:
+                log.write(chunk["stream"])
+                m = re.search(r"Successfully built ([0-9a-f]+)", chunk["stream"])
+                if m:
+                    image_id = m.group(1)
+            if "aux" in chunk and isinstance(chunk["aux"], dict) and chunk["aux"].get("ID"):
+                image_id = chunk["aux"]["ID"]
+            if "error" in chunk:
+                errors.append(chunk["error"].strip())
+                log.write("ERROR: " + chunk["error"] + "\n")
+    if errors or not image_id:
+        text = log_path.read_text(errors="replace")
+        first = next((l.strip() for l in text.splitlines()
+                      if re.search(r"\berror\b|fatal|not found|denied", l, re.I) and "ERROR: " not in l[:7]), "")
+        raise CheckFailed(f"docker build of {tag} failed: {first[:200] or (errors[0][:200] if errors else 'no image id')} "
+                          f"({errors[0][:160] if errors else ''}; log: {log_path})")
+    return image_id
+
+
+CLOSURE_SCRIPT = r"""
+ld=$(ls /lib64/ld-linux-x86-64.so.2 /lib/ld-linux-aarch64.so.1 /lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 2>/dev/null | head -n 1)
+[ -n "$ld" ] || { echo "NO-LOADER"; exit 0; }
+find "$@" -type f 2>/dev/null | while read -r f; do
+  if [ "$(head -c 4 "$f" 2>/dev/null | tr -d '\177')" = "ELF" ]; then
+    echo "== $f"
+    "$ld" --list "$f" 2>&1 | grep -E "=> not found|error while loading|not a dynamic executable|statically linked" || true
+  fi
+done
+"""
+
+
+def closure_check(client, image: str, roots: list[str], allowed: list[str] | None = None) -> dict:
+    allowed = list(ALLOWED_MISSING if allowed is None else allowed)
+    out = client.containers.run(image, entrypoint=["/bin/sh", "-c", CLOSURE_SCRIPT, "closure", *roots],
+                                user="0", network_mode="none", remove=True, stdout=True, stderr=True)
+    text = out.decode(errors="replace")
+    if "NO-LOADER" in text:
+        raise CheckFailed(f"closure check of {image}: no ld.so in the image")
+    elfs: dict[str, list[str]] = {}
+    cur = None
+    for line in text.splitlines():
+        if line.startswith("== "):
+            cur = line[3:].strip()
+            elfs[cur] = []
+        elif cur:
+            m = re.match(r"\s*(\S+) => not found", line) or re.search(r"error while loading shared libraries: (\S+):", line)
+            if m:
+                elfs[cur].append(m.group(1))
+    unresolved = {f: [n for n in miss if n not in allowed] for f, miss in elfs.items()}
+    unresolved = {f: m for f, m in unresolved.items() if m}
+    return {"elf_count": len(elfs), "allowed_missing": allowed, "unresolved": unresolved,
+            "ok": bool(elfs) and not unresolved}
+
+
+def inspect_labels(client, ref: str) -> dict:
+    import docker  # noqa: PLC0415
+    try:
+        img = client.images.get(ref)
+    except docker.errors.ImageNotFound:
+        raise UsageError(f"image {ref} not found in the local Docker engine; build it or docker pull it first")
+    cfg = img.attrs.get("Config") or {}
+    return {"id": img.id, "tags": img.tags, "labels": cfg.get("Labels") or {}, "env": cfg.get("Env") or [],
+            "user": cfg.get("User", ""), "healthcheck": cfg.get("Healthcheck"), "entrypoint": cfg.get("Entrypoint")}
+
+
+def save_image(client, tag: str, dest: Path) -> str:
+    img = client.images.get(tag)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(dest.name + ".part")
+    with open(tmp, "wb") as f:
+        for chunk in img.save(named=True):
+            f.write(chunk)
+    os.replace(tmp, dest)
+    return str(dest)
+
+
+def push_image(client, tag: str) -> str:
+    repo, _, t = tag.rpartition(":")
+    for chunk in client.images.push(repo, tag=t, stream=True, decode=True):
+        if "error" in chunk:
+            raise CheckFailed(f"docker push {tag} failed: {chunk['error'][:200]}")
+    return tag
+
+
+def build_image(target: Target, source: Path, profile_name: str | None, cache: Path, *, repo: str | None = None,
+                variant: str = "patched", evidence: dict | None = None, builder_image: str | None = None,
+                runtime_image: str | None = None, jobs: int | None = None, ccache_dir: Path | None = None,
+                save: Path | None = None, push: bool = False, closure: bool = True, network_mode: str | None = None,
+                log_dir: Path | None = None) -> ImageResult:
+    import time  # noqa: PLC0415
+
+    client = docker_client()
+    pname, profile = resolve_profile(target, profile_name)
+    tag = image_tag(target, pname, repo)
+    ev_sha = "none"
+    if evidence is not None:
+        ev_sha = hashlib.sha256(json.dumps(evidence, sort_keys=True).encode()).hexdigest()
+    t0 = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        tree = prepare_tree(target, source, variant, cache, stack)
+        revision = tree.repos[0]["base"]
+        labels = labels_for(target, profile, revision=revision, evidence_sha256=ev_sha, variant=variant)
+        v = template_vars(target, profile, labels=labels, builder_image=builder_image, runtime_image=runtime_image,
+                          jobs=jobs, ccache=ccache_dir is not None, verbose=ccache_dir is not None)
+        files = render(target, v)
+        out = (log_dir or cache / "images") / f"{target.name}-{pname}-{target.version}"
+        out.mkdir(parents=True, exist_ok=True)
+        ctx = make_context(tree, target, files, out / "context", ccache_dir=ccache_dir)
+        (out / "Dockerfile").write_text(files["Dockerfile"])
+        if evidence is not None:
+            (out / "evidence.json").write_text(json.dumps(evidence, sort_keys=True))
+        log = out / "build.log"
+        log.write_text("")
+        report.progress(f"docker build {tag} (context {ctx}, log {log})")
+        if ccache_dir is not None:
+            # the build stage alone first, so its compiler cache can be carried to the next build
+            build_id = docker_build(client, ctx, tag + "-build", log, target_stage="build", network_mode=network_mode)
+            _export_dir(client, build_id, "/ccache", ccache_dir)
+        image_id = docker_build(client, ctx, tag, log, network_mode=network_mode)
+    res = ImageResult(tag, image_id, labels, out / "Dockerfile", log, seconds=time.monotonic() - t0)
+    if closure:
+        res.closure = closure_check(client, tag, ["/app"])
+        if not res.closure["ok"]:
+            bad = next(iter(res.closure["unresolved"].items()), ("(no ELF found under /app)", []))
+            raise CheckFailed(f"runtime closure check of {tag} failed: {bad[0]} needs {', '.join(bad[1]) or 'nothing'} "
+                              f"that does not resolve in the image")
+    if save:
+        res.saved = save_image(client, tag, save)
+    if push:
+        res.pushed = push_image(client, tag)
+    return res
+
+
+def _export_dir(client, image_id: str, path: str, dest: Path) -> None:
+    import io  # noqa: PLC0415
+    import tarfile  # noqa: PLC0415
+    c = client.containers.create(image_id, entrypoint=["/bin/true"])
+    try:
+        bits, _ = c.get_archive(path)
+        buf = io.BytesIO(b"".join(bits))
+    finally:
+        c.remove(force=True)
+    tmp = dest.with_name(dest.name + ".new")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    with tarfile.open(fileobj=buf) as tf:
+        tf.extractall(tmp, filter="data") if hasattr(tarfile, "data_filter") else tf.extractall(tmp)
+    inner = tmp / Path(path).name
+    shutil.rmtree(dest, ignore_errors=True)
+    os.replace(inner if inner.is_dir() else tmp, dest)
+    shutil.rmtree(tmp, ignore_errors=True)
