@@ -338,14 +338,17 @@ def _patch_status(scen: list[dict]) -> tuple[str, str]:
     judged = [s for s in st if s != SKIPPED_S]
     if not judged:
         return SKIPPED_S, "every scenario it names cannot run on this machine"
+
+    def why(status: str) -> str:
+        return "; ".join(f"{s['scenario']}: {s['reason']}" for s in scen if s["status"] == status)
+
     for status in (NO_LONGER_EFFECTIVE, INCONCLUSIVE, CONFLICT):
         if status in judged:
-            names = [s["scenario"] for s in scen if s["status"] == status]
-            return status, f"{status}: {', '.join(names)}"
+            return status, why(status)
     if all(s == RETIRE for s in judged):
-        return RETIRE, "upstream fixed every behaviour it names: " + ", ".join(s["scenario"] for s in scen if s["status"] == RETIRE)
+        return RETIRE, why(RETIRE)
     fixed = [s["scenario"] for s in scen if s["status"] == RETIRE]
-    return STILL_NEEDED, ("still needed" + (f" (upstream already fixes {', '.join(fixed)})" if fixed else ""))
+    return STILL_NEEDED, why(STILL_NEEDED) + (f" (upstream already fixes {', '.join(fixed)})" if fixed else "")
 
 
 def retire_report(target: Target, source: Path | str, ref: str, cache: Path, driver: DriverChoice | str = "auto",
