@@ -9,7 +9,7 @@ from functools import cached_property
 from pathlib import Path
 
 from lucepatch.errors import UsageError
-from lucepatch.series import Patch, parse_patch, read_series, series_hash
+from lucepatch.series import Patch, compute_patch_ids, parse_patch, read_series, series_hash
 from lucepatch.workspace import Workspace
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
@@ -47,6 +47,7 @@ class Target:
             if not path.resolve().is_relative_to(self.dir.resolve()):
                 raise UsageError(f"series of {self.name}: {name} resolves outside {self.dir}")
             out.append(parse_patch(path, name))
+        compute_patch_ids(out)
         return out
 
     @property

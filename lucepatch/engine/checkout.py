@@ -76,14 +76,11 @@ def require_switchable(src: Path, branch: str, *, force: bool, allow_dirty: bool
 def untracked_collisions(src: Path, workrepo: Path, base: str, head: str) -> list[str]:
     """Untracked files in the user's checkout that the switch would overwrite."""
     changed = git.run(workrepo, "diff", "--name-only", "-z", "--no-renames", base, head).stdout.split("\0")
-    out = []
-    for rel in filter(None, changed):
-        p = Path(src) / rel
-        if p.exists() or p.is_symlink():
-            tracked = run_ro(src, "ls-files", "--error-unmatch", "--", rel, check=False).status == 0
-            if not tracked:
-                out.append(rel)
-    return out
+    present = [rel for rel in filter(None, changed) if (Path(src) / rel).exists() or (Path(src) / rel).is_symlink()]
+    if not present:
+        return []
+    tracked = set(run_ro(src, "ls-files", "-z", "--", *[f":(literal){p}" for p in present]).stdout.split("\0"))
+    return [p for p in present if p not in tracked]
 
 
 def stash_overlap(src: Path, workrepo: Path, base: str, head: str) -> list[str]:
