@@ -1,0 +1,195 @@
+"""`lucepatch bisect --reproducer R A..B` on the twobugs fixture, with the simulated driver.
+
+History (first parent): c0 base (both bugs) .. c6, where c4 is upstream's own fix of bug 1 and
+the other commits are harmless; bisect over c0..c6 on twobugs:cumulative-limit names c4.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+
+import jsonschema
+import pytest
+
+from conftest import FIXTURES
+from lucepatch.series import parse_patch
+from lucepatch.upstream.bisect import BISECT_SCHEMA, set_trailers
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("gcc") is None or shutil.which("cmake") is None or not os.path.isfile("/usr/local/cuda/include/cuda.h"),
+    reason="needs gcc, cmake and /usr/local/cuda/include/cuda.h",
+)
+
+_spec = importlib.util.spec_from_file_location("twobugs_fixture", FIXTURES / "twobugs" / "fixture.py")
+tb = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tb)
+
+LIMIT = "fix-limit-cumulative.patch"
+
+
+@pytest.fixture(scope="module")
+def hist(tmp_path_factory):
+    root = tmp_path_factory.mktemp("twobugs-bisect")
+    repo, c = tb.upstream(root, ["one", "two", "three", "fix-limit", "five", "six"])
+    assert len(c) == 7
+    return {"root": root, "upstream": repo, "c": c, "cache": root / "cache"}
+
+
+def bisect(cli, hist, ws, *args):
+    return cli("--workspace", ws, "--cache-dir", hist["cache"], "bisect", "--source", hist["upstream"],
+               "--driver", "fake", "--runs", "2", *args)
+
+
+def test_names_the_commit_that_fixed_the_behaviour(cli, hist):
+    c = hist["c"]
+    ws = tb.workspace(hist["root"], c[0], name="ws-found")
+    res = bisect(cli, hist, ws, "--reproducer", "twobugs", "--scenario", "cumulative-limit", f"{c[0]}..{c[6]}")
+    assert res.code == 0, res.err
+    assert res.out.startswith(f"fixed by {c[4]} allocator: count memory in use against the limit")
+    assert c[4][:12] in res.err
+
+
+def test_json_document_and_probes(cli, hist):
+    c = hist["c"]
+    ws = tb.workspace(hist["root"], c[0], name="ws-json")
+    res = bisect(cli, hist, ws, "--reproducer", "twobugs", "--scenario", "cumulative-limit", "--json", f"{c[0]}..{c[6]}")
+    assert res.code == 0, res.err
+    doc = res.json["bisect"]
+    jsonschema.validate(doc, BISECT_SCHEMA)
+    assert res.json["verb"] == "bisect" and res.json["schema_version"] == 1
+    assert doc["result"] == "found" and doc["direction"] == "fixed"
+    assert doc["first"]["commit"] == c[4]
+    assert doc["range"] == {"spec": f"{c[0]}..{c[6]}", "old": c[0], "new": c[6], "commits": 6}
+    assert doc["scenarios"] == ["twobugs:cumulative-limit"] and doc["simulated"] is True
+    states = {p["commit"]: p["state"] for p in doc["probes"]}
+    assert states[c[0]] == "fail" and states[c[6]] == "pass" and states[c[4]] == "pass"
+    assert states.get(c[3]) == "fail"  # the flip is pinned between two measured neighbours
+    assert len(doc["probes"]) <= 5  # a search, not a sweep (7 commits)
+
+
+def test_record_writes_applied_upstream_with_the_behaviour_signal(cli, hist):
+    c = hist["c"]
+    ws = tb.workspace(hist["root"], c[0], name="ws-record")
+    pfile = ws / "patches" / "twobugs" / LIMIT
+    before = parse_patch(pfile, LIMIT)
+    res = bisect(cli, hist, ws, "--reproducer", "twobugs", "--scenario", "cumulative-limit", "--json",
+                 "--record", "fix-limit-cumulative", f"{c[0]}..{c[6]}")
+    assert res.code == 0, res.err
+    after = parse_patch(pfile, LIMIT)
+    assert after.trailer("Applied-Upstream") == c[4]
+    assert after.trailer("Applied-Upstream-Signal").startswith("behaviour ")
+    assert after.patch_id == before.patch_id and after.diff == before.diff
+    assert after.trailer("Reproducer") == "twobugs:cumulative-limit"  # other trailers kept
+    rec = res.json["bisect"]["recorded"]
+    assert rec["applied_upstream"] == c[4] and rec["signal"] == "behaviour" and rec["patch"] == LIMIT
+    # a second run replaces, never duplicates
+    res = bisect(cli, hist, ws, "--reproducer", "twobugs", "--scenario", "cumulative-limit",
+                 "--record", LIMIT, f"{c[0]}..{c[6]}")
+    assert res.code == 0, res.err
+    again = parse_patch(pfile, LIMIT)
+    assert again.trailer_all("Applied-Upstream") == [c[4]]
+    assert pfile.read_bytes() == after.raw
+
+
+def test_no_flip_is_inconclusive(cli, hist):
+    c = hist["c"]
+    ws = tb.workspace(hist["root"], c[0], name="ws-noflip")
+    pfile = ws / "patches" / "twobugs" / "fix-meminfo-limit.patch"
+    raw = pfile.read_bytes()
+    res = bisect(cli, hist, ws, "--reproducer", "twobugs", "--scenario", "meminfo-limit", "--json",
+                 "--record", "fix-meminfo-limit.patch", f"{c[0]}..{c[6]}")
+    assert res.code == 1, res.err
+    doc = res.json["bisect"]
+    assert doc["result"] == "no-flip" and doc["first"] is None and "fails at both" in doc["reason"]
+    assert pfile.read_bytes() == raw  # nothing recorded
+
+
+def test_every_scenario_by_default_flips_only_when_all_pass(cli, hist):
+    # without --scenario the behaviour is "every checked scenario passes": meminfo never does
+    c = hist["c"]
+    ws = tb.workspace(hist["root"], c[0], name="ws-all")
+    res = bisect(cli, hist, ws, "--reproducer", "twobugs", "--json", f"{c[0]}..{c[6]}")
+    assert res.code == 1
+    doc = res.json["bisect"]
+    assert doc["scenarios"] == ["twobugs:cumulative-limit", "twobugs:meminfo-limit"]
+    assert doc["result"] == "no-flip"
+
+
+@pytest.mark.parametrize("spec", ["{c0}", "{c0}...{c6}", "nosuchref..{c6}", "{c6}..{c0}", "{c0}..{c0}", "..{c6}",
+                                  "--upload-pack=x..{c6}"])
+def test_bad_range_exits_2(cli, hist, spec):
+    c = hist["c"]
+    ws = tb.workspace(hist["root"], c[0], name="ws-bad")
+    res = bisect(cli, hist, ws, "--reproducer", "twobugs", "--scenario", "cumulative-limit", "--",
+                 spec.format(c0=c[0], c6=c[6]))
+    assert res.code == 2, (spec, res.err)
+    assert "range" in res.err and "Traceback" not in res.err
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--reproducer", "nope"], "unknown reproducer"),
+    (["--reproducer", "twobugs", "--scenario", "nope"], "no scenario"),
+    (["--reproducer", "twobugs", "--scenario", "control"], "control"),
+    (["--reproducer", "twobugs", "--record", "no-such.patch"], "not in twobugs's series"),
+])
+def test_bad_input_exits_2_before_building(cli, hist, args, needle):
+    c = hist["c"]
+    ws = tb.workspace(hist["root"], c[0], name="ws-badin")
+    res = bisect(cli, hist, ws, *args, f"{c[0]}..{c[6]}")
+    assert res.code == 2 and needle in res.err, res.err
+
+
+def test_missing_source_exits_3(cli, hist, monkeypatch):
+    c = hist["c"]
+    ws = tb.workspace(hist["root"], c[0], name="ws-nosrc")
+    monkeypatch.delenv("LUCEPATCH_SRC_TWOBUGS", raising=False)
+    res = cli("--workspace", ws, "--cache-dir", hist["cache"], "bisect", "--reproducer", "twobugs", "--driver", "fake",
+              f"{c[0]}..{c[6]}")
+    assert res.code == 3 and "--source" in res.err
+
+
+def _run(cli, tmp_path, repo, c, *extra):
+    ws = tb.workspace(tmp_path, c[0])
+    return cli("--workspace", ws, "--cache-dir", tmp_path / "cache", "bisect", "--source", repo, "--driver", "fake",
+               "--runs", "1", "--reproducer", "twobugs", "--scenario", "cumulative-limit", "--json", *extra,
+               f"{c[0]}..{c[-1]}")
+
+
+def test_unbuildable_commit_is_skipped(cli, tmp_path):
+    # c3 does not build (c4 repairs it), c5 fixes the behaviour: the search steps around c3
+    repo, c = tb.upstream(tmp_path, ["one", "two", "break-build", "unbreak-build", "fix-limit", "six"])
+    res = _run(cli, tmp_path, repo, c)
+    assert res.code == 0, res.err
+    doc = res.json["bisect"]
+    assert doc["first"]["commit"] == c[5]
+    skipped = [p for p in doc["probes"] if p["state"] == "skip"]
+    assert [p["commit"] for p in skipped] == [c[3]] and "does not build" in skipped[0]["why"]
+
+
+def test_skipped_commits_hiding_the_flip_make_it_inconclusive(cli, tmp_path):
+    # c3 breaks the build, c4 fixes the behaviour while still broken, c5 repairs the build:
+    # the flip is in c3..c5 and nothing can tell which -> inconclusive, the candidates named
+    repo, c = tb.upstream(tmp_path, ["one", "two", "break-build", "fix-limit", "unbreak-build", "six"])
+    res = _run(cli, tmp_path, repo, c)
+    assert res.code == 1, res.err
+    doc = res.json["bisect"]
+    assert doc["result"] == "inconclusive" and doc["first"] is None and doc["direction"] == "fixed"
+    assert doc["candidates"] == c[3:6]
+    assert "could not be judged" in doc["reason"]
+
+
+def test_unbuildable_range_end_is_inconclusive(cli, tmp_path):
+    repo, c = tb.upstream(tmp_path, ["one", "fix-limit", "break-build"])
+    res = _run(cli, tmp_path, repo, c)
+    assert res.code == 1
+    doc = res.json["bisect"]
+    assert doc["result"] == "inconclusive" and "cannot judge the range end" in doc["reason"]
+
+
+def test_set_trailers_keeps_the_diff():
+    raw = (FIXTURES / "twobugs" / "patches" / LIMIT).read_bytes()
+    out = set_trailers(raw, [("Applied-Upstream", "a" * 40)])
+    assert out.split(b"\n---\n", 1)[1] == raw.split(b"\n---\n", 1)[1]
+    assert b"Reproducer: twobugs:cumulative-limit\nApplied-Upstream: " + b"a" * 40 + b"\n---\n" in out
