@@ -45,8 +45,15 @@ def bisect(cli, hist, ws, *args):
 def test_names_the_commit_that_fixed_the_behaviour(cli, hist):
     c = hist["c"]
     ws = tb.workspace(hist["root"], c[0], name="ws-found")
+    up = hist["upstream"]
+    before = [tb.git(up, *a) for a in (["status", "--porcelain", "--ignored"], ["for-each-ref"], ["rev-parse", "HEAD"],
+                                        ["worktree", "list"], ["stash", "list"])]
     res = bisect(cli, hist, ws, "--reproducer", "twobugs", "--scenario", "cumulative-limit", f"{c[0]}..{c[6]}")
     assert res.code == 0, res.err
+    # the user's checkout is only read: no bisect refs, worktrees, build files or moved HEAD
+    after = [tb.git(up, *a) for a in (["status", "--porcelain", "--ignored"], ["for-each-ref"], ["rev-parse", "HEAD"],
+                                       ["worktree", "list"], ["stash", "list"])]
+    assert after == before and not (up / ".git" / "BISECT_LOG").exists()
     assert res.out.startswith(f"fixed by {c[4]} allocator: count memory in use against the limit")
     assert c[4][:12] in res.err
 

@@ -110,6 +110,18 @@ def test_conflicting_patch_whose_behaviour_upstream_did_not_fix(tmp_path):
     assert by[MEMINFO]["status"] == STILL_NEEDED
 
 
+def test_patches_without_scenarios_are_untested_and_nothing_is_built(tmp_path):
+    repo, commits = tb.upstream(tmp_path, [])
+    ws = tb.workspace(tmp_path, commits[0])
+    for f in (ws / "patches" / "twobugs").glob("*.patch"):
+        f.write_text(re.sub(r"(?m)^Reproducer: .*\n", "", f.read_text()))
+    t = load_target(resolve_workspace(ws), "twobugs")
+    doc = retire_report(t, repo, commits[0], tmp_path / "cache", "fake", 1)
+    jsonschema.validate(doc, RETIRE_SCHEMA)
+    assert {p["status"] for p in doc["patches"]} == {"untested"}
+    assert doc["variants"]["unpatched"]["built"] is False and not (tmp_path / "cache" / "builds").exists()
+
+
 def test_unknown_ref_is_an_environment_error(twobugs):
     with pytest.raises(EnvironmentMissing):
         retire_report(twobugs["target"], twobugs["upstream"], "0" * 40, twobugs["cache"], "fake", 1)

@@ -204,6 +204,9 @@ def patch_scenarios(target: Target, rdir: Path) -> tuple[dict[str, list[tuple[Re
     cache: dict[str, Reproducer] = {}
     for p in target.patches:
         pairs = []
+        if p.build_only:  # in both builds: behaviour cannot say whether upstream still needs it
+            out[p.name] = []
+            continue
         for name, scen in p.reproducers:
             try:
                 r = cache.get(name) or load_repro(rdir, name)
@@ -240,7 +243,7 @@ def patch_scenarios(target: Target, rdir: Path) -> tuple[dict[str, list[tuple[Re
 
 @dataclass
 class Builds:
-    unpatched: object  # BuildResult
+    unpatched: object | None  # BuildResult (None only when nothing needed building)
     patched: object | None  # BuildResult, None when it could not be built
     conflicts: list[str] = field(default_factory=list)
     patched_error: str = ""
@@ -331,7 +334,9 @@ def classify(unpatched: Behaviour, patched: Behaviour, applies: bool) -> tuple[s
     return STILL_NEEDED, f"{fails}, patched passes {pn}/{pn}"
 
 
-def _patch_status(scen: list[dict]) -> tuple[str, str]:
+def _patch_status(scen: list[dict], patch: Patch) -> tuple[str, str]:
+    if patch.build_only:
+        return UNTESTED, "Build-Only: part of both builds, so behaviour cannot retire it (its probes can)"
     if not scen:
         return UNTESTED, "names no reproducer scenario (add a Reproducer: trailer)"
     st = [s["status"] for s in scen]
@@ -374,7 +379,11 @@ def retire_report(target: Target, source: Path | str, ref: str, cache: Path, dri
     needed = {(r.name, s.name): r for pairs in by_patch.values() for r, s in pairs}
     n = runs or max([r.default_runs for r in needed.values()] or [1])
     report.progress(f"retire check of {target.name} at {ref} ({commit[:12]}): building unpatched and patched")
-    builds = build_at(target, source, commit, cache)
+    if not needed:  # nothing to run: no builds either
+        report.progress(f"no patch of {target.name} names a reproducer scenario; nothing to judge by behaviour")
+        builds = Builds(None, None, [], "no scenario to run")
+    else:
+        builds = build_at(target, source, commit, cache)
 
     results: dict[tuple[str, str], tuple[Behaviour, Behaviour]] = {}
     all_records: list[RunRecord] = []
@@ -410,7 +419,7 @@ def retire_report(target: Target, source: Path | str, ref: str, cache: Path, dri
         if p.name in problems:
             status, why = INCONCLUSIVE, problems[p.name]
         else:
-            status, why = _patch_status(scen)
+            status, why = _patch_status(scen, p)
         patches.append({"name": p.name, "subject": p.subject, "patch_id": p.patch_id, "build_only": p.build_only,
                         "status": status, "reason": why, "applies": applies, "textual": textual.get(p.name),
                         "scenarios": scen})
@@ -426,7 +435,7 @@ def retire_report(target: Target, source: Path | str, ref: str, cache: Path, dri
         "driver": ddoc,
         "simulated": ddoc.get("kind") == "fake",
         "runs": n,
-        "variants": {"unpatched": _variant_json(builds.unpatched),
+        "variants": {"unpatched": _variant_json(builds.unpatched, builds.patched_error if not needed else ""),
                      "patched": _variant_json(builds.patched, builds.patched_error, builds.conflicts)},
         "patches": patches,
         "retire_candidates": [p["name"] for p in patches if p["status"] == RETIRE],
