@@ -37,6 +37,9 @@ for step in "$@"; do
       lp verify --reproducer llama-vmm --source $SRC --driver real --runs 20 --baseline-ref e3c3477 \
         --patched-ref 8f3a89c --scenario host-numa-create --scenario ctxless-device --jobs 8 \
         --evidence "$OUT/llama-vmm-refs.h200.json" 2>&1 | tee "$OUT/verify-vmm-refs.log" ;;
+    shared-region)
+      lp verify --reproducer shared-region --source $SRC --driver real --runs 20 --jobs 8 \
+        --evidence "$OUT/shared-region.h200.json" 2>&1 | tee "$OUT/verify-shared-region.log" ;;
     multi-device)
       n=$(nvidia-smi -L 2>/dev/null | wc -l)
       lp verify --reproducer multi-device --source $SRC --driver real --runs 20 --jobs 8 \
