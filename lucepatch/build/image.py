@@ -97,7 +97,7 @@ def template_vars(target: Target, profile: dict, *, labels: dict, builder_image:
                   verbose: bool = False) -> dict:
     b = target.build
     binaries = list(b.get("binaries") or b.get("targets") or [])
-    if not binaries and target.build.get("artifacts") is None:
+    if not binaries and not b.get("artifacts"):
         raise UsageError(f"target {target.name}: [build] binaries (or targets) is empty in {target.toml_path}")
     model = dict(target.raw.get("model", {}))
     return {
@@ -143,13 +143,25 @@ def render(target: Target, vars_: dict) -> dict[str, str]:
         raise UsageError(f"no image template {path.name} for {target.name}; set [build] image_template to one of {', '.join(known)}")
     env = _env()
     out = {"Dockerfile": env.get_template(path.name).render(**vars_)}
-    if target.build.get("entrypoint", True) and (TEMPLATES / "entrypoint.sh.j2").is_file() and vars_.get("binaries"):
+    if "entrypoint.sh" in out["Dockerfile"]:
         out["entrypoint.sh"] = env.get_template("entrypoint.sh.j2").render(**vars_)
     return out
 
 
+def image_profile(target: Target, name: str | None) -> tuple[str, dict]:
+    """The target's profile; a target without [profiles] gets `default` from its [build] table."""
+    if target.profiles or target.raw.get("profiles"):
+        return resolve_profile(target, name)
+    if name not in (None, "default"):
+        raise UsageError(f"target {target.name} has no profiles; drop --profile or use default")
+    prof = {"name": "default", "cmake_args": list(target.build.get("configure_args", [])),
+            "builder_packages": ["cmake", "make", "ca-certificates"], "generator": "'Unix Makefiles'"}
+    prof["hash"] = hashlib.sha256(repr(sorted((k, repr(v)) for k, v in prof.items())).encode()).hexdigest()[:16]
+    return "default", prof
+
+
 def render_profile(target: Target, profile_name: str | None, **kw) -> tuple[dict, dict[str, str]]:
-    pname, profile = resolve_profile(target, profile_name)
+    pname, profile = image_profile(target, profile_name)
     labels = labels_for(target, profile, evidence_sha256=kw.pop("evidence_sha256", "none"))
     v = template_vars(target, profile, labels=labels, **kw)
     return profile, render(target, v)
@@ -311,7 +323,7 @@ def build_image(target: Target, source: Path, profile_name: str | None, cache: P
     import time  # noqa: PLC0415
 
     client = docker_client()
-    pname, profile = resolve_profile(target, profile_name)
+    pname, profile = image_profile(target, profile_name)
     tag = image_tag(target, pname, repo)
     ev_sha = "none"
     if evidence is not None:
@@ -339,7 +351,7 @@ def build_image(target: Target, source: Path, profile_name: str | None, cache: P
             _export_dir(client, build_id, "/ccache", ccache_dir)
         image_id = docker_build(client, ctx, tag, log, network_mode=network_mode)
     res = ImageResult(tag, image_id, labels, out / "Dockerfile", log, seconds=time.monotonic() - t0)
-    if closure:
+    if closure and "entrypoint.sh" in files:  # a FROM scratch payload image has no loader to ask
         res.closure = closure_check(client, tag, ["/app"])
         if not res.closure["ok"]:
             bad = next(iter(res.closure["unresolved"].items()), ("(no ELF found under /app)", []))

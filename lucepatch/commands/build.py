@@ -80,7 +80,9 @@ def _image(ctx, ws, t, source, baseline, jobs, profile, repo, save, push, dry_ru
     git.open_repo(src)
     img.docker_client()  # docker down -> exit 3 before any work
     evidence = None
-    if not no_preflight and variant == "patched":
+    if not no_preflight and variant == "patched" and not (t.dir / "probes.toml").is_file():
+        report.progress(f"preflight: {t.name} defines no probes ({t.dir / 'probes.toml'}); building without")
+    elif not no_preflight and variant == "patched":
         from lucepatch.build.probe import preflight
 
         run = preflight(t, src, profile, cache(ctx))

@@ -1,0 +1,119 @@
+#!/bin/sh
+# Rendered by lucepatch 0.1.0 for lucebox 1.0.0 (sm120-cuda13).
+# Fetch the target GGUF and the draft repository from Hugging Face when absent, then exec the server.
+#   HF_ENDPOINT  mirror or hub (default https://huggingface.co)
+#   HF_TOKEN     read here at run time only (gated draft repos); never logged, never on a command line
+#   MODEL_DIR TARGET_REPO TARGET_FILE DRAFT_REPO HF_REVISION SERVER_BIN PORT   (see the image's ENV)
+#   SKIP_DOWNLOAD=1  use what is in MODEL_DIR as is
+# Exit codes: 2 bad configuration, 3 access denied / not found, 4 disk full, 5 integrity (size,
+# sha256, GGUF magic), 6 network.
+set -eu
+HF_ENDPOINT="${HF_ENDPOINT:-https://huggingface.co}"; HF_ENDPOINT="${HF_ENDPOINT%/}"
+REV="${HF_REVISION:-main}"
+MODEL_DIR="${MODEL_DIR:-/models}"
+SERVER_BIN="${SERVER_BIN:-/app/bin/dflash_server}"
+PORT="${PORT:-8080}"
+
+say() { echo "entrypoint: $*" >&2; }
+die() { code=$1; shift; say "error: $*"; exit "$code"; }
+
+# curl with the token passed through a config on stdin: not visible in ps or /proc/*/cmdline
+hf_curl() {
+  if [ -n "${HF_TOKEN:-}" ]; then
+    printf 'header = "Authorization: Bearer %s"\n' "$HF_TOKEN" | curl -K - "$@"
+  else
+    curl "$@"
+  fi
+}
+
+# HEAD the resolve URL: status, size (X-Linked-Size or Content-Length), sha256 (X-Linked-Etag)
+head_meta() { # repo file -> sets META_STATUS META_SIZE META_SHA
+  hdrs=$(hf_curl -sS -I --max-time 60 "$HF_ENDPOINT/$1/resolve/$REV/$2" 2>/dev/null) || die 6 "cannot reach $HF_ENDPOINT for $1/$2"
+  META_STATUS=$(printf '%s\n' "$hdrs" | awk 'toupper($1) ~ /^HTTP\// {s=$2} END {print s}')
+  META_SIZE=$(printf '%s\n' "$hdrs" | tr -d '\r' | awk -F': ' 'tolower($1)=="x-linked-size"{print $2}' | tail -n1)
+  [ -n "$META_SIZE" ] || META_SIZE=$(printf '%s\n' "$hdrs" | tr -d '\r' | awk -F': ' 'tolower($1)=="content-length"{print $2}' | tail -n1)
+  META_SHA=$(printf '%s\n' "$hdrs" | tr -d '\r' | awk -F': ' 'tolower($1)=="x-linked-etag"{print $2}' | tr -d '"W/' | tail -n1)
+  case "$META_SHA" in *[!0-9a-f]*|"") META_SHA="" ;; esac
+  [ "$(printf %s "$META_SHA" | wc -c)" -eq 64 ] || META_SHA=""
+}
+
+denied() { # status repo
+  case "$1" in
+    401|403) die 3 "HTTP $1 for $2: the repository is gated or private. Accept its terms on the hub and pass a token at run time (docker run -e HF_TOKEN=...); it is never baked into the image" ;;
+    404) die 3 "HTTP 404 for $2 at $HF_ENDPOINT (revision $REV): check the repository and file names" ;;
+  esac
+}
+
+check_magic() { # path kind
+  [ "$2" = gguf ] || return 0
+  magic=$(head -c 4 "$1" | tr -c 'A-Za-z0-9' '?')
+  if [ "$magic" != "GGUF" ]; then
+    hint=""
+    # safetensors: 8-byte little-endian header length, then '{'
+    if [ "$(head -c 9 "$1" | tail -c 1)" = "{" ]; then hint=" - this is a safetensors file, not GGUF (the server would fail with invalid magic characters '$magic')"; fi
+    die 5 "invalid magic '$magic' in $1: expected 'GGUF'$hint; point TARGET_FILE at a .gguf file"
+  fi
+}
+
+fetch() { # repo file dest kind
+  repo=$1; file=$2; dest=$3; kind=$4
+  if [ -s "$dest" ]; then check_magic "$dest" "$kind"; say "present: $dest"; return 0; fi
+  head_meta "$repo" "$file"
+  denied "$META_STATUS" "$repo/$file"
+  case "$META_STATUS" in 2??|30?) ;; *) die 6 "HTTP ${META_STATUS:-?} for $repo/$file" ;; esac
+  dir=$(dirname "$dest"); mkdir -p "$dir" || die 2 "cannot create $dir (is the volume writable by uid $(id -u)?)"
+  if [ -n "$META_SIZE" ]; then
+    avail=$(df -Pk "$dir" | awk 'NR==2 {print $4}')
+    if [ -n "$avail" ] && [ $((META_SIZE / 1024 + 1)) -gt "$avail" ]; then
+      die 4 "disk full: $repo/$file needs $META_SIZE bytes, $dir has $((avail * 1024)) free"
+    fi
+  fi
+  tmp="$dest.part.$$"
+  trap 'rm -f "$tmp"' EXIT INT TERM
+  say "downloading $repo/$file (${META_SIZE:-?} bytes) to $dest"
+  set +e
+  hf_curl -fsSL --retry 3 -o "$tmp" "$HF_ENDPOINT/$repo/resolve/$REV/$file" 2>"$tmp.err"
+  rc=$?
+  set -e
+  if [ $rc -ne 0 ]; then
+    err=$(tail -n 1 "$tmp.err" 2>/dev/null); rm -f "$tmp" "$tmp.err"
+    case "$rc" in
+      23) die 4 "disk full while writing $dest ($err)" ;;
+      22) case "$err" in *401*|*403*) denied 403 "$repo/$file" ;; esac; die 6 "download of $repo/$file failed: $err" ;;
+      *) die 6 "download of $repo/$file failed (curl $rc): $err" ;;
+    esac
+  fi
+  rm -f "$tmp.err"
+  got=$(wc -c <"$tmp" | tr -d ' ')
+  if [ -n "$META_SIZE" ] && [ "$got" != "$META_SIZE" ]; then rm -f "$tmp"; die 5 "size mismatch for $repo/$file: got $got bytes, the hub says $META_SIZE"; fi
+  if [ -n "$META_SHA" ]; then
+    sum=$(sha256sum "$tmp" | cut -d' ' -f1)
+    [ "$sum" = "$META_SHA" ] || { rm -f "$tmp"; die 5 "checksum mismatch for $repo/$file: sha256 $sum, the hub says $META_SHA"; }
+  fi
+  check_magic "$tmp" "$kind"
+  mv -f "$tmp" "$dest"
+  trap - EXIT INT TERM
+}
+
+if [ "${SKIP_DOWNLOAD:-0}" != 1 ]; then
+  [ -n "${TARGET_REPO:-}" ] && [ -n "${TARGET_FILE:-}" ] || die 2 "TARGET_REPO and TARGET_FILE must be set"
+  fetch "$TARGET_REPO" "$TARGET_FILE" "$MODEL_DIR/target/$TARGET_FILE" gguf
+  marker="$MODEL_DIR/draft/.lucepatch-complete"
+  if [ -n "${DRAFT_REPO:-}" ] && [ "$(cat "$marker" 2>/dev/null)" = "$DRAFT_REPO@$REV" ]; then
+    say "present: $MODEL_DIR/draft ($DRAFT_REPO@$REV)"
+  elif [ -n "${DRAFT_REPO:-}" ]; then
+    # the whole draft repository (config.json beside model.safetensors)
+    listing=$(hf_curl -sS --max-time 60 -w '\n%{http_code}' "$HF_ENDPOINT/api/models/$DRAFT_REPO/revision/$REV") || die 6 "cannot list $DRAFT_REPO"
+    status=$(printf '%s' "$listing" | tail -n 1)
+    denied "$status" "$DRAFT_REPO"
+    files=$(printf '%s' "$listing" | sed '$d' | grep -o '"rfilename" *: *"[^"]*"' | sed 's/.*: *"\(.*\)"/\1/')
+    [ -n "$files" ] || die 6 "no files listed for $DRAFT_REPO (HTTP $status)"
+    for f in $files; do
+      case "$f" in .gitattributes|README.md) continue ;; esac
+      fetch "$DRAFT_REPO" "$f" "$MODEL_DIR/draft/$f" raw
+    done
+    printf '%s\n' "$DRAFT_REPO@$REV" >"$marker"
+  fi
+fi
+say "starting $SERVER_BIN on 0.0.0.0:$PORT"
+exec "$SERVER_BIN" "$MODEL_DIR/target/${TARGET_FILE}" --draft "$MODEL_DIR/draft" --host 0.0.0.0 --port "$PORT" "$@"
