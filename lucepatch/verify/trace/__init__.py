@@ -19,7 +19,7 @@ from lucepatch.build import toolchain
 from lucepatch.errors import CheckFailed
 
 SOURCE = Path(__file__).with_name("interposer.c")
-FIELDS = ("call", "thread", "ctx", "result", "written")
+FIELDS = ("call", "proc", "thread", "ctx", "result", "written")
 
 
 def build_interposer(cache: Path) -> Path:
@@ -54,7 +54,15 @@ def record(binary: Path, scenario: str, interposer: Path, env_extra: dict | None
 
 
 def normalise(entry: dict) -> dict:
-    return {k: entry.get(k) for k in FIELDS}
+    out = {k: entry.get(k) for k in FIELDS}
+    out["proc"] = out["proc"] or "root"  # traces recorded before processes were labelled
+    return out
+
+
+def per_process(entries: list[dict]) -> list[dict]:
+    """Calls grouped by process (root first), order kept within each: two processes' calls
+    interleave differently on every run, one process's calls do not."""
+    return sorted(entries, key=lambda e: e["proc"] != "root")
 
 
 def load(path: Path) -> list[dict]:
@@ -63,6 +71,7 @@ def load(path: Path) -> list[dict]:
 
 def diff(expected: list[dict], got: list[dict]) -> list[str]:
     """Human-readable differences; empty when the traces agree."""
+    expected, got = per_process(expected), per_process(got)
     out = []
     for i in range(max(len(expected), len(got))):
         e = expected[i] if i < len(expected) else None

@@ -23,6 +23,11 @@
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_fd = -2;
+/* The process the recorder started; a forked child (e.g. shared-region's second process) is
+ * labelled "child" so the comparison can order the two processes' calls independently. */
+static pid_t g_root_pid;
+
+__attribute__((constructor)) static void remember_root(void) { g_root_pid = getpid(); }
 
 static void *real(const char *name) {
     void *p = dlsym(RTLD_NEXT, name);
@@ -51,7 +56,8 @@ static void emit(const char *call, int ctx, CUresult res, int written) {
         char line[256];
         int main_thread = syscall(SYS_gettid) == getpid();
         int n = snprintf(line, sizeof line,
-                         "{\"call\":\"%s\",\"thread\":\"%s\",\"ctx\":%s,\"result\":%d,\"written\":%s}\n", call,
+                         "{\"call\":\"%s\",\"proc\":\"%s\",\"thread\":\"%s\",\"ctx\":%s,\"result\":%d,"
+                         "\"written\":%s}\n", call, getpid() == g_root_pid ? "root" : "child",
                          main_thread ? "main" : "other", ctx ? "true" : "false", (int)res,
                          written < 0 ? "null" : (written ? "true" : "false"));
         if (write(g_fd, line, n) != n) {
