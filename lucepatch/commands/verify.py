@@ -9,6 +9,8 @@ from lucepatch.build.native import build_variant
 from lucepatch.commands._common import cache, json_option, require_source, source_option, workspace
 from lucepatch.errors import EXIT_CHECK_FAILED, UsageError
 from lucepatch.target import load_target
+from lucepatch.upstream.fingerprints import match_fingerprint
+from lucepatch.upstream.retire import format_retire_table, retire_exit_code, retire_report
 from lucepatch.verify.driver import choose_driver
 from lucepatch.verify.evidence import write_evidence
 from lucepatch.verify.reproducer import list_reproducers, load_reproducer
@@ -30,6 +32,28 @@ def _series_variants(t, src, cache_dir, baseline_ref, patched_ref):
     return out
 
 
+def attach_fingerprints(doc: dict, records) -> None:
+    """Name the known upstream issue each scenario's baseline failure matches (crash fingerprints)."""
+    for s in doc["scenarios"]:
+        failing = [r for r in records if r.scenario == s["scenario"] and r.variant == "baseline" and r.failed]
+        for r in failing[:1]:
+            fp = match_fingerprint(r.signal, "\n".join([r.first_error, r.log_tail]))
+            if fp and fp.get("issue"):
+                s["fingerprint"] = {k: fp[k] for k in ("issue", "url", "summary", "score") if k in fp}
+
+
+def _retire(ctx, ws, target_name, source, ref, driver, runs, as_json) -> int:
+    t = load_target(ws, target_name)
+    src = require_source(source, t.name)
+    git.open_repo(src)
+    doc = retire_report(t, src, ref, cache(ctx), driver, runs, workspace=ws)
+    if as_json:
+        report.emit_json("verify-retire", {"workspace": ws.to_json(), **doc})
+    title, columns, rows = format_retire_table(doc)
+    report.table(title, columns, rows, to_stdout=not as_json)
+    return retire_exit_code(doc)
+
+
 @click.command("verify")
 @click.option("--reproducer", "reproducer_names", multiple=True, help="Reproducer to run (repeatable).")
 @click.option("--all", "run_all", is_flag=True, help="Every reproducer of the target.")
@@ -46,13 +70,18 @@ def _series_variants(t, src, cache_dir, baseline_ref, patched_ref):
 @click.option("--jobs", type=click.IntRange(1, 256), default=None,
               help="Parallel runs (default: one per CPU when each run can get a private mount namespace "
                    "for /tmp/vgpulock, i.e. as root with unshare; serial otherwise). --jobs 1 forces serial.")
+@click.option("--retire", "retire_ref", default=None, metavar="REF",
+              help="Retirement by behaviour at upstream REF: run each patch's scenarios on unpatched and patched "
+                   "upstream and name patches upstream made unnecessary or ineffective.")
 @click.option("--evidence", "evidence_path", type=click.Path(dir_okay=False), default=None, help="Write the evidence JSON here.")
 @json_option
 @click.pass_context
 def command(ctx, reproducer_names, run_all, scenarios, target_name, source, driver, runs, lib, baseline_lib,
-            baseline_ref, patched_ref, jobs, evidence_path, as_json):
+            baseline_ref, patched_ref, jobs, retire_ref, evidence_path, as_json):
     """Run reproducers against the baseline and the patched build and decide whether the fix is proven."""
     ws = workspace(ctx)
+    if retire_ref:
+        return _retire(ctx, ws, target_name, source, retire_ref, driver, runs, as_json)
     if run_all and reproducer_names:
         raise UsageError("give --reproducer or --all, not both")
     if not run_all and not reproducer_names:
@@ -90,6 +119,7 @@ def command(ctx, reproducer_names, run_all, scenarios, target_name, source, driv
     report.progress(f"execution: {ex.mode}" + (f", {ex.jobs} jobs" if ex.mode == "parallel" else "") + f" ({ex.why})")
     records = run_matrix(repros, variants, n, drv, c, list(scenarios) or None, execution=ex)
     doc = build_evidence(t, repros, variants, records, drv, n, ws.to_json(), upstream_base, execution=ex)
+    attach_fingerprints(doc, records)
     if evidence_path:
         write_evidence(evidence_path, doc)
     if as_json:
@@ -106,6 +136,9 @@ def command(ctx, reproducer_names, run_all, scenarios, target_name, source, driv
     ex_doc = doc["execution"]
     report.progress(f"{ex_doc['processes']} processes in {ex_doc['wall_s']:.1f}s, {ex_doc['mode']}"
                     + (f" x{ex_doc['jobs']}" if ex_doc["mode"] == "parallel" else ""))
+    for s in doc["scenarios"]:
+        if s.get("fingerprint"):
+            report.progress(f"baseline failure of {s['scenario']} {s['fingerprint']['summary']} ({s['fingerprint'].get('url', '')})")
     for sk in doc["skipped"]:
         report.progress(f"skipped: {sk['scenario']}: {sk['reason']}")
     report.progress(f"verdict: {doc['verdict']}" + (" (simulated driver)" if doc.get("simulated") else "")
