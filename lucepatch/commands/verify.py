@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import click
 
 from lucepatch import git, report
@@ -11,10 +14,11 @@ from lucepatch.errors import EXIT_CHECK_FAILED, UsageError
 from lucepatch.target import load_target
 from lucepatch.upstream.fingerprints import match_fingerprint
 from lucepatch.upstream.retire import format_retire_table, retire_exit_code, retire_report
-from lucepatch.verify.driver import choose_driver
+from lucepatch.k8s import incluster
+from lucepatch.verify.driver import DriverChoice, choose_driver
 from lucepatch.verify.evidence import write_evidence
 from lucepatch.verify.reproducer import list_reproducers, load_reproducer
-from lucepatch.verify.session import Variant, build_evidence, plan_execution, run_matrix, variant_from_file
+from lucepatch.verify.session import Execution, Variant, build_evidence, plan_execution, run_matrix, variant_from_file
 
 
 def _series_variants(t, src, cache_dir, baseline_ref, patched_ref):
@@ -73,11 +77,22 @@ def _retire(ctx, ws, target_name, source, ref, driver, runs, as_json) -> int:
 @click.option("--retire", "retire_ref", default=None, metavar="REF",
               help="Retirement by behaviour at upstream REF: run each patch's scenarios on unpatched and patched "
                    "upstream and name patches upstream made unnecessary or ineffective.")
+@click.option("--in-cluster", is_flag=True, help="Run the reproducers as Jobs on a HAMi node (see docs/cluster.md).")
+@click.option("--kubeconfig", default=None, help="Kubeconfig for --in-cluster (default: $LUCEPATCH_KUBECONFIG).")
+@click.option("--context", "kube_context", default=None, help="Kubeconfig context for --in-cluster.")
+@click.option("--namespace", default="lucepatch", show_default=True, help="Namespace of the verify Jobs.")
+@click.option("--node", default=None, help="Pin the Jobs to this node.")
+@click.option("--gpu-mem", type=int, default=None, help="nvidia.com/gpumem (MiB) requested by each Job.")
+@click.option("--image", default=None, help="Image with /lucepatch/bin/<reproducer> and /lucepatch/lib/<variant>/libvgpu.so.")
+@click.option("--from-logs", type=click.Path(file_okay=False), default=None,
+              help="Re-evaluate recorded pod logs (<reproducer>.<scenario>.<variant>.log) instead of running.")
+@click.option("--save-logs", type=click.Path(file_okay=False), default=None, help="Keep the fetched pod logs here.")
 @click.option("--evidence", "evidence_path", type=click.Path(dir_okay=False), default=None, help="Write the evidence JSON here.")
 @json_option
 @click.pass_context
 def command(ctx, reproducer_names, run_all, scenarios, target_name, source, driver, runs, lib, baseline_lib,
-            baseline_ref, patched_ref, jobs, retire_ref, evidence_path, as_json):
+            baseline_ref, patched_ref, jobs, retire_ref, in_cluster, kubeconfig, kube_context, namespace, node,
+            gpu_mem, image, from_logs, save_logs, evidence_path, as_json):
     """Run reproducers against the baseline and the patched build and decide whether the fix is proven."""
     ws = workspace(ctx)
     if retire_ref:
@@ -104,7 +119,19 @@ def command(ctx, reproducer_names, run_all, scenarios, target_name, source, driv
     if len(artifacts) != 1 or any(r.target != t.name for r in repros):
         raise UsageError("the chosen reproducers need different targets or artifacts; verify them separately")
     c = cache(ctx)
-    drv = choose_driver(driver, c)
+    if from_logs:
+        in_cluster = True
+    if in_cluster:
+        # The node's driver runs the reproducers; what it was is read back from the pod logs.
+        drv = DriverChoice(requested="in-cluster", chosen="real", env={}, fake_dir=None, note="the node's driver")
+        if not from_logs:
+            if kubeconfig:
+                os.environ["LUCEPATCH_KUBECONFIG"] = kubeconfig
+            incluster.require_cluster()
+            if not image:
+                raise UsageError("--in-cluster needs --image (the reproducers and both libraries; docs/cluster.md)")
+    else:
+        drv = choose_driver(driver, c)
     report.progress(f"workspace {ws.describe()}; driver {drv.chosen} ({drv.note or drv.requested})")
     if lib:
         variants = [variant_from_file("baseline", baseline_lib), variant_from_file("patched", lib)]
@@ -115,10 +142,26 @@ def command(ctx, reproducer_names, run_all, scenarios, target_name, source, driv
         variants = _series_variants(t, src, c, baseline_ref, patched_ref)
         upstream_base = variants[0].provenance.get("base")
     n = runs or max(r.default_runs for r in repros)
-    ex = plan_execution(jobs)
-    report.progress(f"execution: {ex.mode}" + (f", {ex.jobs} jobs" if ex.mode == "parallel" else "") + f" ({ex.why})")
-    records = run_matrix(repros, variants, n, drv, c, list(scenarios) or None, execution=ex)
+    cluster = None
+    if in_cluster:
+        plan = incluster.plan_runs(repros, list(scenarios) or None, [v.name for v in variants])
+        shas = {v.name: v.sha256 for v in variants}
+        ex = Execution("in-cluster", 1, "pod", "one Job per scenario and variant, runs serial inside each pod")
+        if from_logs:
+            records = incluster.from_logs(Path(from_logs), plan, shas, n)
+            cluster = {"from_logs": str(from_logs)}
+        else:
+            records, cluster = incluster.run_live(plan, shas, n, image=image, namespace=namespace, node=node,
+                                                  gpu_mem_mib=gpu_mem, context=kube_context,
+                                                  save_logs=Path(save_logs) if save_logs else None)
+        ex.processes = len(records)
+    else:
+        ex = plan_execution(jobs)
+        report.progress(f"execution: {ex.mode}" + (f", {ex.jobs} jobs" if ex.mode == "parallel" else "") + f" ({ex.why})")
+        records = run_matrix(repros, variants, n, drv, c, list(scenarios) or None, execution=ex)
     doc = build_evidence(t, repros, variants, records, drv, n, ws.to_json(), upstream_base, execution=ex)
+    if cluster is not None:
+        doc["cluster"] = cluster
     attach_fingerprints(doc, records)
     if evidence_path:
         write_evidence(evidence_path, doc)

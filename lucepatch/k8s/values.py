@@ -83,6 +83,8 @@ VERIFY_JOB = {
     "lib_path_in_image": Value("/lucepatch/lib/libvgpu.so", "Path of the variant library inside lib_image (or image)."),
     "lib_sha256": Value(None, "Expected sha256 of the variant library; the runner refuses to run on a mismatch."),
     "runs": Value(20, "Runs of the reproducer in this Job (serial: HAMi's host-wide /tmp/vgpulock)."),
+    "env": Value({}, "Extra environment of the reproducer (dict), e.g. the reproducer.toml [env] such as "
+                     "CUDA_DEVICE_MEMORY_LIMIT; HAMi's own per-pod variables still come from the device plugin."),
     "run_timeout_seconds": Value(120, "Per-run timeout (timeout(1)); a timeout is recorded as returncode 124."),
     "node": Value(None, "Pin to this node (kubernetes.io/hostname); null = any HAMi node."),
     "gpu_count": Value(1, "`nvidia.com/gpu` limit."),
