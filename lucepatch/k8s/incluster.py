@@ -7,7 +7,7 @@ parsed back (jobs.parse_job_log) and every run goes through the same classifier 
 (runner.classify): the reproducer's in-pod load report must name the preloaded library with the
 sha256 of the bytes verified here, and HAMi's marker must be in the log, or the run is invalid.
 
-Image layout the Jobs expect (`--image`, e.g. made by `build_verify_image`):
+Image layout the Jobs expect (`--image`; docs/cluster.md has a Dockerfile for it):
     /lucepatch/bin/<reproducer>             the compiled reproducers
     /lucepatch/lib/<variant>/libvgpu.so     the baseline and patched libraries
 
@@ -18,7 +18,6 @@ cluster; `--save-logs DIR` keeps what a live run fetched, in that layout.
 from __future__ import annotations
 
 import json
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -166,29 +165,6 @@ def node_facts(core, name: str) -> dict:
     return {"node": name, "gpu": pick("nvidia.com/gpu.product"), "driver": pick("nvidia.com/cuda.driver-version.full",
             "nvidia.com/cuda.driver.major"), "hami_version": pick("hami.io/version", "hami.io/node-hami-version"),
             "labels": {k: v for k, v in labels.items() if k.startswith(("nvidia.com/", "hami.io/"))}}
-
-
-def build_verify_image(repros: list[Reproducer], binaries: dict[str, Path], libs: dict[str, Path],
-                       base_image: str, tag: str) -> str:
-    """An image with the reproducers and both variant libraries in the layout the Jobs expect."""
-    from lucepatch.k8s.plugin_image import docker_client
-
-    client = docker_client()
-    with tempfile.TemporaryDirectory(prefix="lucepatch-verify-image-") as ctx:
-        lines = [f"FROM {base_image}"]
-        for name, b in binaries.items():
-            Path(ctx, f"bin-{name}").write_bytes(b.read_bytes())
-            lines.append(f"COPY bin-{name} {BIN_DIR}/{name}")
-        for variant, lib in libs.items():
-            Path(ctx, f"lib-{variant}.so").write_bytes(lib.read_bytes())
-            lines.append(f"COPY lib-{variant}.so {LIB_PATH.format(variant=variant)}")
-        lines.append('LABEL dev.lucepatch.verify-image="1"')
-        Path(ctx, "Dockerfile").write_text("\n".join(lines) + "\n")
-        try:
-            image, _ = client.images.build(path=ctx, tag=tag, rm=True, network_mode="none")
-        except Exception as exc:
-            raise CheckFailed(f"building {tag} failed: {exc}")
-    return image.id
 
 
 def require_cluster() -> None:
