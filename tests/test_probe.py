@@ -122,3 +122,23 @@ def test_real_lucebox_probes_sm120(cli):
     for run in r.json["runs"]:
         assert {p["fix"] for p in run["probes"]} == {"F1", "F2", "F3", "F6", "F7", "F11"}
         assert all(p["as_declared"] for p in run["probes"])
+
+
+@pytest.mark.upstream
+def test_real_lucebox_absorbed_records_are_in_the_pinned_bases():
+    src = os.environ.get("LUCEPATCH_SRC_LUCEBOX")
+    if not src:
+        pytest.skip("no-upstream: LUCEPATCH_SRC_LUCEBOX is not set (lucebox-hub 8305b6c with submodules)")
+    from lucepatch.series import parse_patch
+    t = load_target_dir(REPO / "patches" / "lucebox")
+    repos = [(t.dir / "absorbed", Path(src), t.base)]
+    for s in t.submodules:
+        repos.append((t.dir / s["series_dir"] / "absorbed", Path(src) / s["path"], s["base"]))
+    n = 0
+    for adir, repo, base in repos:
+        for pf in sorted(adir.glob("*.patch")):
+            commit = parse_patch(pf).trailer("Applied-Upstream")
+            r = subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", commit, base])
+            assert r.returncode == 0, f"{pf.name}: {commit} is not in {base}"
+            n += 1
+    assert n == 3

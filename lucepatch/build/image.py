@@ -18,6 +18,7 @@ import json
 import os
 import re
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -230,9 +231,13 @@ def docker_build(client, ctx: Path, tag: str, log_path: Path, *, target_stage: s
         stream = client.api.build(path=str(ctx), dockerfile="Dockerfile", tag=tag, rm=True, forcerm=True,
                                   decode=True, buildargs=buildargs or {}, target=target_stage,
                                   network_mode=network_mode, pull=False)
+        t0 = time.monotonic()
         for chunk in stream:
             if "stream" in chunk:
-                log.write(chunk["stream"])
+                text = chunk["stream"]
+                if text.startswith("Step "):  # elapsed time per step: where a build spends it
+                    text = f"[{time.monotonic() - t0:8.1f}s] {text}"
+                log.write(text)
                 m = re.search(r"Successfully built ([0-9a-f]+)", chunk["stream"])
                 if m:
                     image_id = m.group(1)
@@ -320,8 +325,6 @@ def build_image(target: Target, source: Path, profile_name: str | None, cache: P
                 runtime_image: str | None = None, jobs: int | None = None, ccache_dir: Path | None = None,
                 save: Path | None = None, push: bool = False, closure: bool = True, network_mode: str | None = None,
                 log_dir: Path | None = None) -> ImageResult:
-    import time  # noqa: PLC0415
-
     client = docker_client()
     pname, profile = image_profile(target, profile_name)
     tag = image_tag(target, pname, repo)

@@ -1,0 +1,123 @@
+"""Benchmark P5: rebuild a compile-dominated fixture image after one patch edit, with a compiler
+cache (ccache) carried between builds, against the cold build. Goal: warm <= 15% of cold.
+
+The cudaproj fixture gets N generated C translation units (src/gen/) and a 4th series patch that
+changes one of them. Cold: empty ccache. Then the patch is edited (a different constant in the same
+TU, regenerated with git format-patch) and the image rebuilt with the ccache the cold build left
+(the build stage's /ccache is copied out of the image and into the next build context: the docker
+SDK talks to the legacy builder, which has no BuildKit cache mounts). Recompiled TUs = ccache
+misses printed in the build log (`ccache --print-stats` inside the RUN step); total TUs = compile
+commands in the log (ninja -v).
+
+Needs: a Docker engine, ccache on the host (it goes into the offline base image).
+Usage: python bench/image_rebuild.py [--tus 64] [--funcs 500] [--out FILE.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "cudaproj"))
+
+import make_fixture  # noqa: E402
+
+from lucepatch.build import image as img  # noqa: E402
+from lucepatch.target import load_target_dir  # noqa: E402
+
+
+def gen_tu(i: int, n: int, k: int = 7) -> str:
+    out = [f"/* generated TU {i} */\n#include <math.h>\n#define K {k}\n"]
+    for j in range(n):
+        out.append(f"double gen_{i}_{j}(const double *v, int n) {{ double s = {j}.0; for (int a = 0; a < n; a++) "
+                   f"{{ s += v[a] * (a % K + {j % 13}) / (1.0 + a); if (s > 1e9) s = sqrt(s); }} return s; }}\n")
+    out.append(f"double gen_{i}_all(const double *v, int n) {{ return 0"
+               + "".join(f" + gen_{i}_{j}(v, n)" for j in range(n)) + "; }\n")
+    return "".join(out)
+
+
+def add_tuning_patch(fx: dict, value: int, name: str = "perf-tune-gen-07.patch") -> None:
+    """Series patch #4: K in src/gen/tu_07.c (regenerated with real git on each edit)."""
+    up = fx["upstream"]
+    git = lambda *a: make_fixture.git(up, *a)  # noqa: E731
+    git("checkout", "-q", "-B", "tune", fx["base"])
+    path = up / "src" / "gen" / "tu_07.c"
+    path.write_text(path.read_text().replace("#define K 7", f"#define K {value}"))
+    git("commit", "-q", "-am", f"perf(gen): K={value} in tu_07\n\nUpstream-Status: Inappropriate [benchmark]\n{make_fixture.SOB}")
+    out = git("format-patch", "--zero-commit", "--no-signature", "--full-index", "-N", "-1", "--stdout", "tune")
+    git("checkout", "-q", "main")
+    git("branch", "-q", "-D", "tune")
+    (fx["tdir"] / name).write_text(out)
+    series = fx["tdir"] / "series"
+    lines = series.read_text().splitlines()
+    if name not in lines:
+        series.write_text("\n".join(lines + [name]) + "\n")
+
+
+def stats(log: str) -> dict:
+    """ccache counters printed after the compile, and the compile commands ninja -v printed."""
+    tail = log.split("ccache-stats:", 1)[1] if "ccache-stats:" in log else ""
+    get = lambda k: int(m.group(1)) if (m := re.search(rf"^{k}\s+(\d+)", tail, re.M)) else 0  # noqa: E731
+    compiles = len(re.findall(r"^\[\d+/\d+\] .*\s-c\s", log, re.M))
+    return {"ccache_misses": get("cache_miss"), "ccache_hits": get("direct_cache_hit") + get("preprocessed_cache_hit"),
+            "compile_commands": compiles}
+
+
+def build(fx, cache: Path, ccache_dir: Path, label: str) -> dict:
+    t = load_target_dir(fx["tdir"])
+    log_dir = cache / f"img-{label}"
+    t0 = time.monotonic()
+    res = img.build_image(t, fx["upstream"], "cpu", cache, repo="lucepatch-bench/cudaproj", ccache_dir=ccache_dir,
+                          log_dir=log_dir, closure=True)
+    secs = time.monotonic() - t0
+    log = res.log.read_text(errors="replace")
+    return {"seconds": round(secs, 1), **stats(log), "tag": res.tag}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tus", type=int, default=64)
+    ap.add_argument("--funcs", type=int, default=500)
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    if not shutil.which("ccache"):
+        print("image_rebuild: ccache is not installed on this host (apt-get install ccache)", file=sys.stderr)
+        return 3
+    subprocess.run(["bash", str(ROOT / "tests/fixtures/cudaproj/make_base.sh")], check=True, capture_output=True)
+    tmp = Path(tempfile.mkdtemp(prefix="lp-bench-rebuild-"))
+    try:
+        fx = make_fixture.make(tmp, extra_files={f"src/gen/tu_{i:02d}.c": gen_tu(i, a.funcs) for i in range(a.tus)})
+        add_tuning_patch(fx, 11)
+        ccache_dir = tmp / "ccache"
+        ccache_dir.mkdir()
+        cold = build(fx, tmp / "cache", ccache_dir, "cold")
+        add_tuning_patch(fx, 13)  # the one patch edit
+        warm = build(fx, tmp / "cache", ccache_dir, "warm")
+        ratio = warm["seconds"] / cold["seconds"]
+        doc = {"benchmark": "P5 image rebuild after one patch edit, ccache carried", "tus": a.tus + 1,
+               "cold": cold, "warm": warm, "ratio": round(ratio, 3), "goal": 0.15, "met": ratio <= 0.15,
+               "machine": f"{platform.node()} {os.cpu_count()} cpu", "date": time.strftime("%Y-%m-%d")}
+        print(json.dumps(doc, indent=2))
+        print(f"cold {cold['seconds']}s ({cold['ccache_misses']} TUs compiled), warm {warm['seconds']}s "
+              f"({warm['ccache_misses']} recompiled, {warm['ccache_hits']} from ccache): {ratio:.1%} of cold "
+              f"(goal <= 15%: {'met' if ratio <= 0.15 else 'NOT met'})", file=sys.stderr)
+        if a.out:
+            Path(a.out).write_text(json.dumps(doc, indent=2) + "\n")
+        return 0
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

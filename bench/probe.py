@@ -1,0 +1,58 @@
+"""Benchmark: `lucepatch probe lucebox` time over one full single-arch build. Goal: <= 1/8.
+
+The full-build figure is bench/full_build.json when bench/full_build.py has measured one on this kind
+of machine; otherwise the field record (FIELD-NOTES §4: 35-45 min on 2 cores, 21 min of it compiling
+before the F6 link failure) is used and labelled as such — the lucepatch CI machine cannot build
+ggml-cuda at all (no cuBLAS in its PyPI CUDA).
+
+Usage: python bench/probe.py [--source LUCEBOX_CHECKOUT] [--profile sm120-cuda13] [--both]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from lucepatch.build.probe import run_probes  # noqa: E402
+from lucepatch.target import load_target_dir  # noqa: E402
+
+FIELD = {"total_s": 35 * 60, "source": "field record, FIELD-NOTES §4 (35-45 min on 2 cores; lower bound used)",
+         "machine": "2-core CPU box, nvcc 13.0 / CMake 3.25"}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--source", default=os.environ.get("LUCEPATCH_SRC_LUCEBOX", str(ROOT / ".upstream" / "lucebox-hub")))
+    ap.add_argument("--profile", default="sm120-cuda13")
+    ap.add_argument("--both", action="store_true", help="time baseline + patched (default: patched, what preflight runs)")
+    a = ap.parse_args()
+    full = json.loads((ROOT / "bench" / "full_build.json").read_text()) if (ROOT / "bench" / "full_build.json").is_file() else FIELD
+    t = load_target_dir(ROOT / "patches" / "lucebox")
+    cache = Path(tempfile.mkdtemp(prefix="lp-bench-probe-"))  # cold: stand-ins built too
+    out = {"profile": a.profile, "machine": f"{platform.node()} {os.cpu_count()} cpu", "runs": []}
+    t0 = time.monotonic()
+    for variant in (["baseline", "patched"] if a.both else ["patched"]):
+        run = run_probes(t, Path(a.source), a.profile, variant, cache)
+        out["runs"].append({"variant": variant, "seconds": round(run.seconds, 1), "ok": run.ok,
+                            "probes": {r.spec.fix: round(r.seconds, 1) for r in run.results}})
+    total = time.monotonic() - t0
+    out.update({"probe_s": round(total, 1), "full_build_s": full["total_s"], "full_build_source": full["source"],
+                "ratio": round(total / full["total_s"], 4), "goal": 0.125})
+    out["met"] = out["ratio"] <= 0.125
+    print(json.dumps(out, indent=2))
+    print(f"probe {total:.0f}s vs full build {full['total_s']}s ({full['source']}): {out['ratio']:.1%} "
+          f"(goal <= 12.5%: {'met' if out['met'] else 'NOT met'})", file=sys.stderr)
+    return 0 if all(r["ok"] for r in out["runs"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
