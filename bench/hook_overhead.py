@@ -105,12 +105,21 @@ def main(argv=None) -> int:
     gpu = meta.get("gpu") or ""
     simulated = gpu.startswith(FAKE_DEVICE_NAME_PREFIX)
     med = {k: statistics.median(v) for k, v in samples.items()}
-    ratio = med["patched"] / med["baseline"]
+    low = {k: min(v) for k, v in samples.items()}
+    # Noise on a shared GPU host only ever adds time, and it drifts between repeats: the ratio is
+    # taken within each interleaved round (patched vs the baseline measured right before it), and
+    # its median is what the goal is judged on. Medians and minima of each variant are reported too.
+    paired = [p / b for p, b in zip(samples["patched"], samples["baseline"]) if b]
+    ratio = statistics.median(paired)
     doc = {
         "schema_version": 1, "kind": "lucepatch-hook-overhead", "simulated": simulated,
         "gpu": gpu, "driver_version": meta.get("driver_version"), "iterations": args.iterations,
         "repeats": args.repeats, "ns_per_pair_median": {k: round(v, 1) for k, v in med.items()},
+        "ns_per_pair_min": {k: round(v, 1) for k, v in low.items()},
         "ns_per_pair_samples": samples, "patched_over_baseline": round(ratio, 4),
+        "patched_over_baseline_paired": [round(x, 4) for x in paired],
+        "patched_over_baseline_of_medians": round(med["patched"] / med["baseline"], 4),
+        "patched_over_baseline_of_minima": round(low["patched"] / low["baseline"], 4),
         "baseline_over_none": round(med["baseline"] / med["none"], 3) if med["none"] else None,
         "goal": "patched <= 1.05 x baseline", "goal_met": ratio <= 1.05, "variants": provenance,
         "host": {"cpus": os.cpu_count()},
@@ -118,8 +127,9 @@ def main(argv=None) -> int:
     label = "SIMULATED driver (interposer cost only, not GPU figures)" if simulated else f"{gpu}, driver {meta.get('driver_version')}"
     print(f"hook overhead, cuMemAllocAsync+cuMemFreeAsync pair, {label}; median of {args.repeats} x {args.iterations}")
     for k in ("none", "baseline", "patched"):
-        print(f"  {k:9s} {med[k]:10.1f} ns/pair   ({med[k] / med['none']:.2f}x bare driver)")
-    print(f"  patched / baseline = {ratio:.3f}  (goal <= 1.05: {'met' if ratio <= 1.05 else 'NOT met'})")
+        print(f"  {k:9s} median {med[k]:8.1f}  min {low[k]:8.1f} ns/pair   ({med[k] / med['none']:.2f}x bare driver)")
+    print(f"  patched / baseline: median of paired rounds {ratio:.3f}, of medians {med['patched'] / med['baseline']:.3f}, "
+          f"of minima {low['patched'] / low['baseline']:.3f}  (goal <= 1.05: {'met' if ratio <= 1.05 else 'NOT met'})")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(doc, indent=2) + "\n")

@@ -45,7 +45,7 @@ for step in "$@"; do
       lp verify --reproducer multi-device --source $SRC --driver real --runs 20 --jobs 8 \
         --evidence "$OUT/multi-device.h200x${n}.json" 2>&1 | tee "$OUT/verify-multi-device.log" ;;
     overhead)
-      python3 bench/hook_overhead.py --source $SRC --driver real --json "$OUT/hook-overhead.h200.json" 2>&1 | tee "$OUT/overhead.log" ;;
+      python3 bench/hook_overhead.py --source $SRC --driver real --repeats ${REPEATS:-5} --json "$OUT/hook-overhead.h200.json" 2>&1 | tee "$OUT/overhead.log" ;;
     bench-verify)
       python3 bench/verify.py --source $SRC --driver real --json "$OUT/bench-verify.h200.json" 2>&1 | tee "$OUT/bench-verify.log" ;;
     *)

@@ -17,7 +17,8 @@ from lucepatch.verify.reproducer import list_reproducers
 @click.argument("target", required=False)
 @source_option
 @click.option("--out", "out_dir", required=True, type=click.Path(), help="New directory for the PR files.")
-@click.option("--evidence", "evidence_path", type=click.Path(), default=None, help="Evidence JSON from lucepatch verify.")
+@click.option("--evidence", "evidence_paths", type=click.Path(), multiple=True,
+              help="Evidence JSON from lucepatch verify; repeat to combine runs (per reproducer, the newest current run counts).")
 @click.option("--no-evidence", is_flag=True, help="Write the PR without evidence (the body says so).")
 @click.option("--patches", "patch_names", default=None, help="Comma-separated subset of the series (kept in series order).")
 @click.option("--upstream-ref", default=None, help="Upstream ref to base the PR on (default: the pinned base).")
@@ -32,7 +33,7 @@ from lucepatch.verify.reproducer import list_reproducers
 @click.option("--ai-use", default=None, metavar="TEXT", help="AI-use disclosure (required by llama.cpp-family upstreams).")
 @json_option
 @click.pass_context
-def command(ctx, target, source, out_dir, evidence_path, no_evidence, patch_names, upstream_ref, signoff, draft,
+def command(ctx, target, source, out_dir, evidence_paths, no_evidence, patch_names, upstream_ref, signoff, draft,
             push, branch, revise, template, ai_use, as_json):
     """Write DIR/*.patch (with base-commit), DIR/pr-body.md and DIR/pr.json for TARGET's series.
 
@@ -46,7 +47,7 @@ def command(ctx, target, source, out_dir, evidence_path, no_evidence, patch_name
     repros = {r.name: r for r in list_reproducers(ws)}
     res = prepare_pr(t, src, cache(ctx), Path(out_dir), patch_names=patch_names.split(",") if patch_names else None,
                      upstream_ref=upstream_ref, signoff=signoff,
-                     evidence_path=Path(evidence_path) if evidence_path else None, no_evidence=no_evidence,
+                     evidence_path=[Path(e) for e in evidence_paths] or None, no_evidence=no_evidence,
                      draft=draft, repro_hashes={n: r.hash for n, r in repros.items()}, template=template,
                      push=push, branch=branch, revise=Path(revise) if revise else None, ai_use=ai_use,
                      reproducers=repros, workspace=ws.path)

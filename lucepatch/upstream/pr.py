@@ -23,6 +23,7 @@ from lucepatch.upstream.checks import CheckResult, run_checks
 from lucepatch.upstream.conventions import conventions_for, repo_slug
 from lucepatch.upstream.render import render
 from lucepatch.upstream.scrub import Scrubber
+from lucepatch.verify.evidence import combine as combine_evidence
 from lucepatch.verify.evidence import load_evidence, staleness
 
 META = "lucepatch.json"
@@ -96,11 +97,12 @@ def driver_display(doc: dict) -> dict:
 
 def verdict_rows(doc: dict) -> list[dict]:
     """The rows of the before/after table, as strings, in the order the body prints them."""
-    d = driver_display(doc)
     rows = []
     for s in doc["scenarios"]:
         if s.get("control"):
             continue
+        # combined evidence: each scenario carries the driver of the run it came from
+        d = driver_display({"driver": s["driver"]} if s.get("driver") else doc)
         for v in ("baseline", "patched"):
             var = doc["variants"].get(v, {})
             commit = var.get("base") or doc.get("upstream", {}).get("base") or ""
@@ -184,7 +186,9 @@ def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, *, patc
                                   remedy="fetch it into the checkout (git fetch origin)")
     doc = None
     if evidence_path is not None:
-        doc = load_evidence(evidence_path)
+        paths = evidence_path if isinstance(evidence_path, (list, tuple)) else [evidence_path]
+        docs = [load_evidence(p) for p in paths]
+        doc = docs[0] if len(docs) == 1 else combine_evidence(docs, repro_hashes or {})
         check_evidence(doc, target, repro_hashes or {}, base_sha)
     patches = select_patches(target, patch_names)
     prev = _read_previous(revise) if revise else None
