@@ -33,6 +33,7 @@ sys.path.insert(0, str(FIX))
 import make_fixture  # noqa: E402
 
 BASE = os.environ.get("LUCEPATCH_DEBIAN_BASE", "lucepatch/base:debian-cc")
+RT_BASE = os.environ.get("LUCEPATCH_DEBIAN_RT_BASE", "lucepatch/base:debian-rt")
 TOKEN = "hf_PLANTEDlucepatchTOKEN0123456789abcdef"
 RUN_TOKEN = "hf_RUNTIMEonlyTOKEN9876543210"
 
@@ -46,8 +47,9 @@ def client():
 
 @pytest.fixture(scope="module")
 def base_image(client):
-    r = subprocess.run(["bash", str(FIX / "make_base.sh"), BASE], capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stderr[-2000:]
+    for args in ([BASE], ["--flavour", "rt", RT_BASE]):
+        r = subprocess.run(["bash", str(FIX / "make_base.sh"), *args], capture_output=True, text=True, timeout=900)
+        assert r.returncode == 0, r.stderr[-2000:]
     return BASE
 
 
