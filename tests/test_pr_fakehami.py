@@ -21,7 +21,7 @@ FAKEHAMI = FIXTURES / "fakehami"
 pytestmark = pytest.mark.skipif(
     shutil.which("gcc") is None or shutil.which("cmake") is None
     or not os.path.isfile("/usr/local/cuda/include/cuda.h"),
-    reason="no-gpu: needs gcc, cmake and /usr/local/cuda/include/cuda.h to build the fixture",
+    reason="needs gcc, cmake and /usr/local/cuda/include/cuda.h to build the fixture (not a GPU: CI must have them)",
 )
 
 
