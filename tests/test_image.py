@@ -356,3 +356,12 @@ def test_rendered_dockerfiles_are_current_and_lint_clean(profile, tmp_path):
     if "entrypoint.sh" in files:
         r = subprocess.run(["sh", "-n", str(docs / "entrypoint.sh")], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
+
+
+def test_step_image_finds_the_compile_layer():
+    log = ("[ 0.0s] Step 6/9 : COPY src/ /src/\n ---> Using cache\n ---> d576a2229504\n"
+           "[ 1.0s] Step 7/9 : RUN cmake -S /src -B /build && cmake --build /build\n ---> Running in 41ef8f10e87d\n"
+           "[1/2] cc -c a.c\nRemoving intermediate container 41ef8f10e87d\n ---> 3a6c2d4c2a7d\n"
+           "[ 9.0s] Step 8/9 : COPY entrypoint.sh /out/bin/entrypoint.sh\n ---> 87f2ec364a1a\n")
+    assert img.step_image(log, "cmake --build") == "3a6c2d4c2a7d"
+    assert img.step_image(log, "no such step") is None

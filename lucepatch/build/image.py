@@ -223,14 +223,14 @@ class ImageResult:
 
 
 def docker_build(client, ctx: Path, tag: str, log_path: Path, *, target_stage: str | None = None,
-                 buildargs: dict | None = None, network_mode: str | None = None) -> str:
+                 buildargs: dict | None = None, network_mode: str | None = None, nocache: bool = False) -> str:
     """Build through the SDK's low-level API, streaming the log to log_path; returns the image id."""
     image_id = None
     errors = []
     with open(log_path, "a") as log:
         stream = client.api.build(path=str(ctx), dockerfile="Dockerfile", tag=tag, rm=True, forcerm=True,
                                   decode=True, buildargs=buildargs or {}, target=target_stage,
-                                  network_mode=network_mode, pull=False)
+                                  network_mode=network_mode, pull=False, nocache=nocache)
         t0 = time.monotonic()
         for chunk in stream:
             if "stream" in chunk:
@@ -253,6 +253,21 @@ def docker_build(client, ctx: Path, tag: str, log_path: Path, *, target_stage: s
         raise CheckFailed(f"docker build of {tag} failed: {first[:200] or (errors[0][:200] if errors else 'no image id')} "
                           f"({errors[0][:160] if errors else ''}; log: {log_path})")
     return image_id
+
+
+def step_image(log: str, marker: str) -> str | None:
+    """The image id the (last) build step whose instruction contains `marker` produced."""
+    found = None
+    lines = log.splitlines()
+    for i, line in enumerate(lines):
+        if re.search(r"Step \d+/\d+ : ", line) and marker in line:
+            for nxt in lines[i + 1:]:
+                if re.search(r"Step \d+/\d+ : ", nxt):
+                    break
+                m = re.match(r"^ ---> ([0-9a-f]{12,64})\s*$", nxt)
+                if m:
+                    found = m.group(1)
+    return found
 
 
 CLOSURE_SCRIPT = r"""
@@ -324,7 +339,7 @@ def build_image(target: Target, source: Path, profile_name: str | None, cache: P
                 variant: str = "patched", evidence: dict | None = None, builder_image: str | None = None,
                 runtime_image: str | None = None, jobs: int | None = None, ccache_dir: Path | None = None,
                 save: Path | None = None, push: bool = False, closure: bool = True, network_mode: str | None = None,
-                log_dir: Path | None = None) -> ImageResult:
+                log_dir: Path | None = None, nocache: bool = False) -> ImageResult:
     client = docker_client()
     pname, profile = image_profile(target, profile_name)
     tag = image_tag(target, pname, repo)
@@ -348,11 +363,14 @@ def build_image(target: Target, source: Path, profile_name: str | None, cache: P
         log = out / "build.log"
         log.write_text("")
         report.progress(f"docker build {tag} (context {ctx}, log {log})")
+        image_id = docker_build(client, ctx, tag, log, network_mode=network_mode, nocache=nocache)
         if ccache_dir is not None:
-            # the build stage alone first, so its compiler cache can be carried to the next build
-            build_id = docker_build(client, ctx, tag + "-build", log, target_stage="build", network_mode=network_mode)
-            _export_dir(client, build_id, "/ccache", ccache_dir)
-        image_id = docker_build(client, ctx, tag, log, network_mode=network_mode)
+            # carry the compiler cache to the next build: copy /ccache out of the build-stage layer
+            # the compile step produced (the legacy builder keeps it as the final image's parent)
+            layer = step_image(log.read_text(errors="replace"), "cmake --build")
+            if not layer:
+                raise CheckFailed(f"cannot find the compile step's layer in {log} to copy the compiler cache from")
+            _export_dir(client, layer, "/ccache", ccache_dir)
     res = ImageResult(tag, image_id, labels, out / "Dockerfile", log, seconds=time.monotonic() - t0)
     if closure and "entrypoint.sh" in files:  # a FROM scratch payload image has no loader to ask
         res.closure = closure_check(client, tag, ["/app"])
