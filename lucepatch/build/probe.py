@@ -34,7 +34,7 @@ from lucepatch.series import Patch
 from lucepatch.target import Target
 
 KINDS = ("compile", "link", "runpath", "targets")
-PASS, FAIL, ERROR = "pass", "fail", "error"
+PASS, FAIL, ERROR, NA = "pass", "fail", "error", "n/a"
 
 import importlib.util
 import os
@@ -169,7 +169,10 @@ class ProbeResult:
 
     @property
     def as_declared(self) -> bool:
-        """patched: passes; baseline: fails with the declared signature."""
+        """patched: passes; baseline: fails with the declared signature; n/a: the configuration
+        cannot exhibit the failure (e.g. no driver library linked), on both variants."""
+        if self.status == NA:
+            return True
         if self.variant == "patched":
             return self.status == PASS
         return self.status == FAIL and self.signature_matched
@@ -512,6 +515,8 @@ class ProbeRunner:
                 getattr(self, f"_probe_{spec.kind}")(spec, bdir, res)
         except _ProbeFail as exc:
             res.status, res.detail = FAIL, str(exc)
+        except _NotApplicable as exc:
+            res.status, res.detail = NA, str(exc)
         except subprocess.TimeoutExpired as exc:
             res.status, res.detail = ERROR, f"timed out: {str(exc.cmd)[:120]}"
         except (EnvironmentMissing, OSError) as exc:
@@ -605,6 +610,12 @@ class ProbeRunner:
         driver_tu = self.cfg.get("driver_tu", "")
         compiles = [c for c in cmds if " -c " in c and re.search(r"\s-o\s+\S+", c)]
         others = [c for c in cmds if c not in compiles]
+        requires = spec.data.get("requires_link")
+        if requires and driver_tu:
+            owner = [c for c in others if driver_tu in c]
+            if not owner or not re.search(requires, owner[0]):
+                raise _NotApplicable(f"the library built from {driver_tu} does not link /{requires}/ in this "
+                                     f"configuration, so its objects reference no driver symbol: the failure cannot occur")
         for c in compiles:
             obj = bdir / re.search(r"\s-o\s+(\S+)", c).group(1)
             obj.parent.mkdir(parents=True, exist_ok=True)
@@ -689,6 +700,10 @@ class ProbeRunner:
 
 
 class _ProbeFail(Exception):
+    pass
+
+
+class _NotApplicable(Exception):
     pass
 
 

@@ -34,7 +34,7 @@ def command(ctx, target, source, profile, baseline, both, only, as_json):
     rows = []
     for run in runs:
         for r in run.results:
-            verdict = ("proven" if r.as_declared else "NOT PROVEN") if r.variant == "patched" else \
+            verdict = "not applicable" if r.status == "n/a" else ("proven" if r.as_declared else "NOT PROVEN") if r.variant == "patched" else \
                 ("fails as declared" if r.as_declared else ("UNEXPECTED PASS" if r.status == "pass" else "fails differently"))
             shown = r.first_error if r.variant == "baseline" and r.first_error else r.detail
             rows.append([r.spec.fix, r.spec.name, r.variant, r.status, verdict, f"{r.seconds:.1f}s",
