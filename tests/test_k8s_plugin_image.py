@@ -82,3 +82,26 @@ def test_refuses_non_plugin_image_and_non_elf(client, tmp_path):
         build_plugin_image(BASE, bad, "lucepatch-test/nope:1")
     with pytest.raises(UsageError, match="not present locally"):
         build_plugin_image("lucepatch-test/absent:0", lib, "lucepatch-test/nope:1")
+
+
+def test_build_verb_device_plugin(cli, client, upstream_plugin, tmp_path):
+    tag, upstream_sha = upstream_plugin
+    patched = _so(tmp_path, "libvgpu.so", "int upstream_hook(void) { return 3; }\n")
+    ev = tmp_path / "evidence.json"
+    ev.write_text('{"schema_version": 1, "verdict": "proven"}\n')
+    saved = tmp_path / "plugin.tar"
+    r = cli("build", "hami-device-plugin", "--from", tag, "--lib", patched, "--evidence", ev, "--save", saved, "--json")
+    assert r.code == 0, r.err
+    doc = r.json
+    try:
+        assert doc["device_plugin"]["tag"] == "lucepatch-test/hami:v2.8.2-lucepatch"
+        assert doc["device_plugin"]["lib_sha256"] == hashlib.sha256(patched.read_bytes()).hexdigest()
+        assert doc["device_plugin"]["replaced_sha256"] == upstream_sha
+        assert "devicePlugin:" in doc["helm_values"]
+        labels = client.images.get(doc["device_plugin"]["tag"]).labels
+        assert labels["dev.lucepatch.evidence.sha256"] == hashlib.sha256(ev.read_bytes()).hexdigest()
+        assert saved.stat().st_size > 0
+    finally:
+        client.images.remove(doc["device_plugin"]["tag"], force=True)
+    r = cli("build", "hami-device-plugin", "--lib", patched)
+    assert r.code == 2 and "--from" in r.err

@@ -29,12 +29,23 @@ from lucepatch.target import load_target
 @click.option("--builder-image", default=None, help="Override the profile's builder base image.")
 @click.option("--runtime-image", default=None, help="Override the profile's runtime base image.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="With --dry-run: write the rendered files here.")
+@click.option("--from", "from_image", default=None, metavar="IMAGE",
+              help="build hami-device-plugin: the HAMi device-plugin image to rebuild with the patched libvgpu.so.")
+@click.option("--lib", "lib", type=click.Path(dir_okay=False), default=None,
+              help="build hami-device-plugin: the patched libvgpu.so (default: build hami-core's series from --source).")
+@click.option("--evidence", "evidence_path", type=click.Path(dir_okay=False), default=None,
+              help="build hami-device-plugin: evidence JSON whose sha256 the image label records.")
 @json_option
 @click.pass_context
 def command(ctx, target, source, baseline, both, jobs, as_image, profile, repo, save, push, dry_run, no_preflight,
-            builder_image, runtime_image, out_dir, as_json):
-    """Build TARGET's artifacts (e.g. libvgpu.so) or, with --image, its container image."""
+            builder_image, runtime_image, out_dir, from_image, lib, evidence_path, as_json):
+    """Build TARGET's artifacts (e.g. libvgpu.so) or, with --image, its container image.
+
+    `build hami-device-plugin --from IMAGE` rebuilds HAMi's device-plugin image with the patched
+    libvgpu.so, so a plugin restart re-installs the fix instead of the upstream library."""
     ws = workspace(ctx)
+    if target == "hami-device-plugin":
+        return _device_plugin(ctx, ws, source, from_image, lib, evidence_path, repo, save, as_json)
     t = load_target(ws, target)
     if as_image or dry_run:
         return _image(ctx, ws, t, source, baseline, jobs, profile, repo, save, push, dry_run, no_preflight,
@@ -54,6 +65,41 @@ def command(ctx, target, source, baseline, both, jobs, as_image, profile, repo, 
             rows.append([r.variant, name, r.sha256[name], str(path), "cached" if r.cached else "built"])
     report.table(f"build {t.name} {t.version}", ["variant", "artifact", "sha256", "path", ""], rows,
                  to_stdout=not as_json)
+    return 0
+
+
+def _device_plugin(ctx, ws, source, from_image, lib, evidence_path, repo, save, as_json):
+    import hashlib
+
+    from lucepatch.build.native import build_variant
+    from lucepatch.errors import UsageError
+    from lucepatch.k8s.plugin_image import build_plugin_image
+
+    if not from_image:
+        raise UsageError("build hami-device-plugin needs --from IMAGE (the HAMi device-plugin image in use)")
+    if lib is None:
+        t = load_target(ws, "hami-core")
+        src = require_source(source, t.name)
+        git.open_repo(src)
+        b = build_variant(t, src, "patched", cache(ctx))
+        lib = b.artifacts["libvgpu.so"]
+    ev_sha = hashlib.sha256(Path(evidence_path).read_bytes()).hexdigest() if evidence_path else ""
+    name, _, tag = from_image.rpartition(":") if ":" in from_image.split("/")[-1] else (from_image, "", "latest")
+    new_tag = f"{repo or name}:{tag}-lucepatch"
+    res = build_plugin_image(from_image, Path(lib), new_tag, evidence_sha256=ev_sha)
+    if save:
+        from lucepatch.k8s.plugin_image import docker_client
+
+        with open(save, "wb") as f:
+            for chunk in docker_client().images.get(res.tag).save(named=True):
+                f.write(chunk)
+    if as_json:
+        report.emit_json("build", {"workspace": ws.to_json(), "device_plugin": res.to_json(), "helm_values": res.values_yaml,
+                                    "saved": save})
+    else:
+        click.echo(res.values_yaml)
+    report.progress(f"{res.tag}: {res.lib_path} = patched libvgpu.so {res.lib_sha256[:16]} "
+                    f"(replaced {res.replaced_sha256[:16]}); Helm values above")
     return 0
 
 
