@@ -8,8 +8,6 @@ commits lucepatch creates when the patch gives none) and stdin from files.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,11 +102,6 @@ def current_branch(repo_dir: Path | str) -> str | None:
     return res.stdout.strip() or None
 
 
-def is_dirty(repo_dir: Path | str) -> bool:
-    # Untracked files are the user's business unless a patch would touch them (apply reports that).
-    return bool(run(repo_dir, "status", "--porcelain", "--untracked-files=no").stdout.strip())
-
-
 def branch_exists(repo_dir: Path | str, branch: str) -> bool:
     return run(repo_dir, "show-ref", "--verify", "--quiet", f"refs/heads/{branch}", check=False).status == 0
 
@@ -122,28 +115,6 @@ def patch_id(diff: bytes) -> str | None:
 
 def tree_of(repo_dir: Path | str, rev: str = "HEAD") -> str:
     return run(repo_dir, "rev-parse", f"{rev}^{{tree}}").stdout.strip()
-
-
-def clone_shared(source: Path | str, dest: Path, commit: str) -> None:
-    """A private working copy sharing the source's objects (alternates).
-
-    The user's repository is only read: no worktree metadata, no refs, no reflog are written
-    there, so a killed lucepatch can never leave it half-changed.
-    """
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    run(dest.parent, "clone", "--quiet", "--shared", "--no-checkout", str(Path(source).resolve()), str(dest))
-    # An object only reachable from the source's HEAD reflog or a detached state is still in the
-    # shared object store, so checking out by id works even if no ref in the clone names it.
-    run(dest, "checkout", "--quiet", "--detach", commit)
-
-
-def git_version() -> tuple[int, ...]:
-    try:
-        out = subprocess.run(["git", "--version"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        raise EnvironmentMissing("git is not installed; install git (>= 2.38)")
-    digits = out.split()[2].split(".")
-    return tuple(int(d) for d in digits if d.isdigit())
 
 
 def config_identity(repo_dir: Path | str) -> tuple[str, str] | None:

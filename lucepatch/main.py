@@ -119,9 +119,5 @@ def main(argv=None) -> int:
     return 0
 
 
-def entrypoint():  # pragma: no cover - console script shim
-    sys.exit(main())
-
-
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

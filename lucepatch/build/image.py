@@ -57,7 +57,7 @@ def docker_client():
 def image_tag(target: Target, profile: str, repo: str | None) -> str:
     repo = repo or f"lucepatch/{target.name}"
     if ":" in repo.rsplit("/", 1)[-1]:
-        raise UsageError(f"--tag takes a repository (REPO), not REPO:TAG; the tag is <profile>-<series-version>")
+        raise UsageError("--tag takes a repository (REPO), not REPO:TAG; the tag is <profile>-<series-version>")
     return f"{repo}:{profile}-{target.version}"
 
 

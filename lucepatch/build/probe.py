@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import os
 import re
 import shlex
 import shutil
+import struct
 import subprocess
 import time
 import tomllib
@@ -35,15 +37,6 @@ from lucepatch.target import Target
 
 KINDS = ("compile", "link", "runpath", "targets")
 PASS, FAIL, ERROR, NA = "pass", "fail", "error", "n/a"
-
-import importlib.util
-import os
-import re
-import shutil
-import struct
-import subprocess
-from dataclasses import dataclass, field
-from pathlib import Path
 
 FATBIN_MAGIC = 0xBA55ED50
 

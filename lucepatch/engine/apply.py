@@ -26,10 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucepatch import git
-from lucepatch.engine.core import (ALREADY_UPSTREAM, APPLIED, APPLIED_3WAY, CONFLICT, IndexEngine,
-                                   validate_diffs)
+from lucepatch.engine.core import APPLIED, APPLIED_3WAY, CONFLICT, IndexEngine, validate_diffs
 from lucepatch.engine.safety import check_series_safety
-from lucepatch.errors import EnvironmentMissing, UsageError
+from lucepatch.errors import EnvironmentMissing
 from lucepatch.series import Patch
 from lucepatch.target import Target
 

@@ -109,12 +109,10 @@ def run_matrix(repo: Path, work_dir: Path, patches: list[Patch], files: list[Pat
         threads = [threading.Thread(target=_evaluate, args=(repo, work_dir / f"matrix-index-{k}", todo[k::jobs],
                                                              patches, files, independent, rows, details))
                    for k in range(jobs)]
-        errors = []
         for th in threads:
             th.start()
         for th in threads:
             th.join()
-        del errors
         missing = [c for c in todo if c not in rows]
         if missing:  # a worker raised (e.g. a malformed patch): redo serially so the error surfaces
             _evaluate(repo, work_dir / "matrix-index-0", missing, patches, files, independent, rows, details)

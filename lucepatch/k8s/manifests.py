@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import jinja2
 
 from lucepatch.errors import EnvironmentMissing, UsageError
-from lucepatch.k8s import jobs, swap, values
+from lucepatch.k8s import jobs, swap
 
 SETS = ("lucebox", "rbac", "verify-job", "hami-core-swap")
 VARIANTS = ("baseline", "patched")

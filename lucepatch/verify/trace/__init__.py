@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -79,10 +78,3 @@ def diff(expected: list[dict], got: list[dict]) -> list[str]:
         if e != g:
             out.append(f"call #{i}: recorded {e} but simulated {g}")
     return out
-
-
-def copy_binary_for(record_dir: Path, binary: Path) -> Path:
-    record_dir.mkdir(parents=True, exist_ok=True)
-    dst = record_dir / binary.name
-    shutil.copy2(binary, dst)
-    return dst
