@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lucepatch.build.probe import prepare_tree, resolve_profile  # noqa: E402
-from lucepatch.build.toolchain import cuda_home  # noqa: E402
+from lucepatch.builders.probe import prepare_tree, resolve_profile  # noqa: E402
+from lucepatch.builders.toolchain import cuda_home  # noqa: E402
 from lucepatch.target import load_target_dir  # noqa: E402
 from lucepatch.workspace import resolve_cache  # noqa: E402
 

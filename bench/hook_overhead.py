@@ -28,8 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lucepatch.build import toolchain  # noqa: E402
-from lucepatch.build.native import build_variant  # noqa: E402
+from lucepatch.builders import toolchain  # noqa: E402
+from lucepatch.builders.native import build_variant  # noqa: E402
 from lucepatch.verify.driver import choose_driver  # noqa: E402
 from lucepatch.verify.fakecuda import FAKE_DEVICE_NAME_PREFIX  # noqa: E402
 from lucepatch.verify.runner import parse_events, scrubbed_environ  # noqa: E402

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "cudaproj"))
 
 import make_fixture  # noqa: E402
 
-from lucepatch.build import image as img  # noqa: E402
+from lucepatch.builders import image as img  # noqa: E402
 from lucepatch.target import load_target_dir  # noqa: E402
 
 

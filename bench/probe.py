@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lucepatch.build.probe import run_probes  # noqa: E402
+from lucepatch.builders.probe import run_probes  # noqa: E402
 from lucepatch.target import load_target_dir  # noqa: E402
 
 FIELD = {"total_s": 35 * 60, "source": "field record, FIELD-NOTES §4 (35-45 min on 2 cores; lower bound used)",

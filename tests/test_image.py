@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from lucepatch.build import image as img
+from lucepatch.builders import image as img
 from lucepatch.target import load_target_dir
 
 REPO = Path(__file__).resolve().parent.parent
@@ -63,7 +63,7 @@ def built(tmp_path_factory, client, base_image):
     old = os.environ.get("HF_TOKEN")
     os.environ["HF_TOKEN"] = TOKEN
     try:
-        from lucepatch.build.probe import preflight
+        from lucepatch.builders.probe import preflight
         t = load_target_dir(fx["tdir"])
         run = preflight(t, fx["upstream"], "cpu", tmp / "cache")
         res = img.build_image(t, fx["upstream"], "cpu", tmp / "cache", repo="lucepatch-test/cudaproj",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lucepatch.build import probe as P
+from lucepatch.builders import probe as P
 from lucepatch.errors import UsageError
 from lucepatch.target import load_target_dir
 

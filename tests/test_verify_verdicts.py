@@ -171,7 +171,7 @@ def libs(fh, tmp_path_factory):
     quiet_src.write_text("int lucepatch_quiet_preload(void) { return 0; }\n")
     quiet = d / "libvgpu-quiet.so"  # loads fine, prints no "Initialized"
     subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(quiet), str(quiet_src)], check=True)
-    from lucepatch.build.native import build_variant
+    from lucepatch.builders.native import build_variant
     from lucepatch.target import load_target
     from lucepatch.workspace import resolve_workspace
 

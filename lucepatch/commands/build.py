@@ -50,7 +50,7 @@ def command(ctx, target, source, baseline, both, jobs, as_image, profile, repo, 
     if as_image or dry_run:
         return _image(ctx, ws, t, source, baseline, jobs, profile, repo, save, push, dry_run, no_preflight,
                       builder_image, runtime_image, out_dir, as_json)
-    from lucepatch.build.native import build_variant
+    from lucepatch.builders.native import build_variant
 
     src = require_source(source, t.name)
     git.open_repo(src)
@@ -71,7 +71,7 @@ def command(ctx, target, source, baseline, both, jobs, as_image, profile, repo, 
 def _device_plugin(ctx, ws, source, from_image, lib, evidence_path, repo, save, as_json):
     import hashlib
 
-    from lucepatch.build.native import build_variant
+    from lucepatch.builders.native import build_variant
     from lucepatch.errors import UsageError
     from lucepatch.k8s.plugin_image import build_plugin_image
 
@@ -105,7 +105,7 @@ def _device_plugin(ctx, ws, source, from_image, lib, evidence_path, repo, save, 
 
 def _image(ctx, ws, t, source, baseline, jobs, profile, repo, save, push, dry_run, no_preflight,
            builder_image, runtime_image, out_dir, as_json):
-    from lucepatch.build import image as img
+    from lucepatch.builders import image as img
 
     variant = "baseline" if baseline else "patched"
     if dry_run:
@@ -129,7 +129,7 @@ def _image(ctx, ws, t, source, baseline, jobs, profile, repo, save, push, dry_ru
     if not no_preflight and variant == "patched" and not (t.dir / "probes.toml").is_file():
         report.progress(f"preflight: {t.name} defines no probes ({t.dir / 'probes.toml'}); building without")
     elif not no_preflight and variant == "patched":
-        from lucepatch.build.probe import preflight
+        from lucepatch.builders.probe import preflight
 
         run = preflight(t, src, profile, cache(ctx))
         evidence = run.to_json()

@@ -168,7 +168,7 @@ def _check_on(t: Target, src: Path, cache: Path, ref: str, name: str) -> Step:
 
 def step_build_and_verify(ws, t: Target, src: Path, cache: Path, driver: str, runs: int,
                           evidence_dir: Path | None) -> tuple[list[Step], str | None]:
-    from lucepatch.build.native import build_variant
+    from lucepatch.builders.native import build_variant
     from lucepatch.upstream.fingerprints import match_fingerprint
     from lucepatch.verify.driver import choose_driver
     from lucepatch.verify.evidence import write_evidence
@@ -240,7 +240,7 @@ def step_build_and_verify(ws, t: Target, src: Path, cache: Path, driver: str, ru
 def step_probes(t: Target, src: Path, cache: Path) -> Step:
     if not (t.dir / "probes.toml").is_file():
         return Step("probes", SKIP, "no probes.toml")
-    from lucepatch.build.probe import run_probes
+    from lucepatch.builders.probe import run_probes
 
     run = run_probes(t, src, None, "patched", cache, None)
     cases = [{"name": f"{r.spec.fix} {r.spec.name}", "status": PASS if r.as_declared else FAIL, "detail": r.detail[:200]}

@@ -108,7 +108,7 @@ def check_cc() -> Item:
 
 
 def check_cuda_h() -> Item:
-    from lucepatch.build import toolchain
+    from lucepatch.builders import toolchain
 
     it = Item("cuda.h", False, remedy="install the CUDA toolkit headers (e.g. apt-get install cuda-cudart-dev-13-0) or set CUDA_HOME")
     try:
@@ -125,7 +125,7 @@ def check_cuda_h() -> Item:
 
 
 def check_nvml_h() -> Item:
-    from lucepatch.build import toolchain
+    from lucepatch.builders import toolchain
 
     it = Item("nvml.h", False, remedy="pip install nvidia-nvml-dev (header only) or install the CUDA NVML headers")
     try:

@@ -14,7 +14,7 @@ from lucepatch.errors import EXIT_CHECK_FAILED
 @json_option
 def command(image, as_json):
     """Print what IMAGE was built from: upstream revision, series version/hash, patch ids, evidence."""
-    from lucepatch.build.image import LABEL_PREFIX, docker_client, inspect_labels
+    from lucepatch.builders.image import LABEL_PREFIX, docker_client, inspect_labels
 
     info = inspect_labels(docker_client(), image)
     labels = info["labels"]

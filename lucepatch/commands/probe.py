@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from lucepatch import report
-from lucepatch.build.probe import run_probes
+from lucepatch.builders.probe import run_probes
 from lucepatch.commands._common import cache, json_option, require_source, source_option, workspace
 from lucepatch.errors import EXIT_CHECK_FAILED
 from lucepatch.target import load_target

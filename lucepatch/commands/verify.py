@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from lucepatch import git, report
-from lucepatch.build.native import build_variant
+from lucepatch.builders.native import build_variant
 from lucepatch.commands._common import cache, json_option, require_source, source_option, workspace
 from lucepatch.errors import EXIT_CHECK_FAILED, UsageError
 from lucepatch.target import load_target

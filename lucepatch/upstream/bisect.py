@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucepatch import git, report
-from lucepatch.build.native import build_variant
+from lucepatch.builders.native import build_variant
 from lucepatch.errors import CheckFailed, UsageError
 from lucepatch.series import Patch, parse_patch
 from lucepatch.target import Target

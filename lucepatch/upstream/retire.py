@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucepatch import git, report
-from lucepatch.build.native import build_variant
+from lucepatch.builders.native import build_variant
 from lucepatch.engine.apply import WorkArea, apply_series
 from lucepatch.errors import CheckFailed, UsageError
 from lucepatch.series import Patch

@@ -66,7 +66,7 @@ def classify_driver(libcuda_sha256: str | None, gpu_name: str | None, fake_dir: 
     if gpu_name and gpu_name.startswith(FAKE_DEVICE_NAME_PREFIX):
         return "fake"
     if libcuda_sha256 and fake_dir is not None:
-        from lucepatch.build.toolchain import file_sha256
+        from lucepatch.builders.toolchain import file_sha256
 
         fake = fake_dir / "libcuda.so.1"
         if fake.is_file() and file_sha256(fake) == libcuda_sha256:

@@ -20,7 +20,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from lucepatch.build import toolchain
+from lucepatch.builders import toolchain
 from lucepatch.errors import CheckFailed
 from lucepatch.verify.reproducer import Reproducer, Scenario
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucepatch import report
-from lucepatch.build.toolchain import file_sha256
+from lucepatch.builders.toolchain import file_sha256
 from lucepatch.errors import UsageError
 from lucepatch.target import Target
 from lucepatch.verify import evidence as ev

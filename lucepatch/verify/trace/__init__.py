@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from lucepatch.build import toolchain
+from lucepatch.builders import toolchain
 from lucepatch.errors import CheckFailed
 
 SOURCE = Path(__file__).with_name("interposer.c")

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lucepatch.build.toolchain import cuda_include
+from lucepatch.builders.toolchain import cuda_include
 from lucepatch.verify.fakecuda import build_fakecuda
 from lucepatch.verify.reproducer import list_reproducers
 from lucepatch.verify.runner import compile_reproducer

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lucepatch import report
-from lucepatch.build import toolchain
+from lucepatch.builders import toolchain
 from lucepatch.engine.apply import WorkArea, apply_series
 from lucepatch.errors import CheckFailed, UsageError
 from lucepatch.target import Target

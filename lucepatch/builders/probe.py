@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucepatch import git, report
-from lucepatch.build import toolchain
+from lucepatch.builders import toolchain
 from lucepatch.engine.apply import WorkArea, apply_series
 from lucepatch.errors import CheckFailed, EnvironmentMissing, UsageError
 from lucepatch.series import Patch

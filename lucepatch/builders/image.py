@@ -25,7 +25,7 @@ from pathlib import Path
 import jinja2
 
 from lucepatch import __version__, report
-from lucepatch.build.probe import AppliedTree, prepare_tree, resolve_profile, sub_target, variant_patches
+from lucepatch.builders.probe import AppliedTree, prepare_tree, resolve_profile, sub_target, variant_patches
 from lucepatch.errors import CheckFailed, EnvironmentMissing, UsageError
 from lucepatch.target import Target
 
