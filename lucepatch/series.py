@@ -18,14 +18,13 @@ from pathlib import Path
 from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
-from lucepatch import git
+from lucepatch import git, trailers
 from lucepatch.errors import UsageError
 
 # Yocto's Upstream-Status values (DESIGN.md "Trailers").
 UPSTREAM_STATUS = re.compile(
     r"^(Pending|Submitted \[[^\]]+\]|Denied|Inappropriate \[[^\]]+\]|Inactive-Upstream|Backport|Accepted)$"
 )
-_TRAILER = re.compile(r"^([A-Za-z0-9][A-Za-z0-9-]*):\s*(.*)$")
 _DIFF_START = re.compile(r"^diff --git ", re.M)
 MAX_PATCH_BYTES = 32 * 1024 * 1024  # one patch file
 MAX_SERIES_BYTES = 1024 * 1024  # the series file
@@ -49,7 +48,7 @@ class Patch:
         return values[0] if values else None
 
     def trailer_all(self, key: str) -> list[str]:
-        return [v for k, v in self.trailers if k.lower() == key.lower()]
+        return trailers.values(self.trailers, key)
 
     @property
     def build_only(self) -> bool:
@@ -127,6 +126,11 @@ def parse_patch(path: Path, name: str | None = None) -> Patch:
         raise UsageError(f"patch {path} is a directory, not a patch file")
     except PermissionError:
         raise UsageError(f"patch {path} is not readable; fix its permissions")
+    return parse_patch_bytes(raw, path, name)
+
+
+def parse_patch_bytes(raw: bytes, path: Path, name: str | None = None) -> Patch:
+    """Parse a patch file's bytes (the file at `path` need not hold them yet)."""
     if b"\0" in raw:
         raise UsageError(f"patch {path} contains NUL bytes; binary content must be a git binary diff")
     text = raw.decode("utf-8", errors="surrogateescape")
@@ -178,11 +182,8 @@ def parse_patch(path: Path, name: str | None = None) -> Patch:
             body_lines.pop(0)
     patch.body = "\n".join(body_lines)
 
-    # Trailers: the last paragraph, if every line is `Key: value`.
-    paragraphs = patch.body.split("\n\n")
-    last = paragraphs[-1].strip().split("\n") if paragraphs and paragraphs[-1].strip() else []
-    if last and all(_TRAILER.match(l) for l in last):
-        patch.trailers = [(mm.group(1), mm.group(2).strip()) for mm in map(_TRAILER.match, last)]
+    # Trailers by git's rules (lucepatch/trailers.py), read from the message as git sees it.
+    patch.trailers = trailers.parse(patch.message())
     return patch
 
 

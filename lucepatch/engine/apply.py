@@ -25,7 +25,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lucepatch import git
+from lucepatch import git, trailers
 from lucepatch.engine.core import APPLIED, APPLIED_3WAY, CONFLICT, IndexEngine, validate_diffs
 from lucepatch.engine.safety import check_series_safety
 from lucepatch.errors import EnvironmentMissing
@@ -84,17 +84,8 @@ def series_trailers(target: Target, patch: Patch) -> list[str]:
 
 
 def with_trailers(patch: Patch, extra: list[str]) -> bytes:
-    """The patch's mbox text with extra trailers appended to its trailer block."""
-    text = patch.raw.decode("utf-8", errors="surrogateescape")
-    m = re.search(r"^---\n|^diff --git ", text, re.M)
-    head, tail = text[: m.start()], text[m.start():]
-    head = head.rstrip("\n")
-    last_para = head.split("\n\n")[-1]
-    sep = "\n" if patch.trailers and last_para.strip().split("\n")[-1] == f"{patch.trailers[-1][0]}: {patch.trailers[-1][1]}" else "\n\n"
-    head = head + sep + "\n".join(extra) + "\n"
-    if not tail.startswith("---"):
-        head += "---\n"
-    return (head + tail).encode("utf-8", errors="surrogateescape")
+    """The patch's mbox text with extra trailers appended to its trailer block (diff untouched)."""
+    return trailers.edit_patch(patch.raw, add=[trailers.split(e) for e in extra])
 
 
 class WorkArea:
@@ -205,17 +196,8 @@ def patch_author(patch: Patch) -> dict:
 
 
 def commit_message(patch: Patch, extra: list[str]) -> str:
-    body = patch.body.rstrip()
-    msg = patch.subject or patch.slug
-    if body:
-        msg += "\n\n" + body
-    if extra:
-        last_para = body.split("\n\n")[-1] if body else ""
-        if patch.trailers and last_para.strip():
-            msg += "\n" + "\n".join(extra)
-        else:
-            msg += "\n\n" + "\n".join(extra)
-    return msg + "\n"
+    msg = (patch.subject or patch.slug) + ("\n\n" + patch.body.rstrip() if patch.body.strip() else "") + "\n"
+    return trailers.append(msg, [trailers.split(e) for e in extra]) if extra else msg
 
 
 def prepare_patch_files(patches: list[Patch], work: WorkArea) -> list[Path]:
@@ -381,16 +363,17 @@ def applied_patch_ids(repo: Path, base: str, head: str) -> dict[str, str]:
 
 
 # -- export: commits -> patch files --------------------------------------------------------------
-OUR_TRAILERS = re.compile(r"^(Lucepatch-Series|Patch-Id): .*\n?", re.M)
+OUR_TRAILER_KEYS = ("Lucepatch-Series", "Patch-Id")
 # format-patch must not depend on the user's git config (format.*, diff.noprefix, ...)
 PURE_ENV = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1", "GIT_OPTIONAL_LOCKS": "0"}
 FORMAT_PATCH_ARGS = ("format-patch", "--zero-commit", "--no-signature", "--full-index", "-N", "--no-numbered")
 
 
 def strip_our_trailers(msg: str) -> tuple[str, str | None]:
-    m = re.search(r"^Patch-Id: ([0-9a-f]{40})\s*$", msg, re.M)
-    clean = OUR_TRAILERS.sub("", msg).rstrip() + "\n"
-    return clean, (m.group(1) if m else None)
+    pid = next(iter(trailers.values(trailers.parse(msg), "Patch-Id")), None)
+    if pid is not None and not re.fullmatch(r"[0-9a-f]{40}", pid):
+        pid = None
+    return trailers.edit(msg, remove=OUR_TRAILER_KEYS), pid
 
 
 def format_commits(repo: Path, base: str, head: str, out_dir: Path) -> list[tuple[Path, str | None, str]]:

@@ -20,14 +20,13 @@ plus `Applied-Upstream-Signal: behaviour ...`), leaving its diff, hence its patc
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lucepatch import git, report
+from lucepatch import git, report, trailers
 from lucepatch.builders.native import build_variant
 from lucepatch.errors import CheckFailed, UsageError
-from lucepatch.series import Patch, parse_patch
+from lucepatch.series import Patch
 from lucepatch.target import Target
 from lucepatch.upstream.retire import B_FAIL, B_PASS, DriverChoice, measure_behaviour, resolve_driver
 from lucepatch.verify.reproducer import Reproducer
@@ -249,33 +248,11 @@ def bisect_exit_code(doc: dict) -> int:
 
 def set_trailers(raw: bytes, values: list[tuple[str, str]]) -> bytes:
     """Set (replace or append) trailers in a format-patch file's message; the diff is untouched."""
-    text = raw.decode("utf-8", errors="surrogateescape")
-    m = re.search(r"^---\n|^diff --git ", text, re.M)
-    if not m:
-        raise UsageError("the patch has no message/diff separator; regenerate it with git format-patch")
-    head, tail = text[: m.start()], text[m.start():]
-    for key, value in values:
-        pat = re.compile(rf"^{re.escape(key)}:.*$", re.M | re.I)
-        if pat.search(head):
-            head = pat.sub(lambda _m: f"{key}: {value}", head, count=1)
-            continue
-        body = head.rstrip("\n")
-        last = body.split("\n\n")[-1].strip().split("\n")
-        is_trailers = bool(last) and all(re.match(r"^[A-Za-z0-9][A-Za-z0-9-]*:\s", l) for l in last) \
-            and not last[0].startswith(("From ", "Subject:", "Date:"))
-        head = body + ("\n" if is_trailers else "\n\n") + f"{key}: {value}\n"
-    if not head.endswith("\n"):
-        head += "\n"
-    if not tail.startswith("---"):
-        head += "---\n"
-    return (head + tail).encode("utf-8", errors="surrogateescape")
+    return trailers.edit_patch(raw, set_=values)
 
 
 def find_patch(target: Target, name: str) -> Patch:
-    by = {p.name: p for p in target.patches} | {p.slug: p for p in target.patches}
-    if name not in by:
-        raise UsageError(f"--record {name}: not in {target.name}'s series; lucepatch list {target.name} shows the names")
-    return by[name]
+    return trailers.find_patch(target.patches, name, where=f"{target.name}'s series", flag="--record")
 
 
 def record_applied_upstream(patch: Patch, doc: dict) -> dict:
@@ -286,12 +263,9 @@ def record_applied_upstream(patch: Patch, doc: dict) -> dict:
                           f"({doc['reason']})")
     commit = doc["first"]["commit"]
     signal = f"{SIGNAL} (bisect {'+'.join(doc['scenarios'])} over {doc['range']['spec']})"
-    new_raw = set_trailers(patch.raw, [("Applied-Upstream", commit), ("Applied-Upstream-Signal", signal)])
-    patch.path.write_bytes(new_raw)
-    after = parse_patch(patch.path, patch.name)
-    if after.patch_id != patch.patch_id or after.trailer("Applied-Upstream") != commit:
-        patch.path.write_bytes(patch.raw)
-        raise UsageError(f"could not add Applied-Upstream to {patch.path} without changing its diff; edit it by hand")
+    after = trailers.rewrite_patch_file(
+        patch, set_trailers(patch.raw, [("Applied-Upstream", commit), ("Applied-Upstream-Signal", signal)]),
+        check={"Applied-Upstream": commit})
     return {"patch": patch.name, "file": str(patch.path), "applied_upstream": commit, "signal": SIGNAL,
             "trailers": {"Applied-Upstream": commit, "Applied-Upstream-Signal": signal}, "patch_id": after.patch_id}
 
