@@ -32,3 +32,49 @@ class EnvironmentMissing(LucepatchError):
 
 class CheckFailed(LucepatchError):
     exit_code = EXIT_CHECK_FAILED
+
+
+class ToolFailed(EnvironmentMissing):
+    """An external command lucepatch relies on (git, a compiler, cmake, docker) failed because of
+    the environment. One line: the command, where, its first error line, the fix. Exit 3."""
+
+    def __init__(self, *, command: str, stderr: str = "", fix: str, where: str = "", status: int | None = None):
+        self.command = command
+        self.first_line = first_error_line(stderr)
+        at = f" in {where}" if where else ""
+        code = f" (exit {status})" if status not in (None, 0) else ""
+        said = f": {self.first_line}" if self.first_line else ""
+        super().__init__(f"{command} failed{at}{code}{said}; {fix}")
+
+
+def first_error_line(text: str, limit: int = 200) -> str:
+    """The line of a tool's output that says what went wrong: the first `error`/`fatal` line,
+    else the first non-empty one."""
+    lines = [l.strip() for l in (text or "").splitlines() if l.strip()]
+    pick = next((l for l in lines if any(w in l.lower() for w in ("fatal", "error", "denied"))), None)
+    line = pick or (lines[0] if lines else "")
+    return line[:limit]
+
+
+# errno values that mean "the machine will not let us", not "lucepatch is wrong"
+_ENV_ERRNOS = {"EACCES", "EPERM", "EROFS", "ENOSPC", "EDQUOT", "EMFILE", "ENFILE", "EBUSY", "ETXTBSY"}
+
+
+def environment_oserror(exc: OSError) -> "EnvironmentMissing | None":
+    """An OSError the environment caused (permissions, read-only or full disks) as one line, exit 3;
+    None for any other OSError (that one is a bug and keeps its traceback)."""
+    import errno
+    import os
+
+    name = errno.errorcode.get(exc.errno or 0, "")
+    if name not in _ENV_ERRNOS:
+        return None
+    path = exc.filename or ""
+    what = f" {path}" if path else ""
+    fixes = {"EACCES": "make it writable/readable by you or pass another path",
+             "EPERM": "make it writable/readable by you or pass another path",
+             "EROFS": "that file system is read-only; pass a writable path (--cache-dir, --workspace, --out)",
+             "ENOSPC": "the disk is full; free space or pass --cache-dir on another disk",
+             "EDQUOT": "your disk quota is used up; free space or pass --cache-dir elsewhere"}
+    fix = fixes.get(name, "close other programs holding it and run again")
+    return EnvironmentMissing(f"cannot use{what}: {os.strerror(exc.errno)}; {fix}")

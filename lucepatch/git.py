@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import git as gitpython
-from git.exc import GitCommandError, InvalidGitRepositoryError, NoSuchPathError
+from git.exc import GitCommandNotFound, InvalidGitRepositoryError, NoSuchPathError
 
-from lucepatch.errors import EnvironmentMissing, UsageError
+from lucepatch.errors import EnvironmentMissing, ToolFailed, UsageError
 
 # Commits lucepatch creates get a fixed committer so re-runs give identical commit ids.
 _ENV = {
@@ -37,9 +37,40 @@ class Result:
     stderr: str
 
 
+class GitFailed(ToolFailed):
+    """A git command lucepatch needed failed: the environment (hooks, permissions, locks, a
+    broken repository), not lucepatch. One line: the command, git's first error line, the fix."""
+
+    def __init__(self, repo_dir, args, status: int, stderr: str):
+        self.args_ = list(args)
+        self.status = status
+        self.stderr = stderr
+        super().__init__(command="git " + " ".join(self.args_[:2]), where=str(repo_dir), status=status,
+                         stderr=stderr, fix=_remedy(str(repo_dir), self.args_, stderr))
+
+
+def _remedy(repo_dir: str, args: list[str], stderr: str) -> str:
+    low = stderr.lower()
+    lock = next((w.strip("'\"") for w in stderr.split() if w.strip("'\"").endswith(".lock")), None)
+    if lock and ("file exists" in low or "unable to create" in low):
+        return (f"another git process is running there, or a crashed one left {lock}; "
+                "remove that file once no git command runs")
+    if "hook" in low:
+        return "a git hook in that repository failed; fix the hook (or its PATH) and run again"
+    if "read-only file system" in low or "permission denied" in low:
+        return f"git cannot write there; make {repo_dir} (and its .git) writable by you"
+    if "not a git repository" in low:
+        return f"{repo_dir} is not a git checkout; pass the path of one"
+    if "no space left" in low:
+        return "the disk is full; free space and run again"
+    if "dubious ownership" in low:
+        return f"git refuses a repository owned by another user; git config --global --add safe.directory {repo_dir}"
+    return f"run git {' '.join(args[:1])} there by hand to see git's full message"
+
+
 def run(repo_dir: Path | str, *args: str, stdin: bytes | None = None, check: bool = True,
         env: dict | None = None) -> Result:
-    """Run `git <args>` in repo_dir. Raises GitCommandError when check and status != 0."""
+    """Run `git <args>` in repo_dir. Raises GitFailed (a one-line LucepatchError) when check and status != 0."""
     g = gitpython.Git(str(repo_dir))
     full_env = dict(_ENV)
     if env:
@@ -54,11 +85,19 @@ def run(repo_dir: Path | str, *args: str, stdin: bytes | None = None, check: boo
             ["git", *args], with_extended_output=True, with_exceptions=False, env=full_env,
             istream=istream, strip_newline_in_stdout=False, stdout_as_string=True,
         )
+    except GitCommandNotFound:
+        raise EnvironmentMissing("git not found on PATH: install git (apt-get install git) or fix PATH")
+    except NotADirectoryError:
+        raise UsageError(f"{repo_dir} is not a directory")
+    except FileNotFoundError as exc:
+        if exc.filename and Path(str(exc.filename)) == Path(str(repo_dir)):
+            raise UsageError(f"{repo_dir} does not exist")
+        raise EnvironmentMissing("git not found on PATH: install git (apt-get install git) or fix PATH")
     finally:
         if istream is not None:
             istream.close()
     if check and status != 0:
-        raise GitCommandError(["git", *args], status, err, out)
+        raise GitFailed(repo_dir, args, status, err)
     return Result(status, out, err)
 
 
@@ -129,4 +168,4 @@ def fetch_into(dest_repo: Path | str, src_repo: Path | str, src_ref: str, dest_r
     run(dest_repo, "fetch", "--quiet", "--no-tags", str(src_repo), f"+{src_ref}:{dest_ref}")
 
 
-__all__ = [name for name in dir() if not name.startswith("_")] + ["GitCommandError"]
+__all__ = [name for name in dir() if not name.startswith("_")]

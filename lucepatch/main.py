@@ -15,7 +15,7 @@ import traceback
 import click
 
 from lucepatch import __version__
-from lucepatch.errors import EXIT_USAGE, LucepatchError
+from lucepatch.errors import EXIT_USAGE, LucepatchError, environment_oserror
 
 # verb name -> module under lucepatch.commands
 VERBS = {
@@ -110,6 +110,14 @@ def main(argv=None) -> int:
     except Terminated:
         click.echo("lucepatch: terminated", err=True)
         return 143
+    except OSError as exc:
+        env = environment_oserror(exc)
+        if env is None:
+            traceback.print_exc()
+            click.echo("lucepatch: internal error (a bug); the traceback above says where", err=True)
+            return 70
+        click.echo(f"lucepatch: error: {env}", err=True)
+        return env.exit_code
     except Exception:  # a bug: show everything so it can be reported
         traceback.print_exc()
         click.echo("lucepatch: internal error (a bug); the traceback above says where", err=True)

@@ -186,8 +186,12 @@ def test_build_is_cached_and_is_a_stub_dir(tmp_path, fakedir):
 
 
 def test_build_without_gcc(tmp_path, monkeypatch):
-    monkeypatch.setattr(fakecuda.shutil, "which", lambda name: None)
-    with pytest.raises(EnvironmentMissing, match="no C compiler: install gcc"):
+    from lucepatch import compiling
+
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setattr(compiling.shutil, "which", lambda name: None)
+    monkeypatch.setattr(compiling.toolchain.shutil, "which", lambda name: None)
+    with pytest.raises(EnvironmentMissing, match=r"gcc not found: install a C compiler \(apt-get install gcc\)"):
         build_fakecuda(tmp_path)
 
 

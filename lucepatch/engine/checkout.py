@@ -115,7 +115,7 @@ def switch(src: Path, workrepo: Path, branch: str, *, stash: bool) -> dict:
         try:
             git.fetch_into(src, workrepo, "HEAD", f"refs/heads/{branch}")
             git.run(src, "checkout", "--quiet", branch)
-        except git.GitCommandError:
+        except git.GitFailed:
             if info["stashed"]:
                 git.run(src, "stash", "pop", "--index", "--quiet", check=False, env=_IDENT)
             raise

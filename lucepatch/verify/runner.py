@@ -8,7 +8,6 @@ a preload that fails to load is silently ignored by ld.so and the program exits 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import resource
@@ -20,8 +19,8 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from lucepatch import compiling
 from lucepatch.builders import toolchain
-from lucepatch.errors import CheckFailed
 from lucepatch.verify.reproducer import Reproducer, Scenario
 
 EVENT_PREFIX = "@@lucepatch "
@@ -113,28 +112,15 @@ class RunRecord:
 
 
 def compile_reproducer(repro: Reproducer, cache: Path, stub_dir: Path) -> Path:
-    """gcc the reproducer against the CUDA headers; the stub dir gives link-time libcuda.so."""
-    cc = toolchain.require("cc", "install a C compiler (apt-get install gcc)")
+    """cc the reproducer against the CUDA headers; the stub dir gives link-time libcuda.so."""
+    cc = compiling.cc()
     inc = toolchain.cuda_include()
-    key = hashlib.sha256("|".join([repro.hash, toolchain.version_line("cc"),
-                                   toolchain.file_sha256(inc / "cuda.h")]).encode()).hexdigest()[:20]
-    out_dir = cache / "reproducers" / f"{repro.name}-{key}"
-    binary = out_dir / repro.name
-    if binary.is_file():
-        return binary
-    tmp = out_dir.with_name(out_dir.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    cmd = [cc, "-O1", "-g", "-o", str(tmp / repro.name), *[str(repro.dir / s) for s in repro.sources],
-           f"-I{inc}", f"-I{repro.common_dir}", f"-L{stub_dir}", *[f"-l{l}" for l in repro.libs]]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        first = next((l for l in r.stderr.splitlines() if "error" in l), r.stderr.strip()[:200])
-        raise CheckFailed(f"reproducer {repro.name} does not compile: {first}")
-    shutil.rmtree(out_dir, ignore_errors=True)
-    os.replace(tmp, out_dir)
-    return binary
+    unit = compiling.Unit(
+        what=f"reproducer {repro.name}",
+        steps=[[cc, "-O1", "-g", "-o", f"{{out}}/{repro.name}", *[str(repro.dir / s) for s in repro.sources],
+                f"-I{inc}", f"-I{repro.common_dir}", f"-L{stub_dir}", *[f"-l{l}" for l in repro.libs]]],
+        outputs=[repro.name], key_extra=[repro.hash], headers=[inc / "cuda.h"], user_error=True)
+    return compiling.build_cached(unit, cache / "reproducers", compiler=cc) / repro.name
 
 
 def _no_core_dumps():

@@ -7,35 +7,28 @@ simulation no longer models the hardware it stands in for.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
 import tempfile
 from pathlib import Path
 
+from lucepatch import compiling
 from lucepatch.builders import toolchain
-from lucepatch.errors import CheckFailed
 
 SOURCE = Path(__file__).with_name("interposer.c")
 FIELDS = ("call", "proc", "thread", "ctx", "result", "written")
 
 
 def build_interposer(cache: Path) -> Path:
-    cc = toolchain.require("cc", "install a C compiler (apt-get install gcc)")
-    key = hashlib.sha256(SOURCE.read_bytes() + toolchain.version_line("cc").encode()).hexdigest()[:16]
-    out = cache / "trace" / key / "liblucepatch-trace.so"
-    if out.is_file():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(f".tmp{os.getpid()}")
-    cmd = [cc, "-shared", "-fPIC", "-O1", "-g", "-o", str(tmp), str(SOURCE), f"-I{toolchain.cuda_include()}",
-           "-ldl", "-pthread"]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise CheckFailed(f"trace interposer does not compile: {r.stderr.strip().splitlines()[:1]}")
-    os.replace(tmp, out)
-    return out
+    cc = compiling.cc()
+    inc = toolchain.cuda_include()
+    unit = compiling.Unit(
+        what="the driver-call trace interposer",
+        steps=[[cc, "-shared", "-fPIC", "-O1", "-g", "-o", "{out}/liblucepatch-trace.so", str(SOURCE), f"-I{inc}",
+                "-ldl", "-pthread"]],
+        outputs=["liblucepatch-trace.so"], inputs=[SOURCE], headers=[inc / "cuda.h"])
+    return compiling.build_cached(unit, cache / "trace", compiler=cc) / "liblucepatch-trace.so"
 
 
 def record(binary: Path, scenario: str, interposer: Path, env_extra: dict | None = None,

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lucepatch import compiling
 from lucepatch.builders.toolchain import cuda_include
 from lucepatch.verify.fakecuda import build_fakecuda
 from lucepatch.verify.reproducer import list_reproducers
@@ -25,11 +26,14 @@ SEMANTICS = SOURCE.with_name("semantics.c")
 
 
 def compile_semantics(cache: Path, stub_dir: Path) -> Path:
-    out = cache / "trace" / "driver-semantics"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["cc", "-O1", "-g", "-o", str(out), str(SEMANTICS), f"-I{cuda_include()}", f"-L{stub_dir}",
-                    "-lcuda", "-pthread"], check=True)
-    return out
+    cc = compiling.cc()
+    inc = cuda_include()
+    unit = compiling.Unit(
+        what="the driver-semantics probe",
+        steps=[[cc, "-O1", "-g", "-o", "{out}/driver-semantics", str(SEMANTICS), f"-I{inc}", f"-L{stub_dir}",
+                "-lcuda", "-pthread"]],
+        outputs=["driver-semantics"], inputs=[SEMANTICS], headers=[inc / "cuda.h"])
+    return compiling.build_cached(unit, cache / "trace", compiler=cc) / "driver-semantics"
 
 
 def device_count(env: dict) -> int:

@@ -1,0 +1,114 @@
+"""Compiling small C programs and libraries into the cache: the one helper for the simulated
+driver, the trace interposer, the reproducers and the probe stand-ins.
+
+An output is keyed by everything that decides its bytes — the sources, the flags, the compiler's
+version line and the headers it includes from outside the project (cuda.h, nvml.h) — and built in
+a private temporary folder (pid + thread + random suffix, so two concurrent builds never share a
+path), then renamed into place; a half-built folder is never visible under the final name.
+Compiler failures are one-line `ToolFailed` errors naming the compiler's first error line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from lucepatch.builders import toolchain
+from lucepatch.errors import CheckFailed, ToolFailed
+
+CC_REMEDY = "install a C compiler (apt-get install gcc)"
+
+
+def cc() -> str:
+    """The C compiler (`$CC`, else cc, else gcc), or EnvironmentMissing with the fix."""
+    env_cc = os.environ.get("CC")
+    if env_cc and shutil.which(env_cc):
+        return shutil.which(env_cc)
+    if shutil.which("cc"):
+        return shutil.which("cc")
+    return toolchain.require("gcc", CC_REMEDY)
+
+
+@dataclass
+class Unit:
+    """One thing to build: `steps` are argument lists in which `{out}` is the output folder.
+
+    `inputs` are files whose bytes go into the key; `key_extra` anything else that changes the
+    result (flags are part of the steps already). `outputs` must exist after the steps ran.
+    `user_error`: a compile failure is the input's fault (a reproducer that does not compile:
+    exit 1), not the environment's (exit 3)."""
+
+    what: str
+    steps: list[list[str]]
+    outputs: list[str]
+    inputs: Sequence[Path] = ()
+    key_extra: Sequence[str] = ()
+    headers: Sequence[Path] = ()
+    links: dict[str, str] = field(default_factory=dict)  # symlink name -> target, made in {out}
+    user_error: bool = False
+
+    def key(self, compiler: str) -> str:
+        h = hashlib.sha256()
+        h.update(b"lucepatch-compile-v1\0" + self.what.encode() + b"\0")
+        h.update(toolchain.version_line(compiler).encode() + b"\0")
+        for step in self.steps:
+            h.update("\x1f".join(step).encode() + b"\0")
+        for p in self.inputs:
+            h.update(str(Path(p).name).encode() + b"\0" + Path(p).read_bytes() + b"\0")
+        for p in self.headers:
+            h.update(toolchain.file_sha256(Path(p)).encode() + b"\0")
+        for k in self.key_extra:
+            h.update(str(k).encode() + b"\0")
+        for name, dest in sorted(self.links.items()):
+            h.update(f"{name}->{dest}".encode() + b"\0")
+        return h.hexdigest()[:20]
+
+
+def build_cached(unit: Unit, cache_dir: Path, *, compiler: str | None = None) -> Path:
+    """The folder under `cache_dir` holding `unit.outputs`, built once per key."""
+    compiler = compiler or cc()
+    final = Path(cache_dir) / unit.key(compiler)
+    if all((final / o).exists() for o in unit.outputs):
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.{os.getpid()}-{threading.get_ident()}-",
+                                dir=final.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it private; outputs are shared with containers and other users
+    try:
+        for step in unit.steps:
+            run_compiler([a.replace("{out}", str(tmp)) for a in step], unit.what, user_error=unit.user_error)
+        for name, dest in unit.links.items():
+            os.symlink(dest, tmp / name)
+        missing = [o for o in unit.outputs if not (tmp / o).exists()]
+        if missing:
+            raise CheckFailed(f"building {unit.what} produced no {', '.join(missing)}")
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            # a concurrent build of the same key won the race; its result is identical
+            if not all((final / o).exists() for o in unit.outputs):
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def run_compiler(cmd: list[str], what: str, *, user_error: bool = False) -> None:
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True)
+    except FileNotFoundError:
+        raise ToolFailed(command=Path(cmd[0]).name, fix=CC_REMEDY, stderr=f"{cmd[0]} not found")
+    if r.returncode != 0:
+        first = next((l.strip() for l in r.stderr.splitlines() if "error" in l), "")
+        if user_error:
+            raise CheckFailed(f"{what} does not compile: {first or r.stderr.strip()[:200]}")
+        raise ToolFailed(command=f"{Path(cmd[0]).name} ({what})", status=r.returncode, stderr=first or r.stderr,
+                         fix="check the compiler and the CUDA headers (lucepatch doctor)")
