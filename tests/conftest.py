@@ -130,3 +130,32 @@ def toy(tmp_path):
     ws = tmp_path / "ws"
     make_target(ws, "toy", base, pfiles)
     return {"upstream": up, "base": base, "ws": ws, "tmp": tmp_path}
+
+
+def evidence_doc(*, verdict="proven", driver_kind="real", gpu="NVIDIA H200", baseline=None, patched=None,
+                 target="hami-core", schema_version=2) -> dict:
+    """A minimal, schema-valid evidence document (lucepatch/data/evidence.schema.json) for tests
+    of the verbs that read evidence; `baseline`/`patched` are library paths whose sha256 it records."""
+    import hashlib as _h
+
+    def art(p):
+        return {"path": str(p), "sha256": _h.sha256(Path(p).read_bytes()).hexdigest() if p else None}
+
+    doc = {
+        "schema_version": 2, "kind": "lucepatch-evidence",
+        "tool": {"lucepatch": "test", "created": "2026-12-01T00:00:00+00:00"}, "workspace": {},
+        "target": target, "series": {"version": "1.0.0", "series_hash": "0" * 64, "patch_ids": []},
+        "upstream": {"url": "https://example.invalid/up", "base": "0" * 40},
+        "reproducers": [{"name": "r", "hash": "0" * 64}],
+        "driver": {"kind": driver_kind, "gpu": gpu, "version": 13000},
+        "simulated": driver_kind == "fake", "execution": {"mode": "serial", "runs_per_variant": 20},
+        "run_policy": {"rule": "fixed", "max_runs": 20, "alpha": 0.01},
+        "skipped": [],
+        "variants": {"baseline": {"from": "file", "artifact": art(baseline) if baseline else {"path": "", "sha256": None}},
+                     "patched": {"from": "file", "artifact": art(patched) if patched else {"path": "", "sha256": None}}},
+        "scenarios": [], "verdict": verdict, "runs": [],
+    }
+    if schema_version == 1:
+        doc["schema_version"] = 1
+        del doc["run_policy"]
+    return doc

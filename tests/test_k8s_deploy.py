@@ -9,6 +9,8 @@ import subprocess
 
 import pytest
 
+from conftest import evidence_doc
+
 from lucepatch.k8s import client, gates
 from lucepatch.main import main
 
@@ -38,9 +40,8 @@ def _sha(p):
 def kit(tmp_path):
     base = _lib(tmp_path, "baseline")
     patched = _lib(tmp_path, "patched", extra="int cuMemFreeAsync(void) { return 0; }\nint extra_fix(void) { return 1; }")
-    ev = {"schema_version": 1, "verdict": "proven", "driver": {"kind": "real", "gpu": "H200"},
-          "variants": {"baseline": {"artifact": {"path": str(base), "sha256": _sha(base)}},
-                       "patched": {"artifact": {"path": str(patched), "sha256": _sha(patched)}}}}
+    # schema 1, as the committed H200 evidence is: the deploy gate reads it through the v1 reader
+    ev = evidence_doc(baseline=base, patched=patched, gpu="H200", schema_version=1)
     evp = tmp_path / "evidence.json"
     evp.write_text(json.dumps(ev))
     return {"tmp": tmp_path, "base": base, "patched": patched, "ev": ev, "evp": evp}

@@ -168,35 +168,29 @@ def _check_on(t: Target, src: Path, cache: Path, ref: str, name: str) -> Step:
 
 def step_build_and_verify(ws, t: Target, src: Path, cache: Path, driver: str, runs: int,
                           evidence_dir: Path | None) -> tuple[list[Step], str | None]:
-    from lucepatch.builders.native import build_variant
-    from lucepatch.upstream.fingerprints import match_fingerprint
     from lucepatch.verify.driver import choose_driver
     from lucepatch.verify.evidence import write_evidence
     from lucepatch.verify.reproducer import list_reproducers
-    from lucepatch.verify.session import Variant, build_evidence, run_matrix
+    from lucepatch.verify.service import VerifyRequest, build_variants, run_verify
 
     if not t.build:
         return [Step("build", SKIP, "target has no [build] table"), Step("verify", SKIP, "nothing built")], None
     t0 = time.monotonic()
-    variants = []
-    for name in ("baseline", "patched"):
-        b = build_variant(t, src, name, cache)
-        variants.append(Variant(name, b.artifacts[next(iter(b.artifacts))],
-                                {"from": "series", "commit": b.commit, "base": b.base, "tree": b.tree,
-                                 "patches": b.patches, "build_key": b.key}))
-    build = Step("build", PASS, f"baseline {variants[0].sha256[:12]}, patched {variants[1].sha256[:12]}",
+    named = named_scenarios(t)
+    have = {r.name: r for r in list_reproducers(ws)}
+    artifacts = {have[n].artifact for n in named if n in have} or set(t.build.get("artifacts", {}))
+    variants = {a: build_variants(t, src, cache, a) for a in sorted(artifacts)}
+    first = next(iter(variants.values()))
+    build = Step("build", PASS, f"baseline {first[0].sha256[:12]}, patched {first[1].sha256[:12]}",
                  time.monotonic() - t0)
     t0 = time.monotonic()
-    named = named_scenarios(t)
     if not named:
         return [build, Step("verify", SKIP, "the series names no Reproducer:")], None
-    have = {r.name: r for r in list_reproducers(ws)}
     cases, evidence_path = [], None
     missing = [n for n in named if n not in have]
     for n in missing:
         cases.append({"name": n, "status": FAIL, "detail": f"reproducer {n} is named by the series but not in the workspace"})
     repros = [have[n] for n in named if n in have]
-    drv = choose_driver(driver, cache)
     docs = []
     for r in repros:
         wanted = named[r.name]
@@ -206,31 +200,36 @@ def step_build_and_verify(ws, t: Target, src: Path, cache: Path, driver: str, ru
         scen = [s for s in (wanted or [x.name for x in r.checked]) if any(x.name == s for x in r.scenarios)]
         if not scen:
             continue
-        records = run_matrix([r], variants, runs, drv, cache, scen)
-        doc = build_evidence(t, [r], variants, records, drv, runs, ws.to_json(), variants[0].provenance.get("base"))
-        docs.append(doc)
-        for s in doc["scenarios"]:
-            if s["control"]:
-                st = PASS if s["verdict"] == "pass" else FAIL
+        v = variants[r.artifact]
+        ev = run_verify(VerifyRequest(workspace=ws, target=t, reproducers=[r], driver=driver, runs=runs,
+                                      scenarios=scen, lib=v[1].lib, baseline_lib=v[0].lib), cache,
+                        progress=lambda _m: None)
+        # the variants were built here from the series: keep their provenance, not "file"
+        for var in v:
+            ev.variants[var.name] = type(ev.variants[var.name]).from_json(
+                {**var.provenance, "artifact": ev.variants[var.name].artifact.to_json()})
+        ev.upstream["base"] = v[0].provenance.get("base") or t.base
+        docs.append(ev)
+        for s in ev.scenarios:
+            if s.control:
+                st = PASS if s.verdict == "pass" else FAIL
             else:
-                st = PASS if s["verdict"] == "proven" else FAIL
-            detail = (f"{s['verdict']}: baseline {s['baseline']['failures']}/{s['baseline']['runs']} failed, "
-                      f"patched {s['patched']['failures']}/{s['patched']['runs']}")
-            if s.get("p_value") is not None:
-                detail += f", p={s['p_value']:.3g}"
-            sigs = [x.get("signal") for x in doc["runs"] if x["scenario"] == s["scenario"] and x["variant"] == "baseline"]
-            fp = match_fingerprint(next((g for g in sigs if g), None), s["baseline"].get("first_error", ""))
-            if fp and fp.get("issue"):
-                detail += f"; baseline crash {fp['summary']}"
-            cases.append({"name": s["scenario"], "status": st, "detail": detail, "driver": doc["driver"].get("kind")})
+                st = PASS if s.verdict == "proven" else FAIL
+            detail = (f"{s.verdict}: baseline {s.baseline.failures}/{s.baseline.runs} failed, "
+                      f"patched {s.patched.failures}/{s.patched.runs}")
+            if s.p_value is not None:
+                detail += f", p={s.p_value:.3g}"
+            if s.fingerprint:
+                detail += f"; baseline crash {s.fingerprint['summary']}"
+            cases.append({"name": s.scenario, "status": st, "detail": detail, "driver": ev.driver_kind})
     if evidence_dir and docs:
         evidence_dir.mkdir(parents=True, exist_ok=True)
         for d in docs:
-            p = evidence_dir / f"{t.name}.{d['reproducers'][0]['name']}.evidence.json"
+            p = evidence_dir / f"{t.name}.{d.reproducers[0]['name']}.evidence.json"
             write_evidence(p, d)
             evidence_path = str(p)
     failed = [c for c in cases if c["status"] == FAIL]
-    kind = docs[0]["driver"].get("kind") if docs else drv.chosen
+    kind = docs[0].driver_kind if docs else choose_driver(driver, cache).chosen
     detail = f"{len(cases) - len(failed)}/{len(cases)} scenario(s) as required, driver {kind}, {runs} run(s) each"
     if failed:
         detail += f"; first failure {failed[0]['name']}: {failed[0]['detail']}"

@@ -2,48 +2,17 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
 
 from lucepatch import git, report
-from lucepatch.builders.native import build_variant
 from lucepatch.commands._common import cache, json_option, require_source, source_option, workspace
-from lucepatch.errors import EXIT_CHECK_FAILED, UsageError
+from lucepatch.errors import EXIT_CHECK_FAILED
 from lucepatch.target import load_target
-from lucepatch.upstream.fingerprints import match_fingerprint
 from lucepatch.upstream.retire import format_retire_table, retire_exit_code, retire_report
-from lucepatch.k8s import incluster
-from lucepatch.verify.driver import DriverChoice, choose_driver
 from lucepatch.verify.evidence import write_evidence
-from lucepatch.verify.reproducer import list_reproducers, load_reproducer
-from lucepatch.verify.session import Execution, Variant, build_evidence, plan_execution, run_matrix, variant_from_file
-
-
-def _series_variants(t, src, cache_dir, baseline_ref, patched_ref):
-    out = []
-    for name in ("baseline", "patched"):
-        ref = baseline_ref if name == "baseline" else patched_ref
-        if ref:  # ref-vs-ref: upstream at each ref (+ Build-Only patches), no series
-            b = build_variant(t, src, "baseline", cache_dir, base=ref)
-            prov = {"from": "ref", "ref": ref, "commit": b.commit, "base": b.base, "tree": b.tree, "patches": b.patches}
-        else:
-            b = build_variant(t, src, name, cache_dir)
-            prov = {"from": "series", "commit": b.commit, "base": b.base, "tree": b.tree, "patches": b.patches,
-                    "build_key": b.key}
-        out.append(Variant(name, b.artifacts[next(iter(b.artifacts))], prov))
-    return out
-
-
-def attach_fingerprints(doc: dict, records) -> None:
-    """Name the known upstream issue each scenario's baseline failure matches (crash fingerprints)."""
-    for s in doc["scenarios"]:
-        failing = [r for r in records if r.scenario == s["scenario"] and r.variant == "baseline" and r.failed]
-        for r in failing[:1]:
-            fp = match_fingerprint(r.signal, "\n".join([r.first_error, r.log_tail]))
-            if fp and fp.get("issue"):
-                s["fingerprint"] = {k: fp[k] for k in ("issue", "url", "summary", "score") if k in fp}
+from lucepatch.verify.service import ClusterOptions, VerifyRequest, run_verify, select
 
 
 def _retire(ctx, ws, target_name, source, ref, driver, runs, as_json) -> int:
@@ -56,6 +25,16 @@ def _retire(ctx, ws, target_name, source, ref, driver, runs, as_json) -> int:
     title, columns, rows = format_retire_table(doc)
     report.table(title, columns, rows, to_stdout=not as_json)
     return retire_exit_code(doc)
+
+
+def verdict_table(ev) -> tuple[str, list[str], list[list]]:
+    d = ev.driver
+    title = (f"verify {', '.join(r['name'] for r in ev.reproducers)} on {ev.target} — driver {d.get('kind')} "
+             f"({d.get('gpu')}, driver {d.get('version')})")
+    rows = [[s.scenario + (" (control)" if s.control else " (guard)" if s.regression_guard else ""),
+             f"{s.baseline.failures}/{s.baseline.runs}", f"{s.patched.failures}/{s.patched.runs}",
+             "" if s.p_value is None else f"{s.p_value:.3g}", s.verdict, s.reason] for s in ev.scenarios]
+    return title, ["scenario", "baseline fail", "patched fail", "p-value", "verdict", "why"], rows
 
 
 @click.command("verify")
@@ -97,93 +76,32 @@ def command(ctx, reproducer_names, run_all, scenarios, target_name, source, driv
     ws = workspace(ctx)
     if retire_ref:
         return _retire(ctx, ws, target_name, source, retire_ref, driver, runs, as_json)
-    if run_all and reproducer_names:
-        raise UsageError("give --reproducer or --all, not both")
-    if not run_all and not reproducer_names:
-        raise UsageError("name a reproducer (--reproducer async-sched) or pass --all")
-    if bool(lib) != bool(baseline_lib):
-        raise UsageError("--lib and --baseline-lib go together")
-    if bool(baseline_ref) != bool(patched_ref):
-        raise UsageError("--baseline-ref and --patched-ref go together")
-    if lib and baseline_ref:
-        raise UsageError("--lib/--baseline-lib and --baseline-ref/--patched-ref exclude each other")
-    if run_all:
-        t = load_target(ws, target_name)
-        repros = [r for r in list_reproducers(ws) if r.target == t.name]
-    else:
-        repros = [load_reproducer(ws, n) for n in reproducer_names]
-        t = load_target(ws, target_name or repros[0].target)
-    if not repros:
-        raise UsageError(f"no reproducer targets {t.name} in workspace {ws.path}")
-    artifacts = {r.artifact for r in repros}
-    if len(artifacts) != 1 or any(r.target != t.name for r in repros):
-        raise UsageError("the chosen reproducers need different targets or artifacts; verify them separately")
-    c = cache(ctx)
-    if from_logs:
-        in_cluster = True
-    if in_cluster:
-        # The node's driver runs the reproducers; what it was is read back from the pod logs.
-        drv = DriverChoice(requested="in-cluster", chosen="real", env={}, fake_dir=None, note="the node's driver")
-        if not from_logs:
-            if kubeconfig:
-                os.environ["LUCEPATCH_KUBECONFIG"] = kubeconfig
-            incluster.require_cluster()
-            if not image:
-                raise UsageError("--in-cluster needs --image (the reproducers and both libraries; docs/cluster.md)")
-    else:
-        drv = choose_driver(driver, c)
-    report.progress(f"workspace {ws.describe()}; driver {drv.chosen} ({drv.note or drv.requested})")
-    if lib:
-        variants = [variant_from_file("baseline", baseline_lib), variant_from_file("patched", lib)]
-        upstream_base = None
-    else:
-        src = require_source(source, t.name)
-        git.open_repo(src)
-        variants = _series_variants(t, src, c, baseline_ref, patched_ref)
-        upstream_base = variants[0].provenance.get("base")
-    n = runs or max(r.default_runs for r in repros)
+    t, repros = select(ws, target=target_name, reproducers=list(reproducer_names), run_all=run_all)
     cluster = None
-    if in_cluster:
-        plan = incluster.plan_runs(repros, list(scenarios) or None, [v.name for v in variants])
-        shas = {v.name: v.sha256 for v in variants}
-        ex = Execution("in-cluster", 1, "pod", "one Job per scenario and variant, runs serial inside each pod")
-        if from_logs:
-            records = incluster.from_logs(Path(from_logs), plan, shas, n)
-            cluster = {"from_logs": str(from_logs)}
-        else:
-            records, cluster = incluster.run_live(plan, shas, n, image=image, namespace=namespace, node=node,
-                                                  gpu_mem_mib=gpu_mem, context=kube_context,
-                                                  save_logs=Path(save_logs) if save_logs else None)
-        ex.processes = len(records)
-    else:
-        ex = plan_execution(jobs)
-        report.progress(f"execution: {ex.mode}" + (f", {ex.jobs} jobs" if ex.mode == "parallel" else "") + f" ({ex.why})")
-        records = run_matrix(repros, variants, n, drv, c, list(scenarios) or None, execution=ex)
-    doc = build_evidence(t, repros, variants, records, drv, n, ws.to_json(), upstream_base, execution=ex)
-    if cluster is not None:
-        doc["cluster"] = cluster
-    attach_fingerprints(doc, records)
+    if in_cluster or from_logs:
+        cluster = ClusterOptions(image=image, kubeconfig=kubeconfig, context=kube_context, namespace=namespace,
+                                 node=node, gpu_mem_mib=gpu_mem, from_logs=Path(from_logs) if from_logs else None,
+                                 save_logs=Path(save_logs) if save_logs else None)
+    src = require_source(source, t.name) if not lib else None
+    req = VerifyRequest(workspace=ws, target=t, reproducers=repros, source=src, driver=driver, runs=runs,
+                        scenarios=list(scenarios), lib=Path(lib) if lib else None,
+                        baseline_lib=Path(baseline_lib) if baseline_lib else None, baseline_ref=baseline_ref,
+                        patched_ref=patched_ref, jobs=jobs, cluster=cluster)
+    ev = run_verify(req, cache(ctx))
     if evidence_path:
-        write_evidence(evidence_path, doc)
+        write_evidence(evidence_path, ev)
     if as_json:
-        report.emit_json("verify", {"evidence_path": evidence_path, "evidence": doc})
-    d = doc["driver"]
-    report.table(
-        f"verify {', '.join(r.name for r in repros)} on {t.name} — driver {d.get('kind')} "
-        f"({d.get('gpu')}, driver {d.get('version')})",
-        ["scenario", "baseline fail", "patched fail", "p-value", "verdict", "why"],
-        [[s["scenario"] + (" (control)" if s["control"] else " (guard)" if s.get("regression_guard") else ""),
-          f"{s['baseline']['failures']}/{s['baseline']['runs']}", f"{s['patched']['failures']}/{s['patched']['runs']}",
-          "" if s["p_value"] is None else f"{s['p_value']:.3g}", s["verdict"], s.get("reason", "")]
-         for s in doc["scenarios"]], to_stdout=not as_json)
-    ex_doc = doc["execution"]
-    report.progress(f"{ex_doc['processes']} processes in {ex_doc['wall_s']:.1f}s, {ex_doc['mode']}"
-                    + (f" x{ex_doc['jobs']}" if ex_doc["mode"] == "parallel" else ""))
-    for s in doc["scenarios"]:
-        if s.get("fingerprint"):
-            report.progress(f"baseline failure of {s['scenario']} {s['fingerprint']['summary']} ({s['fingerprint'].get('url', '')})")
-    for sk in doc["skipped"]:
+        report.emit_json("verify", {"evidence_path": evidence_path, "evidence": ev.to_json()})
+    title, columns, rows = verdict_table(ev)
+    report.table(title, columns, rows, to_stdout=not as_json)
+    ex = ev.execution
+    report.progress(f"{ex['processes']} processes in {ex['wall_s']:.1f}s, {ex['mode']}"
+                    + (f" x{ex['jobs']}" if ex["mode"] == "parallel" else ""))
+    for s in ev.scenarios:
+        if s.fingerprint:
+            report.progress(f"baseline failure of {s.scenario} {s.fingerprint['summary']} ({s.fingerprint.get('url', '')})")
+    for sk in ev.skipped:
         report.progress(f"skipped: {sk['scenario']}: {sk['reason']}")
-    report.progress(f"verdict: {doc['verdict']}" + (" (simulated driver)" if doc.get("simulated") else "")
+    report.progress(f"verdict: {ev.verdict}" + (" (simulated driver)" if ev.simulated else "")
                     + (f"; evidence written to {evidence_path}" if evidence_path else ""))
-    return 0 if doc["verdict"] == "proven" else EXIT_CHECK_FAILED
+    return 0 if ev.verdict == "proven" else EXIT_CHECK_FAILED

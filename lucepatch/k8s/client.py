@@ -15,16 +15,17 @@ from lucepatch.k8s import swap
 SWAP_SELECTOR = "app.kubernetes.io/name=lucepatch-hami-core-swap"
 
 
-def kubeconfig_path() -> str | None:
-    return os.environ.get("LUCEPATCH_KUBECONFIG") or None
+def kubeconfig_path(explicit: str | None = None) -> str | None:
+    """--kubeconfig when given, else $LUCEPATCH_KUBECONFIG (never the user's ~/.kube/config)."""
+    return explicit or os.environ.get("LUCEPATCH_KUBECONFIG") or None
 
 
-def load(context: str | None = None):
+def load(context: str | None = None, kubeconfig: str | None = None):
     try:
         from kubernetes import client, config
     except ModuleNotFoundError:
         raise EnvironmentMissing("the kubernetes client is missing: pip install 'lucepatch[k8s]'")
-    path = kubeconfig_path()
+    path = kubeconfig_path(kubeconfig)
     if not path:
         raise EnvironmentMissing("no cluster: set LUCEPATCH_KUBECONFIG to a kubeconfig file (or use --dry-run)")
     if not os.path.isfile(path):
@@ -33,9 +34,9 @@ def load(context: str | None = None):
     return client
 
 
-def apply(objs: list[dict], context: str | None = None) -> list[str]:
+def apply(objs: list[dict], context: str | None = None, kubeconfig: str | None = None) -> list[str]:
     """Create each object, or replace it when it exists (server-side create-or-replace)."""
-    client = load(context)
+    client = load(context, kubeconfig)
     from kubernetes import utils
     from kubernetes.client.rest import ApiException
 

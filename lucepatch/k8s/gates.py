@@ -18,7 +18,6 @@ Gates, in order (each -> ok True / False / None = not determinable here, with th
 
 from __future__ import annotations
 
-import json
 import tomllib
 from dataclasses import dataclass
 from importlib import resources
@@ -26,6 +25,7 @@ from pathlib import Path
 
 from lucepatch.errors import UsageError
 from lucepatch.k8s import swap
+from lucepatch.verify.evidence import Evidence, load_evidence
 
 
 @dataclass
@@ -43,34 +43,14 @@ def compat_data() -> dict:
         return tomllib.load(f)
 
 
-def load_evidence(path: str | Path) -> dict:
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"evidence file {path} not found: run `lucepatch verify --lib FILE --evidence {path}`")
-    except json.JSONDecodeError as e:
-        raise UsageError(f"evidence file {path} is not JSON ({e.msg}): pass the file `lucepatch verify` wrote")
-    if not isinstance(data, dict) or data.get("schema_version") != 1:
-        raise UsageError(f"evidence file {path} has no schema_version 1: regenerate it with `lucepatch verify`")
-    return data
-
-
-def _get(d: dict, *keys):
-    for k in keys:
-        if not isinstance(d, dict):
-            return None
-        d = d.get(k)
-    return d
-
-
-def evidence_gate(evidence: dict, lib_sha: str) -> Gate:
+def evidence_gate(evidence: Evidence, lib_sha: str) -> Gate:
     problems = []
-    if evidence.get("verdict") != "proven":
-        problems.append(f"verdict is {evidence.get('verdict')!r}, not 'proven'")
-    if _get(evidence, "driver", "kind") != "real":
-        problems.append(f"driver kind is {_get(evidence, 'driver', 'kind')!r}, not 'real' (a simulated driver proves "
+    if evidence.verdict != "proven":
+        problems.append(f"verdict is {evidence.verdict!r}, not 'proven'")
+    if evidence.driver_kind != "real":
+        problems.append(f"driver kind is {evidence.driver_kind!r}, not 'real' (a simulated driver proves "
                         "nothing about a node)")
-    ev_sha = _get(evidence, "variants", "patched", "artifact", "sha256")
+    ev_sha = evidence.artifact_sha256("patched")
     if ev_sha != lib_sha:
         problems.append(f"evidence covers patched sha256 {ev_sha}, not --lib's {lib_sha} (verify these exact bytes)")
     if problems:
@@ -78,11 +58,11 @@ def evidence_gate(evidence: dict, lib_sha: str) -> Gate:
     return Gate("evidence", True, f"proven on a real driver for sha256 {lib_sha[:12]}")
 
 
-def reference_library(evidence: dict, installed: str | None) -> tuple[str | None, str]:
+def reference_library(evidence: Evidence, installed: str | None) -> tuple[str | None, str]:
     if installed:
         return installed, f"--installed {installed}"
-    path = _get(evidence, "variants", "baseline", "artifact", "path")
-    want = _get(evidence, "variants", "baseline", "artifact", "sha256")
+    base = evidence.variants.get("baseline")
+    path, want = (base.artifact.path, base.artifact.sha256) if base else (None, None)
     if path and Path(path).is_file() and swap.sha256_file(path) == want:
         return path, f"the evidence's baseline artifact {path}"
     return None, "no reference library here (pass --installed FILE); each node checks its own"

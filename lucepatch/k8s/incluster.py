@@ -107,17 +107,17 @@ def from_logs(log_dir: Path, plan, shas: dict[str, str], runs: int) -> list[RunR
 
 def run_live(plan, shas: dict[str, str], runs: int, *, image: str, namespace: str, node: str | None,
              gpu_mem_mib: int | None, context: str | None, save_logs: Path | None,
-             wait_s: float = 3600) -> tuple[list[RunRecord], dict]:
+             kubeconfig: str | None = None, wait_s: float = 3600) -> tuple[list[RunRecord], dict]:
     """Create the Jobs, wait, fetch the logs; delete the Jobs if interrupted (Ctrl-C, SIGTERM)."""
     run_id = f"lp-{uuid.uuid4().hex[:8]}"
     gpu_count = max(s.min_devices for _, s, _ in plan)
     objs = render_jobs(plan, shas, run_id=run_id, image=image, runs=runs, namespace=namespace, node=node,
                        gpu_mem_mib=gpu_mem_mib, gpu_count=gpu_count)
-    k = kclient.load(context)
+    k = kclient.load(context, kubeconfig)
     batch, core = k.BatchV1Api(), k.CoreV1Api()
     report.progress(f"in-cluster run {run_id}: {len(objs)} Jobs in namespace {namespace}")
     try:
-        kclient.apply([o for _, o in objs], context)
+        kclient.apply([o for _, o in objs], context, kubeconfig)
         logs, nodes = {}, set()
         deadline = time.monotonic() + wait_s
         for key, obj in objs:
@@ -167,7 +167,7 @@ def node_facts(core, name: str) -> dict:
             "labels": {k: v for k, v in labels.items() if k.startswith(("nvidia.com/", "hami.io/"))}}
 
 
-def require_cluster() -> None:
-    if not kclient.kubeconfig_path():
+def require_cluster(kubeconfig: str | None = None) -> None:
+    if not kclient.kubeconfig_path(kubeconfig):
         raise EnvironmentMissing("--in-cluster needs a cluster: set LUCEPATCH_KUBECONFIG (or --kubeconfig), "
                                  "or re-evaluate recorded pod logs with --from-logs DIR")

@@ -24,7 +24,7 @@ from lucepatch.upstream.conventions import conventions_for, repo_slug
 from lucepatch.upstream.render import render
 from lucepatch.upstream.scrub import Scrubber
 from lucepatch.verify.evidence import combine as combine_evidence
-from lucepatch.verify.evidence import load_evidence, staleness
+from lucepatch.verify.evidence import read_evidence_json, staleness
 
 META = "lucepatch.json"
 
@@ -187,7 +187,7 @@ def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, *, patc
     doc = None
     if evidence_path is not None:
         paths = evidence_path if isinstance(evidence_path, (list, tuple)) else [evidence_path]
-        docs = [load_evidence(p) for p in paths]
+        docs = [read_evidence_json(p) for p in paths]
         doc = docs[0] if len(docs) == 1 else combine_evidence(docs, repro_hashes or {})
         check_evidence(doc, target, repro_hashes or {}, base_sha)
     patches = select_patches(target, patch_names)

@@ -1,22 +1,313 @@
-"""The evidence document `verify` writes and `pr`, `ci` and `deploy` read.
+"""The evidence document `verify` writes and `pr`, `ci`, `deploy` and `show` read.
 
-Identity (DESIGN.md): evidence is stale when its upstream commit, the covered patch ids, the
-reproducer's hash or the profile's hash differ. Artifact sha256s are provenance, not identity.
+Wire format: JSON, schema_version 2, described by lucepatch/data/evidence.schema.json (also at
+docs/schema/evidence.schema.json). `write_evidence` validates before writing, `load_evidence`
+validates after reading; schema 1 documents (the committed H200 evidence, not regenerable without
+GPU time) are read through `upgrade`, which adds the v2 fields with the values a fixed-N run
+implies and changes nothing else.
+
+In memory: `Evidence` and its parts are dataclasses. Fields the schema does not name (a cluster
+section, `combined_from`, retirement details) ride along in `extra`, so
+`Evidence.from_json(d).to_json() == d` for every valid document.
+
+Identity (docs/design.md): evidence is stale when its upstream commit, the covered patch ids, the
+reproducer's hash or the profile's hash differ. Artifact sha256s are provenance; with reproducible
+builds a rebuild from the same inputs gives the same sha256.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import datetime as dt
 import json
 import os
 import platform
 import tempfile
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from lucepatch import __version__
 from lucepatch.errors import UsageError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+
+
+# ---- the typed view ---------------------------------------------------------------------------
+def _split(cls, doc: dict) -> tuple[dict, dict]:
+    names = {f.name for f in dataclasses.fields(cls) if f.name != "extra"}
+    alias = getattr(cls, "_ALIAS", {})
+    known, extra = {}, {}
+    for k, v in doc.items():
+        attr = alias.get(k, k)
+        (known if attr in names else extra)[attr if attr in names else k] = v
+    return known, extra
+
+
+def _join(obj, skip_none: tuple[str, ...] = ()) -> dict:
+    alias = {v: k for k, v in getattr(type(obj), "_ALIAS", {}).items()}
+    out = {}
+    for f in dataclasses.fields(obj):
+        if f.name == "extra":
+            continue
+        v = getattr(obj, f.name)
+        if f.name in skip_none and v is None:
+            continue
+        if hasattr(v, "to_json"):
+            v = v.to_json()
+        out[alias.get(f.name, f.name)] = v
+    out.update(obj.extra)
+    return out
+
+
+@dataclass
+class RunPolicy:
+    """How runs were spent (see the schema's run_policy description)."""
+    rule: str = "fixed"  # fixed | sequential
+    max_runs: int = 20
+    alpha: float = 0.01
+    theta: float | None = None
+    baseline_stop_after: int | None = None
+    patched_min_passes: int | None = None
+    order: str = "launch"
+    note: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "RunPolicy":
+        known, extra = _split(cls, d)
+        return cls(**known, extra=extra)
+
+    def to_json(self) -> dict:
+        return _join(self)
+
+
+@dataclass
+class Tally:
+    runs: int = 0
+    passed: int = 0
+    failures: int = 0
+    invalid: int = 0
+    skipped: int = 0
+    failure_rate: float | None = None
+    outcomes: dict = field(default_factory=dict)
+    first_error: str = ""
+    extra: dict = field(default_factory=dict)
+    _ALIAS = {"pass": "passed"}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Tally":
+        known, extra = _split(cls, d)
+        return cls(**known, extra=extra)
+
+    def to_json(self) -> dict:
+        return _join(self)
+
+
+@dataclass
+class ScenarioResult:
+    scenario: str  # reproducer:scenario
+    control: bool
+    verdict: str
+    baseline: Tally
+    patched: Tally
+    reason: str = ""
+    p_value: float | None = None
+    regression_guard: bool | None = None  # absent in the oldest schema 1 files: read as False
+    reproducer: str | None = None
+    description: str | None = None
+    runs_spent: dict | None = None
+    stop_reason: str | None = None
+    mode: str | None = None
+    fingerprint: dict | None = None
+    extra: dict = field(default_factory=dict)
+    _OPTIONAL = ("regression_guard", "reproducer", "description", "runs_spent", "stop_reason", "mode", "fingerprint")
+
+    @property
+    def name(self) -> str:
+        return self.scenario.split(":", 1)[-1]
+
+    @classmethod
+    def from_json(cls, d: dict) -> "ScenarioResult":
+        known, extra = _split(cls, d)
+        known["baseline"] = Tally.from_json(known.get("baseline", {}))
+        known["patched"] = Tally.from_json(known.get("patched", {}))
+        return cls(**known, extra=extra)
+
+    def to_json(self) -> dict:
+        return _join(self, skip_none=self._OPTIONAL)
+
+
+@dataclass
+class Artifact:
+    path: str
+    sha256: str | None
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "sha256": self.sha256}
+
+
+@dataclass
+class VariantInfo:
+    """What one side ran: built from the series, from an upstream ref, or given as a file."""
+    artifact: Artifact
+    source: str | None = None  # series | ref | file | image  (JSON "from")
+    commit: str | None = None
+    base: str | None = None
+    tree: str | None = None
+    patches: list | None = None
+    ref: str | None = None
+    build_key: str | None = None
+    extra: dict = field(default_factory=dict)
+    _ALIAS = {"from": "source"}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "VariantInfo":
+        known, extra = _split(cls, d)
+        a = known.pop("artifact", {}) or {}
+        return cls(artifact=Artifact(a.get("path", ""), a.get("sha256")), **known, extra=extra)
+
+    def to_json(self) -> dict:
+        out = {"from": self.source} if self.source is not None else {}
+        for k in ("ref", "commit", "base", "tree", "patches", "build_key"):
+            v = getattr(self, k)
+            if v is not None:
+                out[k] = v
+        out.update(self.extra)
+        out["artifact"] = self.artifact.to_json()
+        return out
+
+
+@dataclass
+class SeriesInfo:
+    version: str
+    series_hash: str
+    patch_ids: list
+    patches: list = field(default_factory=list)
+    extra: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "SeriesInfo":
+        known, extra = _split(cls, d)
+        return cls(**known, extra=extra)
+
+    def to_json(self) -> dict:
+        return _join(self)
+
+
+@dataclass
+class Evidence:
+    target: str
+    series: SeriesInfo
+    upstream: dict  # {"url", "base"}
+    reproducers: list  # [{"name", "hash", "kind"?}]
+    driver: dict  # derived from what the runs mapped and reported, never from a flag
+    simulated: bool
+    execution: dict
+    run_policy: RunPolicy
+    variants: dict  # name -> VariantInfo
+    scenarios: list  # [ScenarioResult]
+    verdict: str
+    runs: list  # RunRecord JSON (log_tail only for non-passing runs)
+    skipped: list = field(default_factory=list)
+    tool: dict = field(default_factory=dict)
+    workspace: dict = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+    kind: str = "lucepatch-evidence"
+    extra: dict = field(default_factory=dict)
+
+    _ORDER = ("schema_version", "kind", "tool", "workspace", "target", "series", "upstream", "reproducers",
+              "driver", "simulated", "execution", "run_policy", "skipped", "variants", "scenarios", "verdict", "runs")
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "Evidence":
+        doc = upgrade(doc)
+        known, extra = _split(cls, doc)
+        known["series"] = SeriesInfo.from_json(known["series"])
+        known["run_policy"] = RunPolicy.from_json(known["run_policy"])
+        known["variants"] = {k: VariantInfo.from_json(v) for k, v in known["variants"].items()}
+        known["scenarios"] = [ScenarioResult.from_json(s) for s in known["scenarios"]]
+        return cls(**known, extra=extra)
+
+    def to_json(self) -> dict:
+        out: dict[str, Any] = {}
+        for k in self._ORDER:
+            v = getattr(self, k)
+            if k == "variants":
+                v = {n: vi.to_json() for n, vi in v.items()}
+            elif k == "scenarios":
+                v = [s.to_json() for s in v]
+            elif hasattr(v, "to_json"):
+                v = v.to_json()
+            out[k] = v
+        out.update(self.extra)
+        return out
+
+    # -- questions every reader asks --------------------------------------------------------------
+    def scenario(self, name: str) -> ScenarioResult | None:
+        return next((s for s in self.scenarios if s.scenario == name or s.name == name), None)
+
+    @property
+    def checked(self) -> list:
+        return [s for s in self.scenarios if not s.control]
+
+    @property
+    def driver_kind(self) -> str | None:
+        return (self.driver or {}).get("kind")
+
+    def artifact_sha256(self, variant: str = "patched") -> str | None:
+        v = self.variants.get(variant)
+        return v.artifact.sha256 if v else None
+
+
+# ---- schema, versions, files ------------------------------------------------------------------
+@lru_cache(maxsize=1)
+def schema() -> dict:
+    with resources.files("lucepatch").joinpath("data", "evidence.schema.json").open("rb") as f:
+        return json.load(f)
+
+
+def validate(doc: dict, *, what: str = "evidence") -> None:
+    """Raise UsageError naming the first schema violation (path and message)."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schema())
+    errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
+    if errors:
+        e = errors[0]
+        where = "/".join(str(p) for p in e.absolute_path) or "(top)"
+        raise UsageError(f"{what} does not match the evidence schema at {where}: {e.message[:200]}")
+
+
+def upgrade(doc: dict) -> dict:
+    """A schema 1 document as schema 2: a fixed-N run policy, runs spent = runs tallied. Any other
+    version is returned as it is (validation reports it)."""
+    if not isinstance(doc, dict) or doc.get("schema_version") != 1:
+        return doc
+    out = copy.deepcopy(doc)
+    n = (out.get("execution") or {}).get("runs_per_variant") or max(
+        [s.get("baseline", {}).get("runs", 0) for s in out.get("scenarios", [])] or [1]) or 1
+    out["schema_version"] = 2
+    out["run_policy"] = {"rule": "fixed", "max_runs": int(n), "alpha": 0.01, "theta": None,
+                         "baseline_stop_after": None, "patched_min_passes": None, "order": "launch",
+                         "note": "read from schema 1 evidence: every scenario ran a fixed number of runs"}
+    # the oldest schema 1 files predate these two fields; both follow from what the file holds
+    out.setdefault("simulated", (out.get("driver") or {}).get("kind") == "fake")
+    out.setdefault("skipped", [{"scenario": s["scenario"], "reason": s.get("reason", "")}
+                               for s in out.get("scenarios", []) if s.get("verdict") == "skipped"])
+    for s in out.get("scenarios", []):
+        for side in ("baseline", "patched"):
+            t = s.get(side) or {}
+            t.setdefault("skipped", (t.get("outcomes") or {}).get("skipped", 0))
+        s.setdefault("runs_spent", {v: s.get(v, {}).get("runs", 0) for v in ("baseline", "patched")})
+        s.setdefault("stop_reason", "fixed number of runs")
+        s.setdefault("mode", "fixed")
+    # the in-memory key order of v2
+    return {**{k: out[k] for k in Evidence._ORDER if k in out}, **{k: v for k, v in out.items() if k not in Evidence._ORDER}}
 
 
 def now_utc() -> str:
@@ -28,28 +319,49 @@ def host_info() -> dict:
             "cpus": os.cpu_count()}
 
 
-def write_evidence(path: Path, doc: dict) -> None:
+def write_evidence(path: Path, ev: "Evidence | dict") -> None:
+    """Validate and write atomically; the file is world-readable (it goes into PRs)."""
+    doc = ev.to_json() if isinstance(ev, Evidence) else ev
+    validate(doc, what="the evidence verify produced")
     path = Path(path)
     if path.exists() and path.is_dir():
         raise UsageError(f"--evidence {path} is a directory; give a file name")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".evidence-")
-    with os.fdopen(fd, "w") as f:
-        json.dump(doc, f, indent=2, sort_keys=False)
-        f.write("\n")
-    os.replace(tmp, path)
-
-
-def load_evidence(path: Path) -> dict:
     try:
-        doc = json.loads(Path(path).read_text())
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f, indent=2, sort_keys=False)
+            f.write("\n")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_evidence_json(path: Path) -> dict:
+    """The evidence file as a schema 2 dict (upgraded from 1 when needed), validated."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UsageError(f"evidence file {path} does not exist; run lucepatch verify --evidence {path}")
+    except IsADirectoryError:
+        raise UsageError(f"evidence file {path} is a directory; pass the file lucepatch verify wrote")
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"evidence file {path} is not JSON ({exc})")
-    if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION or "verdict" not in doc:
-        raise UsageError(f"evidence file {path} is not lucepatch evidence (schema_version {SCHEMA_VERSION})")
+    if not isinstance(doc, dict) or doc.get("kind", "lucepatch-evidence") != "lucepatch-evidence" \
+            or doc.get("schema_version") not in READABLE_VERSIONS or "verdict" not in doc:
+        raise UsageError(f"evidence file {path} is not lucepatch evidence (schema_version "
+                         f"{'/'.join(map(str, READABLE_VERSIONS))}); pass the file lucepatch verify --evidence wrote")
+    doc = upgrade(doc)
+    validate(doc, what=f"evidence file {path}")
     return doc
+
+
+def load_evidence(path: Path) -> Evidence:
+    return Evidence.from_json(read_evidence_json(path))
 
 
 def staleness(doc: dict, *, upstream_commit: str, patch_ids: list[str], reproducer_hashes: dict[str, str]) -> list[str]:
@@ -80,6 +392,8 @@ def combine(docs: list[dict], reproducer_hashes: dict[str, str]) -> dict:
     discarding the others. Each scenario keeps the driver and artifacts of the run it came from.
     """
     from lucepatch.verify.verdict import overall
+
+    docs = [d.to_json() if isinstance(d, Evidence) else upgrade(d) for d in docs]
 
     if not docs:
         raise UsageError("no evidence to combine")

@@ -70,17 +70,24 @@ def plan_execution(jobs: int | None) -> Execution:
     return Execution("parallel", n, "namespace", why)
 
 
+def check_scenarios(repros: list[Reproducer], scenario_filter: list[str] | None) -> None:
+    """Every --scenario names a scenario of these reproducers (bare or reproducer:scenario)."""
+    if not scenario_filter:
+        return
+    known = {s.name for r in repros for s in r.scenarios} | {f"{r.name}:{s.name}" for r in repros for s in r.scenarios}
+    unknown = [f for f in scenario_filter if f not in known]
+    if unknown:
+        valid = ", ".join(f"{r.name}:{s.name}" for r in repros for s in r.scenarios if not s.control)
+        raise UsageError(f"--scenario {', '.join(unknown)}: no such scenario; valid: {valid}")
+
+
 def run_matrix(repros: list[Reproducer], variants: list[Variant], runs: int, driver: DriverChoice,
                cache: Path, scenario_filter: list[str] | None = None, jobs: int | None = None,
                execution: Execution | None = None) -> list[RunRecord]:
     ex = execution or plan_execution(jobs)
     records: list[RunRecord] = []
     shas = {v.name: v.sha256 for v in variants}
-    if scenario_filter:
-        known = {s.name for r in repros for s in r.scenarios} | {f"{r.name}:{s.name}" for r in repros for s in r.scenarios}
-        unknown = [f for f in scenario_filter if f not in known]
-        if unknown:
-            raise UsageError(f"--scenario {', '.join(unknown)}: no such scenario in {', '.join(r.name for r in repros)}")
+    check_scenarios(repros, scenario_filter)
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="lucepatch-runs-") as scratch:
         for repro in repros:
@@ -140,7 +147,9 @@ def derive_driver(records: list[RunRecord], driver: DriverChoice) -> dict:
 
 def build_evidence(target: Target, repros: list[Reproducer], variants: list[Variant], records: list[RunRecord],
                    driver: DriverChoice, runs: int, workspace: dict, upstream_base: str | None,
-                   execution: Execution | None = None) -> dict:
+                   execution: Execution | None = None, policy: ev.RunPolicy | None = None) -> ev.Evidence:
+    """The typed evidence of one verification (validated against the schema when written)."""
+    policy = policy or ev.RunPolicy(rule="fixed", max_runs=runs)
     scenarios = []
     for repro in repros:
         names = [s for s in repro.scenarios]
@@ -160,6 +169,10 @@ def build_evidence(target: Target, repros: list[Reproducer], variants: list[Vari
                 sv = scenario_verdict(f"{repro.name}:{s.name}", False, recs, False, guard=s.regression_guard)
             sv["reproducer"] = repro.name
             sv["description"] = s.description
+            if policy.rule == "fixed":
+                sv.setdefault("runs_spent", {v: sv[v]["runs"] for v in ("baseline", "patched")})
+                sv.setdefault("stop_reason", "fixed number of runs")
+                sv.setdefault("mode", "fixed")
             if s.fixed_upstream:
                 sv["fixed_upstream"] = s.fixed_upstream
             if s.min_devices > 1:
@@ -169,7 +182,7 @@ def build_evidence(target: Target, repros: list[Reproducer], variants: list[Vari
     verdict = overall(scenarios)
     if drv["kind"] in ("unknown", "mixed") and verdict != "invalid":
         verdict = "invalid"
-    return {
+    return ev.Evidence.from_json({
         "schema_version": ev.SCHEMA_VERSION,
         "kind": "lucepatch-evidence",
         "tool": ev.tool_info(),
@@ -187,10 +200,11 @@ def build_evidence(target: Target, repros: list[Reproducer], variants: list[Vari
                       "runs_per_variant": runs, "interleaved": True,
                       "region_file": "fresh per run, deleted after", "core_dumps": "off",
                       "timeout": "process group killed (SIGKILL)"},
+        "run_policy": policy.to_json(),
         "skipped": [{"scenario": sv["scenario"], "reason": sv["reason"]} for sv in scenarios if sv["verdict"] == "skipped"],
         "variants": {v.name: {**v.provenance, "artifact": {"path": str(v.lib), "sha256": v.sha256}} for v in variants},
         "scenarios": scenarios,
         "verdict": verdict,
         "runs": [{k: v for k, v in r.to_json().items() if k not in ("log_tail", "checks")}
                  | ({"log_tail": r.log_tail} if r.outcome not in ("pass", SKIPPED) else {}) for r in records],
-    }
+    })

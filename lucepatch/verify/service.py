@@ -1,0 +1,175 @@
+"""The verify pipeline as one service: which reproducers, which two variants, the runs, the
+verdicts, the fingerprints, the evidence. `lucepatch verify`, `lucepatch ci`, the public API and
+the tests call `run_verify`; commands only parse their options into a `VerifyRequest` and print
+what comes back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lucepatch import git
+from lucepatch.errors import EnvironmentMissing, UsageError
+from lucepatch.target import Target, load_target
+from lucepatch.verify.driver import DriverChoice, choose_driver
+from lucepatch.verify.evidence import Evidence
+from lucepatch.verify.reproducer import Reproducer, list_reproducers, load_reproducer
+from lucepatch.verify.session import (Execution, Variant, build_evidence, check_scenarios, plan_execution, run_matrix,
+                                      variant_from_file)
+from lucepatch.workspace import Workspace
+
+
+@dataclass
+class ClusterOptions:
+    """--in-cluster: run as Jobs on a HAMi node (docs/cluster.md), or re-read recorded pod logs."""
+    image: str | None = None
+    kubeconfig: str | None = None
+    context: str | None = None
+    namespace: str = "lucepatch"
+    node: str | None = None
+    gpu_mem_mib: int | None = None
+    from_logs: Path | None = None
+    save_logs: Path | None = None
+
+
+@dataclass
+class VerifyRequest:
+    workspace: Workspace
+    target: Target
+    reproducers: list[Reproducer]
+    source: Path | None = None
+    driver: str = "auto"  # auto | real | fake
+    runs: int | None = None  # per variant and scenario (default: the reproducers'); the maximum under a sequential rule
+    scenarios: list[str] = field(default_factory=list)
+    lib: Path | None = None  # patched bytes given, nothing built
+    baseline_lib: Path | None = None
+    baseline_ref: str | None = None  # ref-vs-ref
+    patched_ref: str | None = None
+    jobs: int | None = None
+    cluster: ClusterOptions | None = None
+
+    @property
+    def artifact(self) -> str:
+        return self.reproducers[0].artifact
+
+
+def select(ws: Workspace, *, target: str | None, reproducers: list[str], run_all: bool) -> tuple[Target, list[Reproducer]]:
+    """The target and reproducers a verify names (`--reproducer R...` or `--all --target T`)."""
+    if run_all and reproducers:
+        raise UsageError("give --reproducer or --all, not both")
+    if not run_all and not reproducers:
+        raise UsageError("name a reproducer (--reproducer async-sched) or pass --all")
+    if run_all:
+        t = load_target(ws, target)
+        repros = [r for r in list_reproducers(ws) if r.target == t.name]
+    else:
+        repros = [load_reproducer(ws, n) for n in reproducers]
+        t = load_target(ws, target or repros[0].target)
+    if not repros:
+        raise UsageError(f"no reproducer targets {t.name} in workspace {ws.path}")
+    if len({r.artifact for r in repros}) != 1 or any(r.target != t.name for r in repros):
+        raise UsageError("the chosen reproducers need different targets or artifacts; verify them separately")
+    return t, repros
+
+
+def build_variants(target: Target, source: Path, cache: Path, artifact: str, *,
+                   baseline_ref: str | None = None, patched_ref: str | None = None) -> list[Variant]:
+    """The baseline (pinned base + Build-Only patches) and patched (whole series) builds — or, in
+    ref-vs-ref mode, upstream at each ref plus Build-Only — each giving the reproducer's declared
+    artifact. The one place variants are built (verify, ci, retire, bisect)."""
+    from lucepatch.builders.native import build_variant
+
+    out = []
+    for name in ("baseline", "patched"):
+        ref = baseline_ref if name == "baseline" else patched_ref
+        if ref:
+            b = build_variant(target, source, "baseline", cache, base=ref)
+            prov = {"from": "ref", "ref": ref, "commit": b.commit, "base": b.base, "tree": b.tree, "patches": b.patches}
+        else:
+            b = build_variant(target, source, name, cache)
+            prov = {"from": "series", "commit": b.commit, "base": b.base, "tree": b.tree, "patches": b.patches,
+                    "build_key": b.key}
+        if artifact not in b.artifacts:
+            raise UsageError(f"the reproducers need artifact {artifact!r}, which {target.name}'s build does not "
+                             f"produce (it has {', '.join(b.artifacts)}); fix [build.artifacts] in {target.toml_path}")
+        out.append(Variant(name, b.artifacts[artifact], prov))
+    return out
+
+
+def check_request(req: VerifyRequest) -> None:
+    if bool(req.lib) != bool(req.baseline_lib):
+        raise UsageError("--lib and --baseline-lib go together")
+    if bool(req.baseline_ref) != bool(req.patched_ref):
+        raise UsageError("--baseline-ref and --patched-ref go together")
+    if req.lib and req.baseline_ref:
+        raise UsageError("--lib/--baseline-lib and --baseline-ref/--patched-ref exclude each other")
+    check_scenarios(req.reproducers, req.scenarios)
+
+
+def run_verify(req: VerifyRequest, cache: Path, *, progress=None) -> Evidence:
+    """Build (or take) both variants, run every selected scenario, return the typed evidence."""
+    from lucepatch import report
+
+    say = progress or report.progress
+    check_request(req)
+    cluster = req.cluster
+    if cluster is not None:
+        from lucepatch.k8s import incluster
+
+        drv = DriverChoice(requested="in-cluster", chosen="real", env={}, fake_dir=None, note="the node's driver")
+        if cluster.from_logs is None:
+            incluster.require_cluster(cluster.kubeconfig)
+            if not cluster.image:
+                raise UsageError("--in-cluster needs --image (the reproducers and both libraries; docs/cluster.md)")
+    else:
+        drv = choose_driver(req.driver, cache)
+    say(f"workspace {req.workspace.describe()}; driver {drv.chosen} ({drv.note or drv.requested})")
+    if req.lib:
+        variants = [variant_from_file("baseline", req.baseline_lib), variant_from_file("patched", req.lib)]
+        upstream_base = None
+    else:
+        if req.source is None:
+            raise EnvironmentMissing(f"no upstream checkout for {req.target.name}: pass --source PATH")
+        git.open_repo(req.source)
+        variants = build_variants(req.target, req.source, cache, req.artifact,
+                                  baseline_ref=req.baseline_ref, patched_ref=req.patched_ref)
+        upstream_base = variants[0].provenance.get("base")
+    n = req.runs or max(r.default_runs for r in req.reproducers)
+    extra = {}
+    if cluster is not None:
+        from lucepatch.k8s import incluster
+
+        plan = incluster.plan_runs(req.reproducers, req.scenarios or None, [v.name for v in variants])
+        shas = {v.name: v.sha256 for v in variants}
+        ex = Execution("in-cluster", 1, "pod", "one Job per scenario and variant, runs serial inside each pod")
+        if cluster.from_logs is not None:
+            records = incluster.from_logs(Path(cluster.from_logs), plan, shas, n)
+            extra["cluster"] = {"from_logs": str(cluster.from_logs)}
+        else:
+            records, extra["cluster"] = incluster.run_live(
+                plan, shas, n, image=cluster.image, namespace=cluster.namespace, node=cluster.node,
+                gpu_mem_mib=cluster.gpu_mem_mib, context=cluster.context, kubeconfig=cluster.kubeconfig,
+                save_logs=cluster.save_logs)
+        ex.processes = len(records)
+    else:
+        ex = plan_execution(req.jobs)
+        say(f"execution: {ex.mode}" + (f", {ex.jobs} jobs" if ex.mode == "parallel" else "") + f" ({ex.why})")
+        records = run_matrix(req.reproducers, variants, n, drv, cache, req.scenarios or None, execution=ex)
+    ev = build_evidence(req.target, req.reproducers, variants, records, drv, n, req.workspace.to_json(),
+                        upstream_base, execution=ex)
+    ev.extra.update(extra)
+    attach_fingerprints(ev, records)
+    return ev
+
+
+def attach_fingerprints(ev: Evidence, records) -> None:
+    """Name the known upstream issue each scenario's baseline failure matches (crash fingerprints)."""
+    from lucepatch.upstream.fingerprints import match_fingerprint
+
+    for s in ev.scenarios:
+        failing = [r for r in records if r.scenario == s.scenario and r.variant == "baseline" and r.failed]
+        for r in failing[:1]:
+            fp = match_fingerprint(r.signal, "\n".join([r.first_error, r.log_tail]))
+            if fp and fp.get("issue"):
+                s.fingerprint = {k: fp[k] for k in ("issue", "url", "summary", "score") if k in fp}
