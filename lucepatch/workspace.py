@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from lucepatch.errors import UsageError
+from lucepatch.errors import EnvironmentMissing, UsageError
 
 MARKER = "lucepatch.toml"
 PACKAGED = Path(__file__).resolve().parent / "_workspace"
@@ -91,3 +91,18 @@ def resolve_cache(explicit: str | os.PathLike | None = None) -> Path:
         raise UsageError(f"cache {path} exists and is not a directory; pass --cache-dir DIR")
     path.mkdir(parents=True, exist_ok=True)
     return path.resolve()
+
+
+def source_env(target_name: str) -> str:
+    """The environment variable naming a target's upstream checkout (LUCEPATCH_SRC_HAMI_CORE)."""
+    return f"LUCEPATCH_SRC_{target_name.upper().replace('-', '_').replace('.', '_')}"
+
+
+def resolve_source(source: str | os.PathLike | None, target_name: str) -> Path:
+    """The upstream checkout of a target: the one given, else $LUCEPATCH_SRC_<TARGET>, else exit 3."""
+    if source:
+        return Path(source)
+    env = source_env(target_name)
+    if os.environ.get(env):
+        return Path(os.environ[env])
+    raise EnvironmentMissing(f"no upstream checkout of {target_name}: pass --source PATH or set {env}")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from lucepatch.workspace import Workspace, resolve_cache, resolve_workspace
+from lucepatch.workspace import Workspace, resolve_cache, resolve_source, resolve_workspace
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print a JSON document (with schema_version) on stdout.")
 source_option = click.option("--source", type=click.Path(), default=None,
@@ -22,13 +22,4 @@ def cache(ctx: click.Context) -> Path:
 
 
 def require_source(source: str | None, target_name: str) -> Path:
-    import os
-
-    from lucepatch.errors import EnvironmentMissing
-
-    if source:
-        return Path(source)
-    env = f"LUCEPATCH_SRC_{target_name.upper().replace('-', '_').replace('.', '_')}"
-    if os.environ.get(env):
-        return Path(os.environ[env])
-    raise EnvironmentMissing(f"no upstream checkout of {target_name}: pass --source PATH or set {env}")
+    return resolve_source(source, target_name)

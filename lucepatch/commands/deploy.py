@@ -6,9 +6,7 @@ import json
 
 import click
 
-from lucepatch.errors import CheckFailed, UsageError
-
-PLACEHOLDER_IMAGE = "REPLACE-ME/hami-core-lib:TAG"
+from lucepatch.errors import CheckFailed
 
 
 @click.group("deploy")
@@ -35,58 +33,34 @@ def command():
 def hami_core(lib, evidence, lib_image, lib_path, installed, hami_versions, values_file, sets, rollback, reassert,
               dry_run, context, as_json):
     """Install (or --rollback) a patched libvgpu.so on every HAMi node through a privileged DaemonSet."""
-    from lucepatch.k8s import client, gates, manifests, swap, values
+    from lucepatch.k8s import manifests
+    from lucepatch.k8s.deploy import deploy_hami_core
 
-    live = not dry_run
-    if live and not client.kubeconfig_path():
-        raise UsageError("no cluster: set LUCEPATCH_KUBECONFIG, or pass --dry-run to only check and print")
-    overrides = {"action": "rollback" if rollback else "install", "reassert_seconds": reassert}
-    report = {"schema_version": 1, "action": overrides["action"], "dry_run": dry_run, "gates": [], "nodes": []}
-    if not rollback:
-        if not lib or not evidence:
-            raise UsageError("deploy hami-core needs --lib FILE and --evidence FILE (or --rollback)")
-        gl = gates.run_gates(lib, evidence, installed=installed, hami_versions=hami_versions, live=live)
-        report["gates"] = [g.to_dict() for g in gl]
-        for g in gl:
-            mark = {True: "ok  ", False: "FAIL", None: "skip"}[g.ok]
-            click.echo(f"gate {mark} {g.name}: {g.message}", err=True)
-        if not gates.passed(gl, live):
-            report["result"] = "refused"
-            if as_json:
-                click.echo(json.dumps(report, indent=2))
-            failed = [g.name for g in gl if g.ok is False] or [g.name for g in gl if g.ok is None]
-            raise CheckFailed(f"deploy refused by gate(s) {', '.join(failed)}: fix them, nothing was deployed")
-        if not lib_image and live:
-            raise UsageError("--lib-image is required: an image holding the patched library at --lib-path")
-        overrides.update(lib_image=lib_image or PLACEHOLDER_IMAGE, lib_path_in_image=lib_path,
-                         lib_sha256=swap.sha256_file(lib))
-    vals = values.resolve("hami-core-swap", values.load_file(values_file) if values_file else {},
-                          values.parse_set(sets), overrides)
-    docs = manifests.render("hami-core-swap", vals)
+    def gate_line(g):
+        click.echo(f"gate {({True: 'ok  ', False: 'FAIL', None: 'skip'}[g.ok])} {g.name}: {g.message}", err=True)
+
+    def refused(doc):
+        if as_json:
+            click.echo(json.dumps(doc, indent=2))
+
+    report, docs, namespace = deploy_hami_core(
+        lib=lib, evidence=evidence, lib_image=lib_image, lib_path=lib_path, installed=installed,
+        hami_versions=hami_versions, values_file=values_file, sets=sets, rollback=rollback, reassert=reassert,
+        dry_run=dry_run, context=context, on_gate=gate_line, on_refused=refused,
+        on_apply=lambda line: click.echo(line, err=True))
     if dry_run:
-        report["result"] = "dry-run"
         report["objects"] = manifests.to_objects(docs) if as_json else None
         if as_json:
             click.echo(json.dumps(report, indent=2))
         else:
             click.echo(manifests.join(docs), nl=False)
         return 0
-    objs = manifests.to_objects(docs)
-    for line in client.apply(objs, context=context):
-        click.echo(line, err=True)
-    logs = client.swap_pod_logs(vals["namespace"], context=context)
-    rows = client.swap_status_rows(vals["lib_sha256"] if not rollback else None, logs)
-    report["nodes"] = rows
-    bad = [r for r in rows if r["outcome"] not in ("installed", "noop", "rolled-back")]
-    report["result"] = "failed" if bad or not rows else "ok"
+    rows = report["nodes"]
     if as_json:
         click.echo(json.dumps(report, indent=2))
     else:
         for r in rows:
             click.echo(f"{r['node']:30} {r['outcome']:12} {r['current_sha256'] or '-'}  {r['message']}")
     if not rows:
-        raise CheckFailed("no swap pod reported: check the DaemonSet's nodeSelector (kubectl get ds -n "
-                          f"{vals['namespace']})")
-    return 1 if bad else 0
-
-
+        raise CheckFailed(f"no swap pod reported: check the DaemonSet's nodeSelector (kubectl get ds -n {namespace})")
+    return 1 if report["result"] == "failed" else 0

@@ -1,4 +1,4 @@
-"""`lucepatch lint [TARGET]`: series and patch-file checks, no upstream checkout needed.
+"""`lucepatch lint [TARGET]`: series and patch-file checks (lucepatch/lint.py), no upstream checkout needed.
 
 Errors (exit 1): series <-> files mismatch, unparseable patch or diff, missing/invalid
 `Upstream-Status`, missing `Signed-off-by`, unknown `Reproducer:`/`Probe:`, bad `Build-Only`,
@@ -8,128 +8,15 @@ whitespace errors in added lines, unsafe paths. Warnings: a `Pending` patch olde
 
 from __future__ import annotations
 
-import email.utils
-import re
 import time
-import tomllib
-from dataclasses import dataclass
-from pathlib import Path
 
 import click
 
 from lucepatch import report
 from lucepatch.commands._common import json_option, workspace
-from lucepatch.engine.core import validate_diffs
-from lucepatch.engine.safety import check_patch_paths, check_patch_shape
-from lucepatch.errors import EXIT_CHECK_FAILED, LucepatchError
-from lucepatch.series import UPSTREAM_STATUS, parse_patch
+from lucepatch.errors import EXIT_CHECK_FAILED
+from lucepatch.lint import ERROR, Finding, lint_target
 from lucepatch.target import list_targets, load_target
-
-ERROR, WARNING = "error", "warning"
-
-
-@dataclass
-class Finding:
-    level: str
-    target: str
-    patch: str
-    check: str
-    message: str
-
-    def to_json(self):
-        return self.__dict__.copy()
-
-
-def whitespace_errors(diff: bytes) -> list[str]:
-    out = []
-    path = "?"
-    for n, line in enumerate(diff.decode("utf-8", "replace").split("\n"), 1):
-        if line.startswith("+++ "):
-            path = line[4:].split("\t")[0]
-            path = path[2:] if path.startswith("b/") else path
-            continue
-        if not line.startswith("+") or line.startswith("+++"):
-            continue
-        body = line[1:]
-        if body.endswith("\r"):  # CRLF content is the file's own convention
-            body = body[:-1]
-        if body != body.rstrip(" \t"):
-            out.append(f"{path}: trailing whitespace in added line {body.strip()[:40]!r}")
-        elif re.match(r"^\t* +\t", body):
-            out.append(f"{path}: space before tab in indent {body.strip()[:40]!r}")
-    return out
-
-
-def lint_target(ws, name: str, *, pending_days: int, now: float) -> list[Finding]:
-    t = load_target(ws, name)
-    found: list[Finding] = []
-
-    def add(level, patch, check, msg):
-        found.append(Finding(level, t.name, patch, check, msg))
-
-    listed = t.series
-    on_disk = sorted(p.name for p in t.dir.iterdir() if p.is_file() and p.name.endswith(".patch"))
-    for n in listed:
-        if not (t.dir / n).is_file():
-            add(ERROR, n, "series", f"{n} is listed in series but {t.dir / n} does not exist")
-    for n in on_disk:
-        if n not in listed:
-            add(ERROR, n, "series", f"{t.dir / n} is not listed in series; add it there or move it to absorbed/")
-    repro_dir = ws.reproducers_dir
-    probes = {}
-    probes_file = t.dir / "probes.toml"
-    if probes_file.is_file():
-        try:
-            probes = tomllib.loads(probes_file.read_text())
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            add(ERROR, "probes.toml", "toml", f"{probes_file} is not valid TOML: {exc}")
-    good = []
-    for n in listed:
-        path = t.dir / n
-        if not path.is_file():
-            continue
-        try:
-            p = parse_patch(path, n)
-            _ = p.patch_id, p.files
-            check_patch_shape(p)
-            check_patch_paths(p)
-        except LucepatchError as exc:
-            add(ERROR, n, "parse", str(exc))
-            continue
-        good.append((path, p))
-        if not p.raw.startswith(b"From 0000000000000000000000000000000000000000 "):
-            add(WARNING, n, "form", "not in `git format-patch --zero-commit` form; `lucepatch import` normalises it")
-        status = p.trailer("Upstream-Status")
-        if status is None:
-            add(ERROR, n, "trailer", "no Upstream-Status trailer (Pending, Submitted [url], Denied, Inappropriate [reason], ...)")
-        elif not UPSTREAM_STATUS.match(status):
-            add(ERROR, n, "trailer", f"Upstream-Status {status!r} is not a valid value")
-        if not p.trailer_all("Signed-off-by"):
-            add(ERROR, n, "trailer", "no Signed-off-by trailer (DCO)")
-        bo = p.trailer("Build-Only")
-        if bo is not None and bo.strip().lower() not in ("yes", "no", "true", "false", "1", "0"):
-            add(ERROR, n, "trailer", f"Build-Only {bo!r} must be yes or no")
-        for r, _s in p.reproducers:
-            if not (repro_dir / r).is_dir():
-                add(ERROR, n, "trailer", f"Reproducer {r!r} has no folder {repro_dir / r}")
-        for pr in p.trailer_all("Probe"):
-            if pr.strip() not in probes and pr.strip() not in probes.get("probe", {}):
-                add(ERROR, n, "trailer", f"Probe {pr.strip()!r} is not an entry of {probes_file}")
-        for w in whitespace_errors(p.diff):
-            add(ERROR, n, "whitespace", w)
-        if status == "Pending" and p.date:
-            try:
-                age = (now - email.utils.parsedate_to_datetime(p.date).timestamp()) / 86400
-            except (TypeError, ValueError):
-                age = None
-            if age is not None and age > pending_days:
-                add(WARNING, n, "pending", f"Pending for {int(age)} days (> {pending_days}); submit it upstream or say why not")
-    if good:
-        try:
-            validate_diffs(Path("."), [(path, str(path)) for path, _ in good])
-        except LucepatchError as exc:
-            add(ERROR, "-", "parse", str(exc))
-    return found
 
 
 @click.command("lint")

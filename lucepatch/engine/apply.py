@@ -263,8 +263,9 @@ def flush_commits(engine: IndexEngine, pending: list[tuple[str, bytes]]) -> None
 
 def apply_loop(engine: IndexEngine, target: Target, patches: list[Patch], files: list[Path], head: str, *,
                trailers: bool = True, am_args: tuple[str, ...] = (), am_env: dict | None = None,
-               pause: bool = False) -> tuple[list[PatchOutcome], str]:
-    """Apply `patches` cumulatively on the engine's index; one commit per applied patch on `head`."""
+               pause: bool = False, strip: int = 1) -> tuple[list[PatchOutcome], str]:
+    """Apply `patches` cumulatively on the engine's index; one commit per applied patch on `head`
+    (author, date and message from the patch; `strip` is the -p level of the diffs)."""
     outcomes = []
     commit_env = dict(am_env or {})
     signoff = None
@@ -277,7 +278,7 @@ def apply_loop(engine: IndexEngine, target: Target, patches: list[Patch], files:
     for i, (p, f) in enumerate(zip(patches, files)):
         if pause:
             pause_at(i)
-        status, detail = engine.apply(f, name=str(p.path))
+        status, detail = engine.apply(f, name=str(p.path), strip=strip)
         outcome = PatchOutcome(p, status, detail=detail)
         if status in (APPLIED, APPLIED_3WAY):
             extra = []

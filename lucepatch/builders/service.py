@@ -1,0 +1,99 @@
+"""Build orchestration behind `lucepatch build` and the API: native variants, container images
+(probes first as a preflight), and HAMi's device-plugin image rebuilt with the patched library.
+Commands parse options, call these, and print what comes back."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from lucepatch import git
+from lucepatch.errors import UsageError
+from lucepatch.target import Target, load_target
+from lucepatch.workspace import Workspace, resolve_source
+
+
+def build_native(t: Target, src: Path, variants: list[str], cache: Path, *, jobs: int | None = None) -> list:
+    """Each variant ("baseline", "patched") of `t` built natively (cached by content)."""
+    from lucepatch.builders.native import build_variant
+
+    git.open_repo(src)
+    return [build_variant(t, src, v, cache, jobs=jobs) for v in variants]
+
+
+def plugin_tag(from_image: str, repo: str | None) -> str:
+    """REPO:<tag of --from>-lucepatch (REPO defaults to --from's repository)."""
+    name, _, tag = from_image.rpartition(":") if ":" in from_image.split("/")[-1] else (from_image, "", "latest")
+    return f"{repo or name}:{tag}-lucepatch"
+
+
+def build_device_plugin(ws: Workspace, cache: Path, *, from_image: str | None, source: str | None = None,
+                        lib: str | None = None, evidence_path: str | None = None, repo: str | None = None,
+                        save: str | None = None):
+    """HAMi's device-plugin image `from_image` with the patched libvgpu.so (built from hami-core's
+    series when `lib` is not given); `save` also writes it as a docker-save tar."""
+    from lucepatch.builders.native import build_variant
+    from lucepatch.k8s.plugin_image import build_plugin_image
+
+    if not from_image:
+        raise UsageError("build hami-device-plugin needs --from IMAGE (the HAMi device-plugin image in use)")
+    if lib is None:
+        t = load_target(ws, "hami-core")
+        src = resolve_source(source, t.name)
+        git.open_repo(src)
+        b = build_variant(t, src, "patched", cache)
+        lib = b.artifacts["libvgpu.so"]
+    ev_sha = hashlib.sha256(Path(evidence_path).read_bytes()).hexdigest() if evidence_path else ""
+    res = build_plugin_image(from_image, Path(lib), plugin_tag(from_image, repo), evidence_sha256=ev_sha)
+    if save:
+        from lucepatch.k8s.plugin_image import docker_client
+
+        with open(save, "wb") as f:
+            for chunk in docker_client().images.get(res.tag).save(named=True):
+                f.write(chunk)
+    return res
+
+
+@dataclass
+class Rendered:
+    """`build --image --dry-run`: the files an image build would use, nothing built."""
+    profile: dict
+    tag: str
+    files: dict[str, str]
+
+
+def render_image(t: Target, profile: str | None, *, repo: str | None = None, builder_image: str | None = None,
+                 runtime_image: str | None = None, jobs: int | None = None, out_dir: str | None = None) -> Rendered:
+    from lucepatch.builders import image as img
+
+    prof, files = img.render_profile(t, profile, builder_image=builder_image, runtime_image=runtime_image, jobs=jobs)
+    if out_dir:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            (Path(out_dir) / name).write_text(text)
+    return Rendered(prof, img.image_tag(t, prof["name"], repo), files)
+
+
+def build_image(t: Target, src: Path, cache: Path, *, profile: str | None = None, variant: str = "patched",
+                preflight: bool = True, repo: str | None = None, builder_image: str | None = None,
+                runtime_image: str | None = None, jobs: int | None = None, save: str | None = None,
+                push: bool = False, progress=lambda _m: None):
+    """The target's container image; for the patched variant the target's probes run first and a
+    build known to fail is refused (preflight=False skips them)."""
+    from lucepatch.builders import image as img
+
+    git.open_repo(src)
+    img.docker_client()  # docker down -> exit 3 before any work
+    evidence = None
+    if preflight and variant == "patched" and not (t.dir / "probes.toml").is_file():
+        progress(f"preflight: {t.name} defines no probes ({t.dir / 'probes.toml'}); building without")
+    elif preflight and variant == "patched":
+        from lucepatch.builders.probe import preflight as run_preflight
+
+        run = run_preflight(t, src, profile, cache)
+        evidence = run.to_json()
+        progress(f"preflight: {len(run.results)} probe(s) proven in {run.seconds:.0f}s")
+    return img.build_image(t, src, profile, cache, repo=repo, variant=variant, evidence=evidence,
+                           builder_image=builder_image, runtime_image=runtime_image, jobs=jobs,
+                           save=Path(save) if save else None, push=push)

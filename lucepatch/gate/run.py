@@ -1,0 +1,107 @@
+"""Gate orchestration: the cache key over every input, the steps in order, the exit code."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+
+from lucepatch import __version__, git
+from lucepatch.errors import EXIT_CHECK_FAILED, LucepatchError
+from lucepatch.gate.result import FAIL, SKIP, WARN, Step, TargetResult
+from lucepatch.gate.steps import check_on, named_scenarios, step_build_and_verify, step_lint, step_probes
+from lucepatch.target import Target
+
+
+def _driver_identity(driver: str, cache: Path) -> dict:
+    """Driver kind and version for the cache key (what the runs will use)."""
+    from lucepatch.verify.driver import choose_driver
+
+    drv = choose_driver(driver, cache)
+    ident = {"chosen": drv.chosen}
+    if drv.chosen == "fake" and drv.fake_dir is not None:
+        lib = Path(drv.fake_dir) / "libcuda.so.1"
+        ident["libcuda"] = hashlib.sha256(lib.read_bytes()).hexdigest() if lib.is_file() else str(drv.fake_dir)
+    else:
+        import shutil
+        import subprocess
+
+        smi = shutil.which("nvidia-smi")
+        if smi:
+            ident["driver"] = subprocess.run([smi, "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                                             capture_output=True, text=True).stdout.strip()
+    return ident
+
+
+def cache_key(t: Target, ws, src: Path, upstream_head: str | None, driver_ident: dict, runs: int) -> str:
+    from lucepatch.verify.reproducer import list_reproducers
+
+    repros = {r.name: r.hash for r in list_reproducers(ws)}
+    named = named_scenarios(t)
+    doc = {
+        "lucepatch": __version__, "target": t.name, "series_hash": t.series_hash,
+        "base": git.resolve_commit(src, t.base, what=f"base commit of {t.name}"),
+        "head": git.try_resolve(src, upstream_head) if upstream_head else None,
+        "reproducers": {n: repros.get(n) for n in sorted(named)}, "named": {k: v for k, v in sorted(named.items())},
+        "probes": hashlib.sha256((t.dir / "probes.toml").read_bytes()).hexdigest() if (t.dir / "probes.toml").is_file() else None,
+        "driver": driver_ident, "runs": runs,
+    }
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _timed(fn):
+    t0 = time.monotonic()
+    try:
+        step = fn()
+    except LucepatchError as exc:
+        step = Step(getattr(fn, "__name__", "step"), FAIL, str(exc))
+    step.seconds = time.monotonic() - t0
+    return step
+
+
+def gate_target(ws, t: Target, src: Path, cache: Path, *, upstream_head: str | None, driver: str, runs: int,
+                use_cache: bool, evidence_dir: Path | None, probes: bool = True) -> TargetResult:
+    git.open_repo(src)
+    key = cache_key(t, ws, src, upstream_head, _driver_identity(driver, cache), runs)
+    store = cache / "ci" / f"{t.name}-{key}.json"
+    if use_cache and store.is_file():
+        return TargetResult.from_json(json.loads(store.read_text()))
+    res = TargetResult(t.name, key)
+    res.steps.append(_timed(lambda: step_lint(ws, t)))
+    check = _timed(lambda: check_on(t, src, cache, t.base, "check"))
+    check.name = "check"
+    res.steps.append(check)
+    if upstream_head:
+        def canary():
+            ref = git.try_resolve(src, upstream_head)
+            if ref is None:
+                return Step("canary", FAIL, f"--upstream-head {upstream_head} is not in {src}; fetch it first", gate=False)
+            return check_on(t, src, cache, ref, "canary")
+        c = _timed(canary)
+        c.name, c.gate = "canary", False
+        if c.status == FAIL:
+            c.status = WARN if c.status == FAIL else c.status
+            c.detail = "upstream HEAD breaks the series: " + c.detail
+        res.steps.append(c)
+    if check.status == FAIL:
+        res.steps += [Step("build", SKIP, "check failed"), Step("verify", SKIP, "check failed")]
+    else:
+        t0 = time.monotonic()
+        try:
+            steps, res.evidence = step_build_and_verify(ws, t, src, cache, driver, runs, evidence_dir)
+        except LucepatchError as exc:
+            steps = [Step("build", FAIL, str(exc), time.monotonic() - t0)]
+        res.steps += steps
+        if probes:
+            res.steps.append(_timed(lambda: step_probes(t, src, cache)))
+            res.steps[-1].name = "probes"
+    store.parent.mkdir(parents=True, exist_ok=True)
+    store.write_text(json.dumps(res.to_json(), indent=2) + "\n")
+    return res
+
+
+def exit_code(results: list[TargetResult], strict: bool) -> int:
+    """0 when every pinned-base gate passed (and, with strict, every canary)."""
+    failed = any(r.gate == FAIL for r in results) or (strict and any(r.canary in (WARN, FAIL) for r in results))
+    return EXIT_CHECK_FAILED if failed else 0
