@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Sequence
 
 from lucepatch.builders import toolchain
+from lucepatch.files import sha256_file
 from lucepatch.errors import CheckFailed, ToolFailed
 
 CC_REMEDY = "install a C compiler (apt-get install gcc)"
@@ -63,7 +64,7 @@ class Unit:
         for p in self.inputs:
             h.update(str(Path(p).name).encode() + b"\0" + Path(p).read_bytes() + b"\0")
         for p in self.headers:
-            h.update(toolchain.file_sha256(Path(p)).encode() + b"\0")
+            h.update(sha256_file(Path(p)).encode() + b"\0")
         for k in self.key_extra:
             h.update(str(k).encode() + b"\0")
         for name, dest in sorted(self.links.items()):

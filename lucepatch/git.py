@@ -164,6 +164,11 @@ def config_identity(repo_dir: Path | str) -> tuple[str, str] | None:
     return None
 
 
+def commit_time(repo_dir: Path | str, rev: str) -> str:
+    """Committer time of `rev`, seconds since the epoch (SOURCE_DATE_EPOCH of reproducible builds)."""
+    return str(gitpython.Repo(str(repo_dir)).commit(rev).committed_date)
+
+
 def fetch_into(dest_repo: Path | str, src_repo: Path | str, src_ref: str, dest_ref: str) -> None:
     run(dest_repo, "fetch", "--quiet", "--no-tags", str(src_repo), f"+{src_ref}:{dest_ref}")
 

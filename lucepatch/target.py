@@ -12,6 +12,7 @@ from lucepatch.errors import UsageError
 from lucepatch.series import Patch, compute_patch_ids, parse_patch, read_series, series_hash
 from lucepatch.workspace import Workspace
 
+VARIANTS = ("baseline", "patched")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _VERSION = re.compile(r"^\d+\.\d+\.\d+$")
 
@@ -53,6 +54,12 @@ class Target:
     @property
     def build_only_patches(self) -> list[Patch]:
         return [p for p in self.patches if p.build_only]
+
+    def variant_patches(self, variant: str) -> list[Patch]:
+        """baseline = the Build-Only patches (what it takes to build upstream here at all); patched = all."""
+        if variant not in VARIANTS:
+            raise UsageError(f"unknown variant {variant!r}; use baseline or patched")
+        return self.build_only_patches if variant == "baseline" else self.patches
 
     @cached_property
     def series_hash(self) -> str:

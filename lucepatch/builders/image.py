@@ -25,7 +25,7 @@ from pathlib import Path
 import jinja2
 
 from lucepatch import __version__, report
-from lucepatch.builders.probe import AppliedTree, prepare_tree, resolve_profile, sub_target, variant_patches
+from lucepatch.builders.probe import AppliedTree, prepare_tree, resolve_profile, sub_target
 from lucepatch.errors import CheckFailed, EnvironmentMissing, UsageError
 from lucepatch.target import Target
 
@@ -65,7 +65,7 @@ def patch_labels(target: Target, variant: str = "patched") -> dict[str, str]:
     repos = [target] + [sub_target(target, s) for s in target.submodules]
     ids = []
     for t in repos:
-        for p in variant_patches(t, variant):
+        for p in t.variant_patches(variant):
             ids.append(f"{t.name}:{p.slug}={p.patch_id[:12]}")
     subs = [f"{s['path']}@{s['base'][:12]}" for s in target.submodules]
     return {"patches": ",".join(ids), "submodules": ",".join(subs)}

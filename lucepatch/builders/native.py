@@ -3,28 +3,33 @@
 baseline = upstream base + the Build-Only patches (what it takes to build upstream here at all);
 patched  = upstream base + the whole series.
 Builds are cached under <cache>/builds/<key>/, where key hashes the exact source tree (git tree
-id), the build configuration and the toolchain, so a rebuild happens only when an input changed.
+id), the build configuration, the recipe and the toolchain (compiler and cmake versions, the cuda.h
+and nvml.h in use), so a rebuild happens only when an input changed. Builds are reproducible
+(builders/reproducible.py): the same key gives the same bytes in any cache folder, and the
+recorded recipe (<cache>/builds/<key>/recipe.sh) rebuilds them outside lucepatch.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
-from lucepatch import report
+from lucepatch import git, report
 from lucepatch.builders import toolchain
+from lucepatch.builders.reproducible import check_stamps, recipe_for
+from lucepatch.files import sha256_file
 from lucepatch.engine.apply import WorkArea, apply_series
 from lucepatch.errors import CheckFailed, UsageError
 from lucepatch.target import Target
 from lucepatch.verify.fakecuda import build_fakecuda
-
-VARIANTS = ("baseline", "patched")
-
 
 @dataclass
 class BuildResult:
@@ -38,19 +43,14 @@ class BuildResult:
     sha256: dict[str, str]
     key: str
     cached: bool
+    recipe: dict = field(default_factory=dict)  # Recipe.to_json(): how to rebuild the same bytes
 
     def to_json(self) -> dict:
         return {
             "variant": self.variant, "target": self.target, "base": self.base, "commit": self.commit,
-            "tree": self.tree, "patches": self.patches, "key": self.key, "cached": self.cached,
+            "tree": self.tree, "patches": self.patches, "key": self.key, "cached": self.cached, "recipe": self.recipe,
             "artifacts": {n: {"path": str(p), "sha256": self.sha256[n]} for n, p in self.artifacts.items()},
         }
-
-
-def variant_patches(target: Target, variant: str):
-    if variant not in VARIANTS:
-        raise UsageError(f"unknown variant {variant!r}; use baseline or patched")
-    return target.build_only_patches if variant == "baseline" else target.patches
 
 
 def _first_error(log: str) -> str:
@@ -64,6 +64,9 @@ def _first_error(log: str) -> str:
 
 def build_variant(target: Target, source: Path, variant: str, cache: Path, *, jobs: int | None = None,
                   base: str | None = None) -> BuildResult:
+    """`variant` of `target` built from `source` at `base` (default: the pinned base), reproducibly
+    (builders/reproducible.py) and cached by content: a second call with the same inputs returns
+    the cached artifacts, and a build in another cache folder gives the same bytes."""
     cfg = target.build
     if cfg.get("system", "cmake") != "cmake":
         raise UsageError(f"target {target.name}: build system {cfg.get('system')!r} is not supported by `build` (cmake only)")
@@ -72,7 +75,7 @@ def build_variant(target: Target, source: Path, variant: str, cache: Path, *, jo
     toolchain.require("cmake", "install cmake (apt-get install cmake)")
     toolchain.require("cc", "install a C compiler (apt-get install gcc)")
     needs = list(cfg.get("needs", []))
-    patches = variant_patches(target, variant)
+    patches = target.variant_patches(variant)
     stubs = build_fakecuda(cache / "fakecuda")
 
     with WorkArea(cache, f"build-{target.name}-{variant}") as work:
@@ -80,64 +83,92 @@ def build_variant(target: Target, source: Path, variant: str, cache: Path, *, jo
         if series.conflicts:
             names = ", ".join(o.patch.name for o in series.conflicts)
             raise CheckFailed(f"{target.name} {variant}: patch(es) {names} do not apply on {series.base[:12]}; run lucepatch check")
+        recipe = recipe_for(cfg, c_flags=[f"-I{toolchain.nvml_include()}"] if "nvml.h" in needs else [],
+                            link_dirs=[str(stubs)],
+                            env={"CUDA_HOME": str(toolchain.cuda_home()),
+                                 "SOURCE_DATE_EPOCH": git.commit_time(work.repo, series.base)})
         key_doc = {
+            # the stubs enter by content (their folder name is their hash), not by where the cache is
             "target": target.name, "tree": series.tree, "build": cfg,
+            "recipe": dataclasses.replace(recipe, link_dirs=["$STUBS"]).to_json(),
             "toolchain": toolchain.fingerprint(needs), "stubs": stubs.name,
         }
         key = hashlib.sha256(json.dumps(key_doc, sort_keys=True).encode()).hexdigest()[:24]
         out = cache / "builds" / key
-        manifest = out / "manifest.json"
-        if manifest.is_file():
-            m = json.loads(manifest.read_text())
-            arts = {n: Path(a["path"]) for n, a in m["artifacts"].items()}
-            if all(p.is_file() and toolchain.file_sha256(p) == m["artifacts"][n]["sha256"] for n, p in arts.items()):
-                return BuildResult(variant, target.name, series.base, series.head, series.tree,
-                                   [p.name for p in patches], arts, {n: m["artifacts"][n]["sha256"] for n in arts},
-                                   key, cached=True)
+        result = partial(BuildResult, variant, target.name, series.base, series.head, series.tree,
+                         [p.name for p in patches], key=key, recipe=recipe.to_json())
+        cached = _cached(out)
+        if cached is not None:
+            return result(*cached, cached=True)
         report.progress(f"building {target.name} {variant} (tree {series.tree[:12]}) in {out}")
-        staging = out.with_name(out.name + f".tmp{os.getpid()}")
-        shutil.rmtree(staging, ignore_errors=True)
+        # a private staging folder per build (never shared by two concurrent builds, even threads
+        # of one process); the finished one is renamed into place
+        staging = out.with_name(f"{out.name}.tmp-{uuid.uuid4().hex[:12]}")
         bdir = staging / "build"
         bdir.mkdir(parents=True)
-        cflags = []
-        if "nvml.h" in needs:
-            cflags.append(f"-I{toolchain.nvml_include()}")
-        env = dict(os.environ, CUDA_HOME=str(toolchain.cuda_home()))
-        configure = ["cmake", "-S", str(work.repo), "-B", str(bdir), *cfg.get("configure_args", []),
-                     f"-DCMAKE_C_FLAGS={' '.join(cflags)}",
-                     f"-DCMAKE_SHARED_LINKER_FLAGS=-L{stubs}", f"-DCMAKE_EXE_LINKER_FLAGS=-L{stubs}"]
-        build = ["cmake", "--build", str(bdir), "-j", str(jobs or os.cpu_count() or 2)]
-        for t in cfg.get("targets", []):
-            build += ["--target", t]
-        log_path = staging / "build.log"
-        with open(log_path, "w") as log:
-            for cmd in (configure, build):
-                log.write("$ " + " ".join(cmd) + "\n")
-                log.flush()
-                rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
-                if rc != 0:
-                    kept = cache / "logs" / f"build-{target.name}-{variant}-{key}.log"
-                    kept.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copy(log_path, kept)
-                    shutil.rmtree(staging, ignore_errors=True)
-                    raise CheckFailed(f"{target.name} {variant} build failed: {_first_error(kept.read_text())} (log: {kept})")
-        arts, shas = {}, {}
-        art_dir = staging / "artifacts"
-        art_dir.mkdir()
-        for name, rel in cfg["artifacts"].items():
-            src = bdir / rel
-            if not src.is_file():
-                raise CheckFailed(f"{target.name} {variant}: the build did not produce {rel}")
-            shutil.copy2(src, art_dir / name)
-            shas[name] = toolchain.file_sha256(art_dir / name)
-        shutil.rmtree(bdir)
-        shutil.rmtree(out, ignore_errors=True)
-        os.replace(staging, out)
-        for name in cfg["artifacts"]:
-            arts[name] = out / "artifacts" / name
-        manifest.write_text(json.dumps({
-            "key": key, "inputs": key_doc, "variant": variant, "commit": series.head,
-            "artifacts": {n: {"path": str(arts[n]), "sha256": shas[n]} for n in arts},
-        }, indent=2))
-        return BuildResult(variant, target.name, series.base, series.head, series.tree,
-                           [p.name for p in patches], arts, shas, key, cached=False)
+        try:
+            log_path = staging / "build.log"
+            with open(log_path, "w") as log:
+                steps = [recipe.configure(str(work.repo), str(bdir)), recipe.build(str(bdir), jobs or os.cpu_count() or 2)]
+                for n, cmd in enumerate(steps):
+                    log.write("$ " + " ".join(cmd) + "\n")
+                    log.flush()
+                    rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=recipe.environ()).returncode
+                    if rc != 0:
+                        kept = cache / "logs" / f"build-{target.name}-{variant}-{key}.log"
+                        kept.parent.mkdir(parents=True, exist_ok=True)
+                        shutil.copy(log_path, kept)
+                        raise CheckFailed(f"{target.name} {variant} build failed: {_first_error(kept.read_text())} (log: {kept})")
+                    if n == 0:
+                        check_stamps(cfg, bdir, series.head, where=f"{target.name} {variant}")
+            shas = {}
+            art_dir = staging / "artifacts"
+            art_dir.mkdir()
+            for name, rel in cfg["artifacts"].items():
+                src = bdir / rel
+                if not src.is_file():
+                    raise CheckFailed(f"{target.name} {variant}: the build did not produce {rel}")
+                shutil.copyfile(src, art_dir / name)
+                os.chmod(art_dir / name, 0o755)
+                shas[name] = sha256_file(art_dir / name)
+            shutil.rmtree(bdir)
+            arts = {name: out / "artifacts" / name for name in cfg["artifacts"]}
+            (staging / "recipe.sh").write_text(recipe.shell())
+            (staging / "manifest.json").write_text(json.dumps({
+                "key": key, "inputs": key_doc, "variant": variant, "commit": series.head,
+                "artifacts": {n: {"path": str(arts[n]), "sha256": shas[n]} for n in arts},
+            }, indent=2))
+            if not _publish(staging, out):
+                cached = _cached(out)  # a concurrent build of the same key finished first: same bytes
+                if cached is not None:
+                    return result(*cached, cached=True)
+                raise CheckFailed(f"{target.name} {variant}: could not publish the build into {out}; remove it and retry")
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return result(arts, shas, cached=False)
+
+
+def _cached(out: Path) -> tuple[dict[str, Path], dict[str, str]] | None:
+    """(artifacts, sha256s) of a finished build whose files still hold the recorded bytes."""
+    manifest = out / "manifest.json"
+    if not manifest.is_file():
+        return None
+    m = json.loads(manifest.read_text())
+    arts = {n: Path(a["path"]) for n, a in m["artifacts"].items()}
+    if all(p.is_file() and sha256_file(p) == m["artifacts"][n]["sha256"] for n, p in arts.items()):
+        return arts, {n: m["artifacts"][n]["sha256"] for n in arts}
+    return None
+
+
+def _publish(staging: Path, out: Path) -> bool:
+    """Rename the finished staging folder to `out`; False when another build already holds `out`
+    with valid artifacts (a stale or broken `out` is replaced)."""
+    for _ in range(2):
+        try:
+            os.rename(staging, out)
+            return True
+        except OSError:
+            if _cached(out) is not None:
+                return False
+            shutil.rmtree(out, ignore_errors=True)
+    return False

@@ -32,7 +32,6 @@ from lucepatch import git, report
 from lucepatch.builders import toolchain
 from lucepatch.engine.apply import WorkArea, apply_series
 from lucepatch.errors import CheckFailed, EnvironmentMissing, UsageError
-from lucepatch.series import Patch
 from lucepatch.target import Target
 
 KINDS = ("compile", "link", "runpath", "targets")
@@ -247,12 +246,6 @@ def sub_target(target: Target, sub: dict) -> Target:
                   base=sub["base"], version=target.version, raw=sub)
 
 
-def variant_patches(t: Target, variant: str) -> list[Patch]:
-    if variant not in ("baseline", "patched"):
-        raise UsageError(f"unknown variant {variant!r}; use baseline or patched")
-    return t.build_only_patches if variant == "baseline" else t.patches
-
-
 # ---------------------------------------------------------------------------------- the tree
 @dataclass
 class AppliedTree:
@@ -268,7 +261,7 @@ def prepare_tree(target: Target, source: Path, variant: str, cache: Path, stack:
     """Superproject + every submodule with their series applied, in private work areas."""
     repos = []
     work = stack.enter_context(WorkArea(cache, f"probe-{target.name}-{variant}"))
-    patches = variant_patches(target, variant)
+    patches = target.variant_patches(variant)
     res = apply_series(target, source, patches, work)
     if res.conflicts:
         raise CheckFailed(f"{target.name} {variant}: {', '.join(o.patch.name for o in res.conflicts)} "
@@ -282,7 +275,7 @@ def prepare_tree(target: Target, source: Path, variant: str, cache: Path, stack:
             raise EnvironmentMissing(f"submodule {sub['path']} of {source} is not initialised: run "
                                      f"git -C {source} submodule update --init {sub['path']}")
         swork = stack.enter_context(WorkArea(cache, f"probe-{st.name}-{variant}"))
-        spatches = variant_patches(st, variant)
+        spatches = st.variant_patches(variant)
         sres = apply_series(st, sub_src, spatches, swork)
         if sres.conflicts:
             raise CheckFailed(f"{st.name} {variant}: {', '.join(o.patch.name for o in sres.conflicts)} "

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 import shutil
@@ -11,6 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from lucepatch.errors import EnvironmentMissing
+from lucepatch.files import sha256_file
 
 
 def cuda_home() -> Path:
@@ -59,19 +59,23 @@ def version_line(tool: str) -> str:
     return lines[0] if lines else "unknown"
 
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+def c_compiler() -> str:
+    """The C compiler CMake will pick: $CC when set, else cc on PATH."""
+    cc = os.environ.get("CC") or "cc"
+    return shutil.which(cc) or cc
 
 
 def fingerprint(needs: list[str]) -> dict:
-    """What the compiler side of a build depends on (part of the build cache key)."""
-    fp = {"cmake": version_line("cmake"), "cc": version_line("cc")}
-    if "cuda.h" in needs:
-        fp["cuda.h"] = file_sha256(cuda_include() / "cuda.h")
-    if "nvml.h" in needs:
-        fp["nvml.h"] = file_sha256(nvml_include() / "nvml.h")
+    """What the compiler side of a build depends on (part of the build cache key): the cmake and
+    compiler versions and where the compiler lives, and the CUDA and NVML headers in use — always
+    when present, not only when the target declares them (a header it includes unannounced still
+    changes the bytes)."""
+    cc = c_compiler()
+    fp = {"cmake": version_line("cmake"), "cc": version_line(cc), "cc_path": os.path.realpath(cc)}
+    for name, find in (("cuda.h", cuda_include), ("nvml.h", nvml_include)):
+        try:
+            fp[name] = sha256_file(find() / name)
+        except EnvironmentMissing:
+            if name in needs:
+                raise
     return fp

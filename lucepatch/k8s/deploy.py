@@ -7,6 +7,7 @@ raises CheckFailed after `on_refused(report)` so the caller can still print why.
 from __future__ import annotations
 
 from lucepatch.errors import CheckFailed, UsageError
+from lucepatch.files import sha256_file
 
 PLACEHOLDER_IMAGE = "REPLACE-ME/hami-core-lib:TAG"
 
@@ -16,7 +17,7 @@ def deploy_hami_core(*, lib=None, evidence=None, lib_image=None, lib_path="/luce
                      context=None, on_gate=lambda g: None, on_refused=lambda report: None,
                      on_apply=lambda line: None) -> tuple[dict, list, str]:
     """(report, rendered documents, namespace). Live runs fill report["nodes"] and report["result"]."""
-    from lucepatch.k8s import client, gates, manifests, swap, values
+    from lucepatch.k8s import client, gates, manifests, values
 
     live = not dry_run
     if live and not client.kubeconfig_path():
@@ -38,7 +39,7 @@ def deploy_hami_core(*, lib=None, evidence=None, lib_image=None, lib_path="/luce
         if not lib_image and live:
             raise UsageError("--lib-image is required: an image holding the patched library at --lib-path")
         overrides.update(lib_image=lib_image or PLACEHOLDER_IMAGE, lib_path_in_image=lib_path,
-                         lib_sha256=swap.sha256_file(lib))
+                         lib_sha256=sha256_file(lib))
     vals = values.resolve("hami-core-swap", values.load_file(values_file) if values_file else {},
                           values.parse_set(sets), overrides)
     docs = manifests.render("hami-core-swap", vals)

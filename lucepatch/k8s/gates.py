@@ -24,6 +24,7 @@ from importlib import resources
 from pathlib import Path
 
 from lucepatch.errors import UsageError
+from lucepatch.files import sha256_file
 from lucepatch.k8s import swap
 from lucepatch.verify.evidence import Evidence, load_evidence
 
@@ -63,7 +64,7 @@ def reference_library(evidence: Evidence, installed: str | None) -> tuple[str | 
         return installed, f"--installed {installed}"
     base = evidence.variants.get("baseline")
     path, want = (base.artifact.path, base.artifact.sha256) if base else (None, None)
-    if path and Path(path).is_file() and swap.sha256_file(path) == want:
+    if path and Path(path).is_file() and sha256_file(path) == want:
         return path, f"the evidence's baseline artifact {path}"
     return None, "no reference library here (pass --installed FILE); each node checks its own"
 
@@ -73,7 +74,7 @@ def run_gates(lib: str, evidence_path: str, *, installed: str | None = None, ham
     if not Path(lib).is_file():
         raise UsageError(f"--lib {lib} not found: pass the built libvgpu.so (the one verify ran)")
     evidence = load_evidence(evidence_path)
-    lib_sha = swap.sha256_file(lib)
+    lib_sha = sha256_file(lib)
     gates = [evidence_gate(evidence, lib_sha)]
     if not swap.is_elf(lib):
         gates.append(Gate("elf", False, f"{lib} is not an ELF shared object"))

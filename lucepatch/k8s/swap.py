@@ -9,7 +9,6 @@ shared-region version of a library, and find processes still mapping a replaced 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -31,14 +30,6 @@ def script_path() -> Path:
 
 def script_text() -> str:
     return script_path().read_text(encoding="utf-8")
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def parse_swap_result(text: str) -> dict | None:

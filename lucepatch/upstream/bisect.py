@@ -30,7 +30,8 @@ from lucepatch.series import Patch
 from lucepatch.target import Target
 from lucepatch.upstream.retire import B_FAIL, B_PASS, DriverChoice, measure_behaviour, resolve_driver
 from lucepatch.verify.reproducer import Reproducer
-from lucepatch.verify.session import Variant, derive_driver
+from lucepatch.verify.service import artifact_variant
+from lucepatch.verify.session import derive_driver
 
 SCHEMA_VERSION = 1
 KIND = "lucepatch-bisect"
@@ -134,10 +135,8 @@ def _probe(target: Target, source: Path, repro: Reproducer, scenarios: list[str]
         b = build_variant(target, source, "baseline", cache, base=commit)
     except CheckFailed as exc:
         return Probe(commit, index, SKIP, f"does not build: {exc}")
-    if repro.artifact not in b.artifacts:
-        raise UsageError(f"reproducer {repro.name} preloads {repro.artifact}, which {target.name} does not build")
-    beh, recs = measure_behaviour(repro, scenarios, [Variant("upstream", b.artifacts[repro.artifact],
-                                                             {"commit": commit})], runs, drv, cache)
+    upstream = artifact_variant("upstream", b, repro.artifact, target, {"commit": commit})
+    beh, recs = measure_behaviour(repro, scenarios, [upstream], runs, drv, cache)
     records += recs
     per = {s: beh[("upstream", s)] for s in scenarios}
     doc = {s: b_.to_json() for s, b_ in per.items()}

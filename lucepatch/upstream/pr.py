@@ -14,7 +14,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lucepatch import __version__, git
+from lucepatch import __version__, git, trailers
 from lucepatch.engine.apply import WorkArea, apply_series
 from lucepatch.errors import CheckFailed, UsageError
 from lucepatch.series import Patch
@@ -52,11 +52,8 @@ class PrResult:
 def select_patches(target: Target, names: list[str] | None) -> list[Patch]:
     if not names:
         return list(target.patches)
-    by = {p.name: p for p in target.patches} | {p.slug: p for p in target.patches}
-    missing = [n for n in names if n not in by]
-    if missing:
-        raise UsageError(f"--patches: {', '.join(missing)} not in {target.name}'s series")
-    wanted = {by[n].name for n in names}
+    wanted = {trailers.find_patch(target.patches, n, where=f"{target.name}'s series", flag="--patches").name
+              for n in names}
     return [p for p in target.patches if p.name in wanted]  # series order, always
 
 

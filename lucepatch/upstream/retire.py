@@ -42,6 +42,7 @@ from lucepatch.target import Target
 from lucepatch.verify.driver import DriverChoice, choose_driver
 from lucepatch.verify.reproducer import Reproducer, Scenario, load_reproducer_dir
 from lucepatch.verify.runner import FAILURES, INVALID, RunRecord
+from lucepatch.verify.service import artifact_variant
 from lucepatch.verify.session import Variant, derive_driver, run_matrix
 from lucepatch.verify.verdict import tally
 
@@ -396,10 +397,7 @@ def retire_report(target: Target, source: Path | str, ref: str, cache: Path, dri
         for label, b in (("unpatched", builds.unpatched), ("patched", builds.patched)):
             if b is None:
                 continue
-            if repro.artifact not in b.artifacts:
-                raise UsageError(f"reproducer {rname} preloads {repro.artifact}, which {target.name} does not build "
-                                 f"(artifacts: {', '.join(b.artifacts)})")
-            variants.append(Variant(label, b.artifacts[repro.artifact], {"commit": b.commit}))
+            variants.append(artifact_variant(label, b, repro.artifact, target, {"commit": b.commit}))
         beh, recs = measure_behaviour(repro, snames, variants, n, drv, cache)
         all_records += recs
         unbuilt = Behaviour(B_UNBUILT, None, None, builds.patched_error)

@@ -66,10 +66,10 @@ def classify_driver(libcuda_sha256: str | None, gpu_name: str | None, fake_dir: 
     if gpu_name and gpu_name.startswith(FAKE_DEVICE_NAME_PREFIX):
         return "fake"
     if libcuda_sha256 and fake_dir is not None:
-        from lucepatch.builders.toolchain import file_sha256
+        from lucepatch.files import sha256_file
 
         fake = fake_dir / "libcuda.so.1"
-        if fake.is_file() and file_sha256(fake) == libcuda_sha256:
+        if fake.is_file() and sha256_file(fake) == libcuda_sha256:
             return "fake"
     if libcuda_sha256 and gpu_name:
         return "real"

@@ -162,6 +162,7 @@ class VariantInfo:
     patches: list | None = None
     ref: str | None = None
     build_key: str | None = None
+    recipe: dict | None = None  # builders/reproducible.Recipe.to_json(): how to rebuild the same bytes
     extra: dict = field(default_factory=dict)
     _ALIAS = {"from": "source"}
 
@@ -173,7 +174,7 @@ class VariantInfo:
 
     def to_json(self) -> dict:
         out = {"from": self.source} if self.source is not None else {}
-        for k in ("ref", "commit", "base", "tree", "patches", "build_key"):
+        for k in ("ref", "commit", "base", "tree", "patches", "build_key", "recipe"):
             v = getattr(self, k)
             if v is not None:
                 out[k] = v

@@ -73,11 +73,20 @@ def select(ws: Workspace, *, target: str | None, reproducers: list[str], run_all
     return t, repros
 
 
+def artifact_variant(name: str, build, artifact: str, target: Target, provenance: dict) -> Variant:
+    """The reproducer's declared artifact out of one build (a BuildResult): the one place a variant's
+    library is picked, so verify, ci, retire and bisect never run a different file of the build."""
+    if artifact not in build.artifacts:
+        raise UsageError(f"the reproducers need artifact {artifact!r}, which {target.name}'s build does not "
+                         f"produce (it has {', '.join(build.artifacts)}); fix [build.artifacts] in {target.toml_path}")
+    return Variant(name, build.artifacts[artifact], provenance)
+
+
 def build_variants(target: Target, source: Path, cache: Path, artifact: str, *,
                    baseline_ref: str | None = None, patched_ref: str | None = None) -> list[Variant]:
     """The baseline (pinned base + Build-Only patches) and patched (whole series) builds — or, in
     ref-vs-ref mode, upstream at each ref plus Build-Only — each giving the reproducer's declared
-    artifact. The one place variants are built (verify, ci, retire, bisect)."""
+    artifact. The one place both variants are built (verify, ci, the API)."""
     from lucepatch.builders.native import build_variant
 
     out = []
@@ -85,15 +94,13 @@ def build_variants(target: Target, source: Path, cache: Path, artifact: str, *,
         ref = baseline_ref if name == "baseline" else patched_ref
         if ref:
             b = build_variant(target, source, "baseline", cache, base=ref)
-            prov = {"from": "ref", "ref": ref, "commit": b.commit, "base": b.base, "tree": b.tree, "patches": b.patches}
+            prov = {"from": "ref", "ref": ref, "commit": b.commit, "base": b.base, "tree": b.tree, "patches": b.patches,
+                    "recipe": b.recipe}
         else:
             b = build_variant(target, source, name, cache)
             prov = {"from": "series", "commit": b.commit, "base": b.base, "tree": b.tree, "patches": b.patches,
-                    "build_key": b.key}
-        if artifact not in b.artifacts:
-            raise UsageError(f"the reproducers need artifact {artifact!r}, which {target.name}'s build does not "
-                             f"produce (it has {', '.join(b.artifacts)}); fix [build.artifacts] in {target.toml_path}")
-        out.append(Variant(name, b.artifacts[artifact], prov))
+                    "build_key": b.key, "recipe": b.recipe}
+        out.append(artifact_variant(name, b, artifact, target, prov))
     return out
 
 

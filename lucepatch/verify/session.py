@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucepatch import report
-from lucepatch.builders.toolchain import file_sha256
+from lucepatch.files import sha256_file
 from lucepatch.errors import UsageError
 from lucepatch.target import Target
 from lucepatch.verify import evidence as ev
@@ -28,7 +28,7 @@ class Variant:
 
     @property
     def sha256(self) -> str:
-        return file_sha256(self.lib)
+        return sha256_file(self.lib)
 
 
 def variant_from_file(name: str, path: str | Path) -> Variant:
