@@ -2,7 +2,7 @@
 
 They live at the repository root, where they are edited and reviewed; a wheel copies them to
 lucepatch/_workspace/, the read-only workspace lucepatch falls back to when run outside any
-workspace (DESIGN.md "Contracts"). Metadata is in pyproject.toml.
+workspace (docs/design.md "Contracts"). Metadata is in pyproject.toml.
 """
 
 import shutil

@@ -5,7 +5,7 @@ What it runs: the patched tree (superproject + submodule series, as `probe` appl
 the profile's arguments, `cmake --build --target dflash_server test_dflash`. It needs a complete CUDA
 toolkit (cuBLAS headers and libraries included: a CUDA devel image or a full local install) — the
 PyPI-only toolkit of the lucepatch CI machine lacks cublas_v2.h, so ggml-cuda cannot compile there.
-The measurement takes 35-45 min on 2 cores (FIELD-NOTES §4); it is never part of CI.
+The measurement takes 35-45 min on 2 cores (docs/field-notes.md §4); it is never part of CI.
 
 Usage: python bench/full_build.py --source LUCEBOX_CHECKOUT [--profile sm120-cuda13] [-j N]
 """

@@ -1,7 +1,7 @@
 """Benchmark: `lucepatch probe lucebox` time over one full single-arch build. Goal: <= 1/8.
 
 The full-build figure is bench/full_build.json when bench/full_build.py has measured one on this kind
-of machine; otherwise the field record (FIELD-NOTES §4: 35-45 min on 2 cores, 21 min of it compiling
+of machine; otherwise the field record (docs/field-notes.md §4: 35-45 min on 2 cores, 21 min of it compiling
 before the F6 link failure) is used and labelled as such — the lucepatch CI machine cannot build
 ggml-cuda at all (no cuBLAS in its PyPI CUDA).
 
@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 from lucepatch.builders.probe import run_probes  # noqa: E402
 from lucepatch.target import load_target_dir  # noqa: E402
 
-FIELD = {"total_s": 35 * 60, "source": "field record, FIELD-NOTES §4 (35-45 min on 2 cores; lower bound used)",
+FIELD = {"total_s": 35 * 60, "source": "field record, docs/field-notes.md §4 (35-45 min on 2 cores; lower bound used)",
          "machine": "2-core CPU box, nvcc 13.0 / CMake 3.25"}
 
 

@@ -5,7 +5,7 @@ their message as ONE line on stderr and exits with their code, never a traceback
 else escaping a verb is a bug: main() prints the traceback so it can be reported.
 """
 
-# Exit codes shared by every verb (DESIGN.md "Verbs").
+# Exit codes shared by every verb (docs/design.md "Output and exit codes").
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1  # a check failed: conflict, lint error, not-proven, regression, invalid run
 EXIT_USAGE = 2  # usage or bad input

@@ -21,7 +21,7 @@ from unidiff.errors import UnidiffParseError
 from lucepatch import git, trailers
 from lucepatch.errors import UsageError
 
-# Yocto's Upstream-Status values (DESIGN.md "Trailers").
+# Yocto's Upstream-Status values (docs/design.md "Contracts", Trailers).
 UPSTREAM_STATUS = re.compile(
     r"^(Pending|Submitted \[[^\]]+\]|Denied|Inappropriate \[[^\]]+\]|Inactive-Upstream|Backport|Accepted)$"
 )
@@ -237,7 +237,7 @@ def compute_patch_ids(patches: list[Patch]) -> None:
 
 
 def series_hash(target_toml: Path, patches: list[Patch]) -> str:
-    """sha256 over target.toml and the listed patches, in order (DESIGN.md "Identity")."""
+    """sha256 over target.toml and the listed patches, in order (docs/design.md "Contracts", Identity)."""
     h = hashlib.sha256()
     h.update(b"target.toml\0" + target_toml.read_bytes() + b"\0")
     for p in patches:

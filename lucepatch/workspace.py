@@ -1,6 +1,6 @@
 """Where patches/ and reproducers/ live (the workspace) and where work happens (the cache).
 
-Resolution order is the team contract (DESIGN.md "Contracts"):
+Resolution order is the team contract (docs/design.md "Contracts"):
 workspace: --workspace, $LUCEPATCH_WORKSPACE, nearest ancestor of cwd holding lucepatch.toml,
 else the copy packaged in the wheel (read-only: writing verbs refuse with exit 2).
 cache: --cache-dir, $LUCEPATCH_CACHE, $XDG_CACHE_HOME/lucepatch (~/.cache/lucepatch).

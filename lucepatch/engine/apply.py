@@ -32,7 +32,7 @@ from lucepatch.errors import EnvironmentMissing
 from lucepatch.series import Patch
 from lucepatch.target import Target
 
-# Outcomes per patch (JSON values; DESIGN.md "Apply"): applied (exact context), applied-3way,
+# Outcomes per patch (JSON values; docs/design.md "Contracts", Apply): applied (exact context), applied-3way,
 # already-upstream (the 3-way merge produced no change), conflict. Defined in engine/core.py.
 PAUSE_ENV = "LUCEPATCH_TEST_PAUSE_AT_PATCH"
 

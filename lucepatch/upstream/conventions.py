@@ -29,7 +29,7 @@ DEFAULT = {
 UPSTREAMS: dict[str, dict] = {
     # HAMi-core has no PR template of its own; the HAMi main repository's Kubernetes-style template
     # is what its maintainers read. DCO on every commit, cpplint --linelength=120,
-    # hack/check_cuda_hook_consistency.py when hooks change (FIELD-NOTES §2).
+    # hack/check_cuda_hook_consistency.py when hooks change (docs/field-notes.md §2).
     "github.com/project-hami/hami-core": {
         "template": "hami",
         "checks": ["dco", "cpplint", "hook-consistency"],
@@ -41,7 +41,7 @@ UPSTREAMS: dict[str, dict] = {
         "checks": ["dco"],
         "subject_style": "conventional",
     },
-    # Lucebox: conventional commits, one concern per PR (FIELD-NOTES §4).
+    # Lucebox: conventional commits, one concern per PR (docs/field-notes.md §4).
     "github.com/luce-org/lucebox-hub": {
         "template": "lucebox",
         "checks": ["conventional-commits"],

@@ -35,7 +35,7 @@ INVALID = "invalid"
 SKIPPED = "skipped"  # the scenario cannot run on this machine (e.g. needs 2 GPUs); neither pass nor fail
 FAILURES = (FAIL, FAIL_LOG, CRASH, TIMEOUT)
 
-# Log signatures of the bug family (FIELD-NOTES §3).
+# Log signatures of the bug family (docs/field-notes.md §3).
 ERROR_SIGNATURES = ("Illegal device id",)
 
 # Variables a run never inherits from the caller: they would change what is loaded or measured.

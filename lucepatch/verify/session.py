@@ -58,7 +58,7 @@ class Execution:
 
 def plan_execution(jobs: int | None) -> Execution:
     """Parallel only where every run gets a private mount namespace (HAMi-core's host-wide
-    /tmp/vgpulock flock would otherwise serialise or hang them, FIELD-NOTES §3)."""
+    /tmp/vgpulock flock would otherwise serialise or hang them, docs/field-notes.md §3)."""
     ok, why = namespace_isolation()
     if jobs == 1:
         return Execution("serial", 1, "namespace" if ok else "none", "--jobs 1")

@@ -1,4 +1,4 @@
-"""From run records to per-scenario and overall verdicts (DESIGN.md "Verdict").
+"""From run records to per-scenario and overall verdicts (docs/design.md "Verdicts").
 
 proven     = controls pass on both variants, the patched build passes every run, and the
              baseline's failures are significant (one-sided Fisher exact, p < 0.01)

@@ -1,7 +1,7 @@
 """fakecuda: a simulated CUDA driver (libcuda.so.1 + libnvidia-ml.so.1) for GPU-less machines.
 
 The C sources next to this file model the driver semantics HAMi-core's bug family depends on
-(FIELD-NOTES §3): per-thread context stack, cuCtxGetDevice -> 201 with the output untouched on a
+(docs/field-notes.md §3): per-thread context stack, cuCtxGetDevice -> 201 with the output untouched on a
 context-less thread, stream-ordered calls served through the stream's context. The build
 directory doubles as a link-time stub directory (libcuda.so / libnvidia-ml.so symlinks).
 """

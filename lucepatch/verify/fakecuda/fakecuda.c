@@ -1,7 +1,7 @@
 /* fakecuda: a simulated libcuda.so.1 for GPU-less machines.
  *
  * It models the documented driver semantics that HAMi-core's bug family depends on
- * (FIELD-NOTES §2-3), nothing more:
+ * (docs/field-notes.md §2-3), nothing more:
  *   - a per-thread context stack; cuCtxGetDevice on a thread without a current context
  *     returns CUDA_ERROR_INVALID_CONTEXT (201) and leaves *device untouched;
  *   - synchronous allocation needs a current context (else 201);
