@@ -13,6 +13,11 @@ the CI machine or the test is broken and must fail the build.
 Strict mode is on when the environment has ``CI=true`` (case-insensitive),
 unless forced with ``--strict`` / ``--report-only``.
 
+``--allow PREFIX`` replaces the allowed prefixes (repeatable); ``--expect PREFIX`` fails unless at
+least one skip reason starts with PREFIX -- the newcomer stage (.ci/newcomer) allows ``no-docker:`` and
+``no-tool:`` and expects ``no-docker:``, proving Docker really was out of reach for that run.
+The policy itself is documented in docs/design.md ("Tests and the CI skip policy").
+
 Exit status: 0 ok, 1 disallowed skips (strict), 2 usage / unreadable log.
 """
 
@@ -104,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
                       help="only list skips, never fail")
     ap.add_argument("--allow", action="append", metavar="PREFIX",
                     help=f"allowed reason prefix (repeatable; default: {' '.join(ALLOWED_PREFIXES)})")
+    ap.add_argument("--expect", action="append", default=[], metavar="PREFIX",
+                    help="fail unless at least one skip reason starts with PREFIX (repeatable)")
     args = ap.parse_args(argv)
 
     strict = args.strict
@@ -136,6 +143,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"skip_policy: pytest reported {stats} skipped but only {listed} are listed in the"
               " short test summary (was -ra / -rs dropped?)")
         failed = True
+    for want in args.expect:
+        if not any(s.reason.startswith(want) for s in skips):
+            print(f"skip_policy: expected at least one skip reason starting with {want!r}, found none"
+                  " (the run's premise did not hold)")
+            failed = True
     if bad:
         print(f"skip_policy: {len(bad)} skip reason(s) not starting with an allowed prefix:")
         for s in bad:

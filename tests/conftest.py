@@ -1,7 +1,8 @@
 """Shared fixtures: throwaway upstream repos, fixture workspaces, and an in-process CLI runner.
 
-Skips in this suite must say why with one of the prefixes .ci/run allows (`no-gpu:`,
-`no-cluster:`, `no-upstream:`); any other skip fails CI.
+Skips in this suite say why with a prefix (docs/design.md, "Tests and the CI skip policy"):
+`no-gpu:`, `no-cluster:`, `no-upstream:` are allowed in CI; `no-docker:` / `no-tool:` (tests/needs.py)
+are skips on a newcomer's machine and failures under CI=true; any other skip fails CI.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import needs
 from lucepatch.main import main
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -48,6 +50,14 @@ class CliResult:
         import json
 
         return json.loads(self.out)
+
+
+def pytest_collection_modifyitems(config, items):
+    needs.mark_missing(items)  # @pytest.mark.needs(...): a skip mark here; under CI=true nothing
+
+
+def pytest_runtest_setup(item):
+    needs.check_marks(item)  # ... and under CI=true a failure before the test runs
 
 
 @pytest.fixture(autouse=True)

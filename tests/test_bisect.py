@@ -7,8 +7,6 @@ the other commits are harmless; bisect over c0..c6 on twobugs:cumulative-limit n
 from __future__ import annotations
 
 import importlib.util
-import os
-import shutil
 
 import jsonschema
 import pytest
@@ -17,10 +15,7 @@ from conftest import FIXTURES
 from lucepatch.series import parse_patch
 from lucepatch.upstream.bisect import BISECT_SCHEMA, set_trailers
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("gcc") is None or shutil.which("cmake") is None or not os.path.isfile("/usr/local/cuda/include/cuda.h"),
-    reason="needs gcc, cmake and /usr/local/cuda/include/cuda.h",
-)
+pytestmark = pytest.mark.needs("gcc", "cmake", "/usr/local/cuda/include/cuda.h")
 
 _spec = importlib.util.spec_from_file_location("twobugs_fixture", FIXTURES / "twobugs" / "fixture.py")
 tb = importlib.util.module_from_spec(_spec)

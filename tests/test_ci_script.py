@@ -228,3 +228,87 @@ def test_ci_run_wires_the_contract():
     ):
         assert needle in text, f".ci/run lost {needle!r}"
 
+
+
+def test_expect_prefix_fails_when_the_premise_did_not_hold():
+    with_docker_skip = fake_log(["SKIPPED [1] tests/test_a.py:3: no-docker: no daemon",
+                                 "SKIPPED [1] tests/test_a.py:9: no-tool: quilt not found"], "2 skipped in 0.1s")
+    args = ("--strict", "--allow", "no-docker:", "--allow", "no-tool:", "--expect", "no-docker:")
+    assert run_policy(with_docker_skip, *args).returncode == 0
+    only_tool = fake_log(["SKIPPED [1] tests/test_a.py:9: no-tool: quilt not found"], "1 skipped in 0.1s")
+    r = run_policy(only_tool, *args)
+    assert r.returncode == 1
+    assert "expected at least one skip reason starting with 'no-docker:'" in r.stdout
+
+
+# ------------------------------------------------------------ the newcomer stage
+
+NEWCOMER = REPO / ".ci" / "newcomer"
+
+
+def test_newcomer_stage_runs_the_readme_commands_verbatim():
+    sys.path.insert(0, str(REPO / ".ci"))
+    try:
+        import readme_commands
+    finally:
+        sys.path.pop(0)
+    assert readme_commands.commands(REPO / "README.md") == ["pip install -e '.[test]'", "python3 -m pytest -ra"]
+    r = subprocess.run(["bash", "-n", str(NEWCOMER)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert os.access(NEWCOMER, os.X_OK)
+    text = NEWCOMER.read_text()
+    for needle in ("readme_commands.py", "python3 -m venv", "-u CI", 'DOCKER_HOST=unix://$WORK/no-docker.sock',
+                   "unshare -m", "mount --bind /dev/null", "--allow no-docker: --allow no-tool: --expect no-docker:"):
+        assert needle in text, f".ci/newcomer lost {needle!r}"
+    run = CI_RUN.read_text()
+    assert "stage newcomer" in run and "bash .ci/newcomer" in run and "chromium" in run
+
+
+NEEDS_TEST = '''
+import needs
+import pytest
+
+@pytest.mark.needs("lucepatch-no-such-tool-xyz")
+def test_marked():
+    pass
+
+def test_called():
+    needs.tool("lucepatch-no-such-tool-xyz")
+
+def test_present():
+    assert needs.tool("sh")
+
+def test_docker(monkeypatch, tmp_path):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/none.sock")
+    needs.docker_client(timeout=2)
+'''
+
+
+@pytest.mark.parametrize("ci", [None, "true"])
+def test_needs_skips_here_and_fails_under_ci(tmp_path, ci):
+    """tests/needs.py + conftest's marker hook: a no-tool:/no-docker: skip naming the gap, a failure under CI=true."""
+    (tmp_path / "conftest.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(REPO / 'tests')!r})\nimport needs\n"
+        "def pytest_collection_modifyitems(config, items):\n    needs.mark_missing(items)\n"
+        "def pytest_runtest_setup(item):\n    needs.check_marks(item)\n"
+        "def pytest_configure(config):\n    config.addinivalue_line('markers', 'needs(*tools): test needs')\n")
+    (tmp_path / "test_needs.py").write_text(NEEDS_TEST)
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTEST_ADDOPTS")}
+    if ci:
+        env["CI"] = ci
+    run = subprocess.run([sys.executable, "-m", "pytest", "-ra", "-p", "no:cacheprovider", "-o", "addopts=",
+                          "--rootdir", str(tmp_path), str(tmp_path)],
+                         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    out = run.stdout
+    if ci:
+        assert run.returncode == 1, out
+        assert "2 failed, 1 passed, 1 error" in out, out  # the marked one fails in setup
+        assert "CI=true: .ci/run installs this" in out
+    else:
+        assert run.returncode == 0, out
+        assert "1 passed, 3 skipped" in out, out
+        assert "SKIPPED [1] test_needs.py:5: no-tool: lucepatch-no-such-tool-xyz not found (" in out
+        assert out.count("no-tool: lucepatch-no-such-tool-xyz not found") == 2
+        assert "no-docker: no Docker daemon answers at unix://" in out
+        assert run_policy(out, "--strict", "--allow", "no-docker:", "--allow", "no-tool:").returncode == 0
+        assert run_policy(out, ci="true").returncode == 1

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 
-import pytest
+import needs
 import yaml
 from conftest import REPO_ROOT
 
@@ -13,9 +12,7 @@ WORKFLOW = REPO_ROOT / "ci" / "github" / "lucepatch.yml"
 
 
 def test_schema_valid():
-    exe = shutil.which("check-jsonschema")
-    if exe is None:
-        pytest.skip("no-upstream: check-jsonschema is not installed (pip install check-jsonschema)")
+    exe = needs.tool("check-jsonschema")
     r = subprocess.run([exe, "--builtin-schema", "vendor.github-workflows", str(WORKFLOW)], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
 

@@ -6,7 +6,7 @@ registry is ever contacted and containers run with networking disabled.
 
 Without a Docker engine the tests skip with a ``no-docker:`` reason -- except
 under ``CI=true``, where Docker is part of the CI contract and its absence is a
-test failure (``.ci/skip_policy.py`` would reject a ``no-docker:`` skip too).
+test failure (tests/needs.py; ``.ci/skip_policy.py`` would reject a ``no-docker:`` skip too).
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+import needs
+
 pytestmark = pytest.mark.docker
 
 REPO = Path(__file__).resolve().parent.parent
@@ -29,28 +31,14 @@ RUN_ID = uuid.uuid4().hex[:12]
 TEST_LABEL = "org.lucepatch.test-run"
 
 
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() == "true"
-
-
 def _no_docker(why: str):
     """Skip (locally) or fail (CI=true) because Docker is unavailable."""
-    if _in_ci():
-        pytest.fail(f"no-docker: {why} (CI=true: a Docker engine is required)", pytrace=False)
-    pytest.skip(f"no-docker: {why}")
+    needs.unavailable("no-docker:", why)
 
 
 @pytest.fixture(scope="session")
 def docker_client():
-    try:
-        import docker  # noqa: PLC0415
-    except ImportError as exc:
-        _no_docker(f"python docker SDK not importable ({exc}); pip install -e '.[test]'")
-    try:
-        client = docker.from_env(timeout=120)
-        client.ping()
-    except Exception as exc:  # docker.errors.DockerException, requests errors, ...
-        _no_docker(f"no Docker daemon answers ({type(exc).__name__}: {exc})")
+    client = needs.docker_client(timeout=120)
     yield client
     # best-effort cleanup of anything this run left behind
     for c in client.containers.list(all=True, filters={"label": f"{TEST_LABEL}={RUN_ID}"}):
@@ -75,7 +63,7 @@ def busybox_base(docker_client):
     if proc.returncode != 0:
         msg = f"tests/docker_base.sh failed (exit {proc.returncode}): {proc.stderr.strip()[-600:]}"
         if "no static busybox" in proc.stderr:
-            _no_docker(msg)
+            needs.unavailable("no-tool:", f"busybox (static) not found ({needs.INSTALL['busybox']}): {msg}")
         pytest.fail(msg, pytrace=False)
     image = docker_client.images.get(BASE_IMAGE)
     assert image.id == proc.stdout.strip().splitlines()[-1]

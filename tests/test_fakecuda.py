@@ -17,6 +17,8 @@ import uuid
 
 import pytest
 
+import needs
+
 from lucepatch.errors import EnvironmentMissing
 from lucepatch.verify import fakecuda
 from lucepatch.verify.fakecuda import FAKE_DEVICE_NAME_PREFIX, build_fakecuda
@@ -26,10 +28,7 @@ REPRO = ROOT / "reproducers" / "async-sched"
 FAKEHAMI = ROOT / "tests" / "fixtures" / "fakehami"
 CUDA_INC = "/usr/local/cuda/include"
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("gcc") is None or not os.path.isfile(f"{CUDA_INC}/cuda.h"),
-    reason="needs gcc and /usr/local/cuda/include/cuda.h",
-)
+pytestmark = pytest.mark.needs("gcc", f"{CUDA_INC}/cuda.h")
 
 SCENARIOS = ["control", "ctxless-async-alloc", "ctxless-async-free", "ctxless-sync-alloc"]
 
@@ -72,8 +71,7 @@ def _patched_copy(tmp: pathlib.Path, patches: list[pathlib.Path]) -> pathlib.Pat
 
 @pytest.fixture(scope="module")
 def hami_libs(tmp_path_factory) -> dict[str, pathlib.Path]:
-    if shutil.which("cmake") is None:
-        pytest.skip("needs cmake")
+    needs.require("cmake")
     series_dir = FAKEHAMI / "patches"
     series = [series_dir / line.strip() for line in (series_dir / "series").read_text().splitlines()
               if line.strip() and not line.startswith("#")]

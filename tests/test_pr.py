@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -82,7 +81,7 @@ GOOD_C = "int a(void) {\n  return 2;\n}\n"
 OLD_BAD = "int a(void){ int y=1;return y; }\n"
 
 
-@pytest.mark.skipif(shutil.which("cpplint") is None, reason="no-upstream: cpplint not installed")
+@pytest.mark.needs("cpplint")
 def test_cpplint_refuses_only_errors_the_series_adds(cli, tmp_path):
     msg = "fix(a): change\n\nSigned-off-by: Fixer <fixer@example.invalid>"
     # pre-existing errors elsewhere in the file, clean touched lines -> ok

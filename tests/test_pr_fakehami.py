@@ -5,7 +5,6 @@ driver; `pr` on it end to end. Other test modules (ci, bisect) import `make_fake
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -18,11 +17,7 @@ from lucepatch.upstream.pr import TABLE_COLUMNS, driver_display, parse_verdict_t
 
 FAKEHAMI = FIXTURES / "fakehami"
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("gcc") is None or shutil.which("cmake") is None
-    or not os.path.isfile("/usr/local/cuda/include/cuda.h"),
-    reason="needs gcc, cmake and /usr/local/cuda/include/cuda.h to build the fixture (not a GPU: CI must have them)",
-)
+pytestmark = pytest.mark.needs("gcc", "cmake", "/usr/local/cuda/include/cuda.h")  # to build the fixture (not a GPU: CI has them)
 
 
 def make_fakehami_ws(root: Path, *, name: str = "fakehami", patches: list[Path] | None = None,

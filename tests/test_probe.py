@@ -23,6 +23,7 @@ def cudaproj(tmp_path):
     return make_fixture.make(tmp_path)
 
 
+@pytest.mark.needs("cmake", "ninja", "nvcc")
 def test_fixture_probes_baseline_fail_as_declared_patched_pass(cudaproj, cli):
     r = cli("--workspace", cudaproj["ws"], "probe", "cudaproj", "--source", cudaproj["upstream"],
             "--profile", "test", "--both", "--json")
@@ -45,6 +46,7 @@ def test_fixture_probes_baseline_fail_as_declared_patched_pass(cudaproj, cli):
     assert patched["tree"]["repos"][0]["patches"] and not base["tree"]["repos"][0]["patches"]
 
 
+@pytest.mark.needs("cmake", "ninja", "nvcc")
 def test_probe_exit_1_when_a_fix_is_not_proven(cudaproj, cli):
     # drop the F6 patch from the series: its probe can no longer pass on the patched tree
     series = cudaproj["tdir"] / "series"
@@ -63,6 +65,7 @@ def test_unknown_profile_and_probe_are_usage_errors(cudaproj, cli):
     assert r.code == 2 and "unknown probe" in r.err
 
 
+@pytest.mark.needs("nvcc")
 def test_fatbin_reader_agrees_with_cuobjdump(tmp_path):
     cu = tmp_path / "k.cu"
     cu.write_text("__global__ void k(float *p) { p[0] = 1; }\n")

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import commit_all, format_patches, git, init_repo, make_target, write
 
-pytestmark = pytest.mark.skipif(shutil.which("quilt") is None, reason="no-upstream: quilt is not installed (apt-get install quilt)")
+pytestmark = pytest.mark.needs("quilt")
 
 
 def _series(tmp_path):

@@ -9,7 +9,6 @@ fakehami + its no-op "fix" (patches/bad): the patched build still fails -> no-lo
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 import shutil
 
@@ -23,10 +22,7 @@ from lucepatch.upstream.retire import (INCONCLUSIVE, NO_LONGER_EFFECTIVE, RETIRE
                                        Behaviour, classify, format_retire_table, retire_exit_code, retire_report)
 from lucepatch.workspace import resolve_workspace
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("gcc") is None or shutil.which("cmake") is None or not os.path.isfile("/usr/local/cuda/include/cuda.h"),
-    reason="needs gcc, cmake and /usr/local/cuda/include/cuda.h",
-)
+pytestmark = pytest.mark.needs("gcc", "cmake", "/usr/local/cuda/include/cuda.h")
 
 _spec = importlib.util.spec_from_file_location("twobugs_fixture", FIXTURES / "twobugs" / "fixture.py")
 tb = importlib.util.module_from_spec(_spec)

@@ -33,10 +33,7 @@ PR188_HAMI = FIXTURES / "pr188"
 BUILD = ('[build]\nsystem = "cmake"\nconfigure_args = []\ntargets = ["vgpu"]\n\n'
          '[build.artifacts]\n"libvgpu.so" = "libvgpu.so"\n')
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("gcc") is None or shutil.which("cmake") is None or not os.path.isfile("/usr/local/cuda/include/cuda.h"),
-    reason="needs gcc, cmake and /usr/local/cuda/include/cuda.h",
-)
+pytestmark = pytest.mark.needs("gcc", "cmake", "/usr/local/cuda/include/cuda.h")
 
 
 @pytest.fixture(scope="module")

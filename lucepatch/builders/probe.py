@@ -716,11 +716,7 @@ class ProbeRun:
 
 def run_probes(target: Target, source: Path, profile_name: str | None, variant: str, cache: Path,
                only: list[str] | None = None) -> ProbeRun:
-    for tool, remedy in (("cmake", "install cmake"), ("ninja", "install ninja (apt-get install ninja-build)"),
-                         ("readelf", "install binutils")):
-        toolchain.require(tool, remedy)
-    if not (shutil.which("nvcc") or (toolchain.cuda_home() / "bin" / "nvcc").exists()):
-        raise EnvironmentMissing("nvcc not found: install the CUDA toolkit (or pip install nvidia-cuda-nvcc) and set CUDA_HOME")
+    # bad input is exit 2 on any machine, so the arguments are checked before the tools
     pname, profile = resolve_profile(target, profile_name)
     specs, stand_cfg = load_probes(target)
     if only:
@@ -728,6 +724,11 @@ def run_probes(target: Target, source: Path, profile_name: str | None, variant: 
         if unknown:
             raise UsageError(f"unknown probe(s) {', '.join(unknown)}; known: {', '.join(s.name for s in specs)}")
         specs = [s for s in specs if s.name in only or s.fix in only]
+    for tool, remedy in (("cmake", "install cmake"), ("ninja", "install ninja (apt-get install ninja-build)"),
+                         ("readelf", "install binutils")):
+        toolchain.require(tool, remedy)
+    if not (shutil.which("nvcc") or os.access(toolchain.cuda_home() / "bin" / "nvcc", os.X_OK)):
+        raise EnvironmentMissing("nvcc not found: install the CUDA toolkit (or pip install nvidia-cuda-nvcc) and set CUDA_HOME")
     specs = [s for s in specs if not s.data.get("profiles") or pname in s.data["profiles"]]
     git.open_repo(source)
     si = make_stand_ins(cache, stand_cfg)
