@@ -124,7 +124,8 @@ def load_target_dir(tdir: Path) -> Target:
 def list_targets(ws: Workspace) -> list[str]:
     if not ws.patches_dir.is_dir():
         return []
-    return sorted(p.name for p in ws.patches_dir.iterdir() if (p / "target.toml").is_file())
+    # hidden folders are lucepatch's own staging copies (engine/transaction.py), never targets
+    return sorted(p.name for p in ws.patches_dir.iterdir() if not p.name.startswith(".") and (p / "target.toml").is_file())
 
 
 def load_target(ws: Workspace, name: str | None) -> Target:

@@ -196,6 +196,18 @@ def edit_patch(raw: bytes, *, set_: Sequence[Item] = (), add: Sequence[Item] = (
     return (headers + new_body + tail).encode("utf-8", errors="surrogateescape")
 
 
+def replace_diff(raw: bytes, fresh: bytes) -> bytes:
+    """`raw`'s mail headers and message (byte for byte) with the diffstat and diff of `fresh`
+    (a format-patch of the same change on another base): a patch re-exported against a new
+    base keeps its words and gets index lines, context and offsets that match the base."""
+    headers, body, _tail = split_patch(raw)
+    _h, _b, tail = split_patch(fresh)
+    if not tail.startswith("---"):
+        tail = "---\n" + tail
+    body = body.rstrip("\n") + "\n" if body.strip() else body
+    return (headers + body + tail).encode("utf-8", errors="surrogateescape")
+
+
 def patch_trailers(raw: bytes) -> list[Item]:
     headers, body, _tail = split_patch(raw)
     return parse(((_subject(headers) or "patch") + "\n\n" + body) if headers else body)

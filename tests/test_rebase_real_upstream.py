@@ -90,10 +90,13 @@ def test_matrix_and_rebase_across_range(real, cli, name):
     r = cli("--workspace", ws, "rebase", "hc", "--source", up, "--onto", PIN, "--json")
     row = r.json["patches"][0]
     if EXPECT[name][0] is None:
-        assert r.code == 1 and row["action"] == "conflict"  # a near miss is never "absorbed"
+        # a near miss is never "absorbed": the session stops there for a human
+        assert r.code == 1 and (row["applies"], row["action"]) == ("conflict", "stopped")
+        assert cli("--workspace", ws, "rebase", "hc", "--abort").code == 0
     else:
         assert r.code == 0, r.err
         assert row["action"] == "absorbed" and row["signal"] == EXPECT[name][0]
+        assert row["upstream_commit"].startswith(EXPECT[name][1] or "")
         assert r.json["new_version"] == "2.0.0"
         text = (ws / "patches/hc/absorbed" / f"{name}.patch").read_text()
-        assert f"Applied-Upstream: {row['commit']}" in text
+        assert f"Applied-Upstream: {row['upstream_commit']}" in text

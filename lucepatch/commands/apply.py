@@ -24,6 +24,11 @@ def load_checked(ctx, target):
     if not t.series:
         raise UsageError(f"series {t.dir / 'series'} lists no patches; add patch names, one per line")
     _ = t.patches  # parse every patch now, before any output
+    from lucepatch.engine.session import notice
+
+    line = notice(cache(ctx), t)
+    if line:  # an open (or interrupted) rebase session: say so, and how to resume or abort it
+        report.err.print(f"lucepatch: note: {line}", markup=False, highlight=False)
     return ws, t
 
 

@@ -1,0 +1,105 @@
+"""Is a patch still needed at a new base? The interface a rebase session asks it through.
+
+A rebase session gives every patch two fields: `applies` (how its text goes onto the new base,
+decided by the series engine) and `needed` (whether its *behaviour* is still required there,
+decided by a judge that builds and runs reproducers — issue 11's retirement rule). The session
+never computes `needed` itself; it calls the judge registered here once, at session start:
+
+    judge(target, source, ref, patches) -> {patch name: Judgement}
+
+A judge may leave patches out of its answer (they read as `not-judged`), must not write into
+`source`, and returns `Judgement.driver` = "fake" / "real" so the report can say whether a
+simulated driver decided. Until a judge is registered, and always with `rebase --no-behaviour`,
+every patch is `not-judged`. A label never drops a patch by itself: the session moves a
+`superseded` patch to absorbed/ only with `--drop-superseded`.
+
+To wire a judge in:  ``needed.register_judge(fn)`` from the module that implements it, and add
+that module's name to ``JUDGE_MODULES`` so the session imports it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Sequence
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lucepatch.series import Patch
+    from lucepatch.target import Target
+
+STILL_NEEDED = "still-needed"
+SUPERSEDED = "superseded"
+UNTESTABLE = "untestable"
+INCONCLUSIVE = "inconclusive"
+NOT_JUDGED = "not-judged"
+VERDICTS = (STILL_NEEDED, SUPERSEDED, UNTESTABLE, INCONCLUSIVE, NOT_JUDGED)
+
+# Modules that register a judge when imported (the retirement rule adds its own here).
+JUDGE_MODULES: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Judgement:
+    needed: str = NOT_JUDGED
+    reason: str = ""
+    scenario: str | None = None  # the reproducer:scenario that decided, when one did
+    driver: str | None = None  # "fake" (simulated driver) / "real" / None (nothing ran)
+
+    def __post_init__(self):
+        if self.needed not in VERDICTS:
+            raise ValueError(f"needed must be one of {VERDICTS}, not {self.needed!r}")
+
+    @property
+    def simulated(self) -> bool | None:
+        return None if self.driver is None else self.driver == "fake"
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "simulated": self.simulated}
+
+    @classmethod
+    def from_json(cls, doc: dict | None) -> "Judgement":
+        doc = doc or {}
+        return cls(doc.get("needed", NOT_JUDGED), doc.get("reason", ""), doc.get("scenario"), doc.get("driver"))
+
+
+Judge = Callable[["Target", Path, str, Sequence["Patch"]], dict]
+
+
+def not_judged(target, source, ref, patches, *, reason: str = "no behaviour judge is installed") -> dict[str, Judgement]:
+    return {p.name: Judgement(NOT_JUDGED, reason) for p in patches}
+
+
+_judges: list[Judge] = []
+
+
+def register_judge(fn: Judge) -> None:
+    """Install `fn` as the judge (the last registered wins)."""
+    if fn in _judges:
+        _judges.remove(fn)
+    _judges.append(fn)
+
+
+def unregister_judge(fn: Judge) -> None:
+    if fn in _judges:
+        _judges.remove(fn)
+
+
+def _load() -> None:
+    for mod in JUDGE_MODULES:
+        importlib.import_module(mod)
+
+
+def judge(target, source: Path, ref: str, patches: Sequence, *, no_behaviour: bool = False) -> dict[str, Judgement]:
+    """{name: Judgement} for every patch; `not-judged` where no judge answers."""
+    if no_behaviour:
+        return not_judged(target, source, ref, patches, reason="--no-behaviour")
+    _load()
+    if not _judges:
+        return not_judged(target, source, ref, patches)
+    answer = _judges[-1](target, source, ref, patches) or {}
+    out = {}
+    for p in patches:
+        j = answer.get(p.name)
+        out[p.name] = j if isinstance(j, Judgement) else Judgement(NOT_JUDGED, "the judge gave no answer for it")
+    return out

@@ -1,0 +1,686 @@
+"""Rebase sessions: carry a series to another base, stopping for a human when a patch conflicts.
+
+A session walks the series in order on a private clone under `<cache>/rebase/`. Each patch gets
+`applies` (exact / 3-way / absorbed + signal / conflict, from the series engine) and `needed`
+(engine/needed.py). A conflict stops the walk with git's conflict markers in the session's own
+work tree; `--continue` commits what the human resolved there, `--skip NAME` drops a patch,
+`--abort` throws the session away. The workspace is written once, when every patch is decided,
+by engine/transaction.py (one atomic folder swap under a lock); until then neither the workspace
+nor the user's checkout (`--source`, only ever read through `git clone --shared`) is touched.
+
+On disk, per (cache, workspace target folder):
+    <cache>/rebase/<target>-<key>.lock    flock held by the process running a step (pid inside)
+    <cache>/rebase/<target>-<key>/
+        state.json      phase, base/onto/direction, per patch: applies, needed, action, commit
+        original/<t>/   the target folder as it was at start (the session reads only this)
+        worktree/       the private clone; its work tree holds the conflict being resolved
+        engine.index    the series engine's private index (machine steps never touch worktree/)
+Every state change is written atomically after the step it records, and every step can be
+redone from the recorded `head` (commit ids are deterministic), so a session killed at any point
+resumes with `--continue`. Phases: walking -> conflict (a human) -> walking ... -> ready -> writing.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from lucepatch import git, trailers
+from lucepatch.engine import needed as needed_mod
+from lucepatch.engine import transaction, upstreamed
+from lucepatch.engine.apply import (PURE_ENV, apply_loop, clone_private, commit_message, format_commits, pause_at,
+                                    patch_author, resolve_base, series_trailers, with_trailers)
+from lucepatch.engine.core import ALREADY_UPSTREAM, APPLIED, APPLIED_3WAY, CONFLICT, IndexEngine, validate_diffs
+from lucepatch.engine.safety import check_series_safety
+from lucepatch.errors import CheckFailed, UsageError
+from lucepatch.engine.rebase import attribute, bump_version
+from lucepatch.series import parse_patch_bytes
+from lucepatch.target import Target, load_target_dir
+
+SCHEMA = 1
+FORWARD, BACK, SIDEWAYS, NONE = "forward", "back", "sideways", "none"
+# per-patch actions
+PENDING, STOPPED, CARRIED, RESOLVED, ABSORBED, SKIPPED, DROPPED = (
+    "pending", "stopped", "carried", "resolved", "absorbed", "skipped", "dropped")
+KEPT = (CARRIED, RESOLVED)
+LEFT = (ABSORBED, SKIPPED, DROPPED)
+WALKING, CONFLICT_PHASE, READY, WRITING = "walking", "conflict", "ready", "writing"
+_MARKER = re.compile(rb"^(<{7}|>{7})( |$)|^={7}$", re.M)
+_GIT_ENV = {**PURE_ENV, "GIT_OPTIONAL_LOCKS": "0"}
+
+
+@dataclass
+class PatchState:
+    name: str
+    patch_id: str
+    sha256: str
+    action: str = PENDING
+    applies: str | None = None  # exact | 3-way | absorbed | conflict
+    signal: str | None = None  # why absorbed: patch-id, reverse-apply, content-match, 3-way, ...
+    upstream_commit: str | None = None
+    needed: dict = field(default_factory=lambda: needed_mod.Judgement().to_json())
+    commit: str | None = None  # its commit on the new base
+    detail: str = ""
+    conflict_files: list[str] = field(default_factory=list)
+
+    @property
+    def slug_hint(self) -> str:
+        return self.name[:-6] if self.name.endswith(".patch") else self.name
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class State:
+    target: str
+    target_dir: str
+    source: str
+    base: str
+    onto: str
+    onto_ref: str
+    direction: str
+    old_version: str
+    old_head: str
+    head: str
+    snapshot: dict
+    patches: list[PatchState]
+    options: dict = field(default_factory=dict)
+    phase: str = WALKING
+    current: int | None = None
+    pid: int | None = None
+    started: str = ""
+    updated: str = ""
+    result_snapshot: dict | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["patches"] = [p.to_json() for p in self.patches]
+        return {"schema_version": SCHEMA, "kind": "lucepatch-rebase-session", **d}
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "State":
+        if doc.get("kind") != "lucepatch-rebase-session" or doc.get("schema_version") != SCHEMA:
+            raise UsageError("the rebase session state is from another lucepatch version; --abort it")
+        doc = {k: v for k, v in doc.items() if k not in ("schema_version", "kind")}
+        doc["patches"] = [PatchState(**p) for p in doc["patches"]]
+        return cls(**doc)
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def _g(repo: Path, *args, check=True, stdin=None, env=None):
+    return git.run(repo, *args, check=check, stdin=stdin, env={**_GIT_ENV, **(env or {})})
+
+
+def direction_of(repo: Path, base: str, onto: str) -> str:
+    if base == onto:
+        return NONE
+    anc = lambda a, b: _g(repo, "merge-base", "--is-ancestor", a, b, check=False).status == 0  # noqa: E731
+    return FORWARD if anc(base, onto) else BACK if anc(onto, base) else SIDEWAYS
+
+
+def _pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# ---------------------------------------------------------------------------------- the store
+class Store:
+    """Where the session of one workspace target lives in one cache, and its lock."""
+
+    def __init__(self, cache: Path, target_dir: Path, name: str):
+        self.root = Path(cache) / "rebase"
+        key = hashlib.sha256(str(Path(target_dir).resolve()).encode()).hexdigest()[:12]
+        self.key = f"{name}-{key}"
+        self.dir = self.root / self.key
+        self.lock_path = self.root / f"{self.key}.lock"
+        self._fd: int | None = None
+
+    @property
+    def state_path(self) -> Path:
+        return self.dir / "state.json"
+
+    @property
+    def worktree(self) -> Path:
+        return self.dir / "worktree"
+
+    def exists(self) -> bool:
+        return self.state_path.is_file()
+
+    def holder(self) -> int | None:
+        """pid of a live process holding the lock, else None."""
+        try:
+            pid = int(self.lock_path.read_text().strip() or 0)
+        except (OSError, ValueError):
+            return None
+        if not _pid_alive(pid) or pid == os.getpid():
+            return None
+        try:
+            fd = os.open(self.lock_path, os.O_RDWR)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        except BlockingIOError:
+            return pid
+        finally:
+            os.close(fd)
+
+    def lock(self, what: str) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            pid = self.lock_path.read_text().strip() or "?"
+            raise UsageError(f"another lucepatch process (pid {pid}) is running a step of the rebase session of "
+                             f"{what}; wait for it to finish (or stop it) and run again")
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._fd = fd
+        self.clean_leftovers()
+
+    def unlock(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def clean_leftovers(self) -> None:
+        """Remove half-started and half-aborted sessions whose process is gone."""
+        for p in self.root.iterdir() if self.root.is_dir() else []:
+            m = re.match(r"^\.(.+)\.(starting|aborted)-(\d+)$", p.name)
+            if m and m.group(1) == self.key and not _pid_alive(int(m.group(3))):
+                shutil.rmtree(p, ignore_errors=True)
+
+    def read(self) -> State:
+        try:
+            return State.from_json(json.loads(self.state_path.read_text()))
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            raise UsageError(f"the rebase session state {self.state_path} is unreadable ({exc}); --abort it")
+
+    def write(self, st: State, where: Path | None = None) -> None:
+        st.updated = _now()
+        path = (where or self.dir) / "state.json"
+        tmp = path.with_name(f".state.{os.getpid()}.tmp")
+        with open(tmp, "w") as f:
+            json.dump(st.to_json(), f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+
+    def remove(self) -> None:
+        if not self.dir.exists():
+            return
+        gone = self.root / f".{self.key}.aborted-{os.getpid()}"
+        os.rename(self.dir, gone)  # atomic: the session is either whole or gone
+        shutil.rmtree(gone, ignore_errors=True)
+
+
+def describe(st: State, store: Store) -> str:
+    """One line: where the session is and what to run next."""
+    t = st.target
+    done = sum(p.action not in (PENDING, STOPPED) for p in st.patches)
+    where = f"{done}/{len(st.patches)} patches decided, {st.direction} onto {st.onto[:12]}"
+    holder = store.holder()
+    if holder:
+        return f"a rebase session of {t} is running in pid {holder} ({where})"
+    if st.phase == CONFLICT_PHASE and st.current is not None:
+        p = st.patches[st.current]
+        return (f"a rebase session of {t} is stopped at patch {st.current + 1} {p.name} for a human ({where}): "
+                f"resolve it in {store.worktree}, then lucepatch rebase {t} --continue (or --skip {p.slug_hint}, "
+                f"or --abort)")
+    how = "completing" if st.phase in (READY, WRITING) else "walking the series"
+    return (f"a rebase session of {t} was interrupted while {how} ({where}; pid {st.pid or '?'} is gone): "
+            f"lucepatch rebase {t} --continue to resume, or --abort")
+
+
+def notice(cache: Path, t: Target) -> str | None:
+    """The line other verbs print when the target has an open session (None when it has none)."""
+    store = Store(cache, t.dir, t.name)
+    if not store.exists():
+        return None
+    try:
+        return describe(store.read(), store)
+    except UsageError as exc:
+        return str(exc)
+
+
+# -------------------------------------------------------------------------------- the session
+@dataclass
+class Options:
+    drop_superseded: bool = False
+    no_behaviour: bool = False
+
+
+class Session:
+    """One rebase session; every public method runs under the store's lock."""
+
+    def __init__(self, store: Store, st: State, cache: Path):
+        self.store, self.st, self.cache = store, st, cache
+        self.t: Target = load_target_dir(store.dir / "original" / st.target)
+        self._engine: IndexEngine | None = None
+
+    # ---- opening
+    @classmethod
+    def open(cls, cache: Path, t: Target) -> "Session":
+        store = Store(cache, t.dir, t.name)
+        store.lock(t.name)
+        try:
+            if not store.exists():
+                raise UsageError(f"no rebase session of {t.name} is open (in cache {cache}); start one with "
+                                 f"lucepatch rebase {t.name} --onto REF")
+            return cls(store, store.read(), cache)
+        except BaseException:
+            store.unlock()
+            raise
+
+    @classmethod
+    def start(cls, cache: Path, t: Target, source: Path, onto_ref: str, opts: Options, *, fetch: bool = False,
+              where: Path | None = None) -> "Session":
+        """Create the session (atomically: it exists complete or not at all). `where` = a throwaway
+        folder for --dry-run, outside the store."""
+        store = Store(cache, t.dir, t.name)
+        if where is None:
+            store.lock(t.name)
+            if store.exists():
+                msg = describe(store.read(), store)
+                store.unlock()
+                raise UsageError(f"{msg}; one session per target at a time")
+        try:
+            base = resolve_base(source, t.base, t.name, fetch=fetch)
+            onto = git.resolve_commit(source, onto_ref, what=f"--onto {onto_ref}",
+                                      remedy="fetch it into the checkout first (git fetch origin "
+                                             "'+refs/heads/*:refs/remotes/origin/*', or the PR ref) or name an existing ref")
+            check_series_safety(t.patches, source, base)
+            check_series_safety(t.patches, source, onto)
+            tmp = where or store.root / f".{store.key}.starting-{os.getpid()}"
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            shutil.copytree(t.dir, tmp / "original" / t.name, symlinks=True)
+            clone_private(source, tmp / "worktree")
+            st = State(target=t.name, target_dir=str(t.dir.resolve()), source=str(Path(source).resolve()), base=base,
+                       onto=onto, onto_ref=onto_ref, direction=direction_of(tmp / "worktree", base, onto),
+                       old_version=t.version, old_head=base, head=onto, snapshot=transaction.snapshot(t.dir),
+                       patches=[PatchState(p.name, p.patch_id, hashlib.sha256(p.raw).hexdigest()) for p in t.patches],
+                       options=asdict(opts), started=_now(), pid=os.getpid())
+            sess = cls.__new__(cls)
+            sess.store, sess.st, sess.cache, sess._engine = store, st, cache, None
+            sess.t = load_target_dir(tmp / "original" / t.name)
+            sess._root = tmp
+            sess._prepare(source, opts)
+            store.write(st, tmp)
+            if where is None:
+                os.rename(tmp, store.dir)
+            sess._root = store.dir if where is None else tmp
+            return sess
+        except BaseException:
+            if where is None:
+                shutil.rmtree(store.root / f".{store.key}.starting-{os.getpid()}", ignore_errors=True)
+                store.unlock()
+            raise
+
+    @property
+    def root(self) -> Path:
+        return getattr(self, "_root", self.store.dir)
+
+    @property
+    def repo(self) -> Path:
+        return self.root / "worktree"
+
+    def patch_file(self, i: int) -> Path:
+        return self.root / "diffs" / f"{i + 1:04d}.diff"
+
+    def close(self) -> None:
+        self.store.unlock()
+
+    # ---- start: old chain (blobs + range-diff), absorbed detection, needed
+    def _prepare(self, source: Path, opts: Options) -> None:
+        st, repo, patches = self.st, self.repo, self.t.patches
+        (self.root / "diffs").mkdir(exist_ok=True)
+        files = []
+        for i, p in enumerate(patches):
+            self.patch_file(i).write_bytes(p.diff)
+            files.append(self.patch_file(i))
+        validate_diffs(repo, [(f, str(p.path)) for f, p in zip(files, patches)])
+        # The old series on the old base: its blobs let 3-way merges of later patches work even
+        # when an earlier one is dropped, and its head is the left side of the range-diff.
+        old = IndexEngine(repo, self.root / "old.index")
+        old.reset(st.base)
+        outcomes, st.old_head = apply_loop(old, self.t, patches, files, st.base)
+        bad = [o.patch.name for o in outcomes if o.status == CONFLICT]
+        if bad:
+            st.warnings.append(f"on its own base {st.base[:12]} the series does not apply cleanly ({', '.join(bad)}); "
+                               "3-way merges of later patches may lack preimages")
+        up_ids = upstreamed.upstream_patch_ids(repo, st.base, st.onto)
+        eng = IndexEngine(repo, self.root / "detect.index")
+        eng.reset(st.onto)
+        reader = upstreamed.tree_reader(repo, st.onto)
+        for ps, p, f in zip(st.patches, patches, files):
+            hit = upstreamed.detect(p, f, repo=repo, ref=st.onto, upstream_ids=up_ids, reverse_check=eng.check_reverse,
+                                    read_file=reader, target=self.t, source=source)
+            if hit:
+                commit = hit.commit or attribute(repo, st.base, st.onto, self.root, p, f, hit.signal) or st.onto
+                ps.action, ps.applies, ps.signal, ps.upstream_commit, ps.detail = ABSORBED, "absorbed", hit.signal, commit, hit.detail
+        judged = needed_mod.judge(self.t, source, st.onto, patches, no_behaviour=opts.no_behaviour)
+        for ps in st.patches:
+            j = judged[ps.name]
+            ps.needed = j.to_json()
+            if ps.action == PENDING and opts.drop_superseded and j.needed == needed_mod.SUPERSEDED:
+                ps.action, ps.signal = DROPPED, "superseded"
+                ps.upstream_commit, ps.detail = st.onto, f"judged superseded ({j.reason}); --drop-superseded"
+
+    # ---- the walk
+    @property
+    def engine(self) -> IndexEngine:
+        if self._engine is None:
+            self._engine = IndexEngine(self.repo, self.root / "engine.index")
+            self._engine.reset(self.st.head)
+        return self._engine
+
+    def save(self) -> None:
+        self.st.pid = os.getpid()
+        self.store.write(self.st, self.root)
+
+    def walk(self, *, stop_at_conflict: bool = True) -> str:
+        """Decide every pending patch in order; returns the phase reached (conflict or ready)."""
+        st = self.st
+        st.phase, st.current = WALKING, None
+        for i, ps in enumerate(st.patches):
+            if ps.action != PENDING:
+                continue
+            pause_at(i)
+            p = self.t.patches[i]
+            eng = self.engine
+            outcomes, head = apply_loop(eng, self.t, [p], [self.patch_file(i)], st.head)
+            o = outcomes[0]
+            if o.status in (APPLIED, APPLIED_3WAY):
+                ps.action, ps.applies, ps.commit, ps.detail = CARRIED, "exact" if o.status == APPLIED else "3-way", head, o.detail
+                st.head = head
+            elif o.status == ALREADY_UPSTREAM:
+                commit = attribute(self.repo, st.base, st.onto, self.root, p, self.patch_file(i), "3-way") or st.onto
+                ps.action, ps.applies, ps.signal, ps.upstream_commit, ps.detail = ABSORBED, "absorbed", "3-way", commit, o.detail
+            else:
+                ps.applies, ps.detail = "conflict", o.detail
+                if not stop_at_conflict:
+                    ps.action = STOPPED
+                    continue
+                self._materialize(i)
+                return st.phase
+            self.save()
+        st.phase = READY
+        self.save()
+        return st.phase
+
+    def _materialize(self, i: int) -> None:
+        """Put the conflict in the work tree the way git does (markers, unmerged index entries)."""
+        st, wt = self.st, self.repo
+        _g(wt, "checkout", "-q", "-f", "--detach", st.head)
+        _g(wt, "reset", "-q", "--hard", st.head)
+        _g(wt, "clean", "-fdq")
+        res = _g(wt, "apply", "--3way", str(self.patch_file(i)), check=False)
+        if res.status != 0 and not self._unmerged():
+            # no 3-way base for some file: apply what fits, the rest as .rej files (like git am)
+            _g(wt, "reset", "-q", "--hard", st.head)
+            _g(wt, "apply", "--reject", str(self.patch_file(i)), check=False)
+        ps = st.patches[i]
+        unmerged, rejects = self._unmerged(), self._rejects()
+        ps.action, ps.conflict_files = STOPPED, unmerged + rejects
+        ps.detail = ("3-way merge left conflict markers" if unmerged else "") + \
+            ("; " if unmerged and rejects else "") + ("hunks with no 3-way base are in .rej files" if rejects else "")
+        st.phase, st.current = CONFLICT_PHASE, i
+        self.save()
+
+    def _unmerged(self) -> list[str]:
+        out = _g(self.repo, "diff", "--name-only", "--diff-filter=U", "-z").stdout
+        return sorted(set(x for x in out.split("\0") if x))
+
+    def _rejects(self) -> list[str]:
+        out = _g(self.repo, "ls-files", "--others", "--exclude-standard", "-z").stdout
+        return sorted(x for x in out.split("\0") if x.endswith(".rej"))
+
+    def unresolved(self) -> list[str]:
+        """Files of the work tree that still hold conflict markers or are .rej files."""
+        wt = self.repo
+        changed = _g(wt, "diff", "--name-only", "-z", self.st.head).stdout.split("\0")
+        others = _g(wt, "ls-files", "--others", "--exclude-standard", "-z").stdout.split("\0")
+        bad = set(self._rejects())
+        for rel in set(changed + others + self.st.patches[self.st.current].conflict_files) - {""}:
+            f = wt / rel
+            if f.is_file() and not f.is_symlink() and _MARKER.search(f.read_bytes()):
+                bad.add(rel)
+        return sorted(bad)
+
+    def resolve(self) -> None:
+        """--continue after a human resolved the stopped patch: commit the work tree."""
+        st, wt = self.st, self.repo
+        i = st.current
+        ps, p = st.patches[i], self.t.patches[i]
+        bad = self.unresolved()
+        if bad:
+            raise CheckFailed(f"unresolved conflicts in {', '.join(bad)} (in {wt}): resolve them and run "
+                              f"lucepatch rebase {st.target} --continue again, or --skip {ps.slug_hint}")
+        _g(wt, "add", "-u")
+        paths = [x for x in p.files if (wt / x).exists() or (wt / x).is_symlink()]
+        if paths:
+            _g(wt, "add", "--", *paths)
+        left = self._unmerged()
+        if left:
+            raise CheckFailed(f"{', '.join(left)} still unmerged in {wt}: git add (or git rm) them, then --continue")
+        tree = _g(wt, "write-tree").stdout.strip()
+        if tree == git.tree_of(wt, st.head):
+            raise CheckFailed(f"nothing to commit for {ps.name}: the work tree equals the base plus the patches before "
+                              f"it; if the patch is no longer needed, lucepatch rebase {st.target} --skip {ps.slug_hint}")
+        msg = commit_message(p, series_trailers(self.t, p))
+        who = {"GIT_AUTHOR_NAME": "lucepatch", "GIT_AUTHOR_EMAIL": "lucepatch@localhost", **patch_author(p)}
+        commit = _g(wt, "commit-tree", tree, "-p", st.head, "-F", "-", stdin=msg.encode("utf-8", "surrogateescape"),
+                    env=who).stdout.strip()
+        ps.action, ps.commit, ps.conflict_files = RESOLVED, commit, []
+        ps.detail = "resolved by hand in the session work tree"
+        st.head, st.phase, st.current = commit, WALKING, None
+        self._engine = None
+        self.save()
+
+    def skip(self, name: str) -> bool:
+        """--skip NAME; True when the walk should go on (the stopped patch was skipped)."""
+        st = self.st
+        p = trailers.find_patch(self.t.patches, name, where=f"the rebase session of {st.target}", flag="--skip")
+        i = self.t.patches.index(p)
+        ps = st.patches[i]
+        if ps.action not in (PENDING, STOPPED):
+            raise UsageError(f"--skip {name}: {ps.name} is already {ps.action} in this session; --abort and start again "
+                             "to change that")
+        if st.phase == CONFLICT_PHASE and st.current == i:
+            _g(self.repo, "reset", "-q", "--hard", st.head)
+            _g(self.repo, "clean", "-fdq")
+            st.phase, st.current = WALKING, None
+        ps.action, ps.signal, ps.upstream_commit, ps.conflict_files = SKIPPED, "skipped", st.onto, []
+        ps.detail = "skipped by a human (rebase --skip); not verified by lucepatch"
+        self.save()
+        return st.phase != CONFLICT_PHASE
+
+    def recover_interrupted(self) -> None:
+        """Before resuming: the recorded head is the truth, whatever a killed step left behind."""
+        self._engine = None
+        if self.st.phase == WRITING:
+            transaction.recover(Path(self.st.target_dir).parent)
+
+    # ---- completion
+    def plan(self) -> dict:
+        """What the workspace will hold: {"files", "absorbed", "series", "bump", ...}."""
+        st, t = self.st, self.t
+        fresh = {}
+        if st.head != st.onto:
+            for fpath, _pid, commit in format_commits(self.repo, st.onto, st.head, self.root / "export"):
+                fresh[commit] = fpath.read_bytes()
+        files, absorbed, kinds, rows = {}, {}, set(), []
+        if st.base != st.onto:
+            kinds.add("major")
+        for ps, p in zip(st.patches, t.patches):
+            row = ps.to_json()
+            if ps.action in KEPT:
+                new = trailers.replace_diff(p.raw, fresh[ps.commit])
+                newp = parse_patch_bytes(new, p.path, p.name)
+                row["new_patch_id"] = newp.patch_id
+                if newp.patch_id != p.patch_id:
+                    kinds.add("minor")
+                elif new != p.raw:
+                    kinds.add("patch")
+                files[p.name] = new
+            elif ps.action in LEFT:
+                sig = ps.signal if ps.action == ABSORBED else (
+                    "skipped (rebase --skip by a human; not verified)" if ps.action == SKIPPED else
+                    f"superseded ({'simulated driver' if ps.needed.get('simulated') else ps.needed.get('driver') or 'judge'})")
+                absorbed[p.name] = with_trailers(p, [f"Applied-Upstream: {ps.upstream_commit or st.onto}",
+                                                     f"Applied-Upstream-Signal: {sig}"])
+                kinds.add("minor")
+            rows.append(row)
+        bump = next((k for k in ("major", "minor", "patch") if k in kinds), "none")
+        new_version = bump_version(st.old_version, bump if bump != "none" else None)
+        range_diff = ""
+        if st.old_head != st.base or st.head != st.onto:
+            range_diff = _g(self.repo, "range-diff", "--no-color", f"{st.base}..{st.old_head}",
+                            f"{st.onto}..{st.head}", check=False).stdout
+        return {"files": files, "absorbed": absorbed, "bump": bump, "new_version": new_version,
+                "range_diff": range_diff, "rows": rows}
+
+    def write(self, plan: dict) -> None:
+        """The one workspace write: swap in the new target folder, then drop the session."""
+        st = self.st
+        target_dir = Path(st.target_dir)
+        if st.phase == WRITING and st.result_snapshot is not None and target_dir.is_dir() and \
+                transaction.snapshot(target_dir) == st.result_snapshot:
+            self.store.remove()  # killed after the swap: the workspace already holds the result
+            return
+        st.phase = WRITING
+        self.save()
+
+        def on_staged(snap):
+            st.result_snapshot = snap
+            self.save()
+            pause_at("write")
+
+        try:
+            transaction.replace_dir(target_dir, lambda d: _build(d, self.t, st, plan), expect=st.snapshot,
+                                    cache=self.cache, before_swap=on_staged)
+        except BaseException:
+            if st.result_snapshot is not None and transaction.snapshot(target_dir) == st.result_snapshot:
+                self.store.remove()  # interrupted after the swap: the write is complete
+            else:
+                st.phase, st.result_snapshot = READY, None
+                self.save()
+            raise
+        self.store.remove()
+
+
+def _build(d: Path, t: Target, st: State, plan: dict) -> None:
+    """Edit the staged copy `d` of the target folder into the rebased series."""
+    left = [n for n in plan["absorbed"]]
+    if left:
+        (d / "absorbed").mkdir(exist_ok=True)
+    for name, data in plan["absorbed"].items():
+        (d / "absorbed" / name).write_bytes(data)
+        (d / name).unlink(missing_ok=True)
+    for name, data in plan["files"].items():
+        if (d / name).read_bytes() != data:
+            (d / name).write_bytes(data)
+    series = d / "series"
+    lines = series.read_text().splitlines(keepends=True)
+    keep = [ln for ln in lines if (ln.split("#", 1)[0].split() or [None])[0] not in left]
+    if keep != lines:
+        series.write_text("".join(keep))
+    toml = (d / "target.toml").read_text(encoding="utf-8")
+    toml = re.sub(r'^(base\s*=\s*)"[^"]*"', lambda m: f'{m.group(1)}"{st.onto}"', toml, count=1, flags=re.M)
+    toml = re.sub(r'^(version\s*=\s*)"[^"]*"', lambda m: f'{m.group(1)}"{plan["new_version"]}"', toml, count=1, flags=re.M)
+    (d / "target.toml").write_text(toml, encoding="utf-8")
+
+
+
+
+def run_until_stop(sess: Session, on_conflict: Callable[[Session], str] | None = None) -> str:
+    """Walk; at a conflict ask `on_conflict` (interactive mode: continue/skip/abort/quit)."""
+    while True:
+        phase = sess.walk()
+        if phase != CONFLICT_PHASE or on_conflict is None:
+            return phase
+        while True:
+            choice = on_conflict(sess)
+            if choice == "continue":
+                try:
+                    sess.resolve()
+                    break
+                except CheckFailed as exc:
+                    from lucepatch import report
+                    report.progress(str(exc))
+                    continue
+            if choice == "skip":
+                sess.skip(sess.st.patches[sess.st.current].name)
+                break
+            return choice  # abort / quit
+
+
+def summary(st: State, store: Store | None, plan: dict | None = None, *, written: bool = False) -> dict:
+    """The JSON document of `rebase` (and the rows of its table)."""
+    rows = plan["rows"] if plan else [p.to_json() for p in st.patches]
+    doc = {"target": st.target, "base": st.base, "onto": st.onto, "onto_ref": st.onto_ref, "direction": st.direction,
+           "phase": "written" if written else st.phase, "old_version": st.old_version,
+           "new_version": plan["new_version"] if plan else None, "bump": plan["bump"] if plan else None,
+           "written": written, "patches": rows, "warnings": st.warnings,
+           "conflicts": [r["name"] for r in rows if r["applies"] == "conflict" and r["action"] == STOPPED],
+           "range_diff": plan["range_diff"] if plan else ""}
+    if store is not None and not written:
+        doc["session"] = {"path": str(store.dir), "worktree": str(store.worktree), "state": str(store.state_path),
+                          "current": st.patches[st.current].name if st.current is not None else None}
+    return doc
+
+
+def table_rows(doc: dict) -> list[list]:
+    out = []
+    for i, r in enumerate(doc["patches"], 1):
+        n = r["needed"]
+        by = {True: " (simulated driver)", False: " (real driver)"}.get(n.get("simulated"), "")
+        why = r["signal"] + (f" {r['upstream_commit'][:12]}" if r.get("upstream_commit") else "") if r["signal"] else ""
+        detail = r["detail"] + (f"; conflicts: {', '.join(r['conflict_files'])}" if r["conflict_files"] else "")
+        out.append([i, r["name"], r["applies"] or "-", why, n["needed"] + by, r["action"], detail])
+    return out
+
+
+TABLE_COLUMNS = ["#", "patch", "applies", "signal", "needed", "action", "detail"]
+
+
+def title(doc: dict) -> str:
+    bump = f" -> {doc['new_version']} ({doc['bump']})" if doc.get("new_version") else ""
+    return (f"rebase {doc['target']} {doc['old_version']}{bump}: {doc['direction']} from {doc['base'][:12]} onto "
+            f"{doc['onto'][:12]} ({doc['onto_ref']})")
+
+
+def dry_run(cache: Path, t: Target, source: Path, onto_ref: str, opts: Options, *, fetch: bool = False) -> dict:
+    """Walk the whole series (a conflict does not stop it) in a throwaway area; nothing kept."""
+    from lucepatch.engine.apply import WorkArea
+
+    with WorkArea(cache, f"rebase-{t.name}") as work:
+        sess = Session.start(cache, t, source, onto_ref, opts, fetch=fetch, where=work.path / "session")
+        sess.walk(stop_at_conflict=False)
+        stopped = any(p.action == STOPPED for p in sess.st.patches)
+        return summary(sess.st, None, None if stopped else sess.plan())
