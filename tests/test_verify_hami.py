@@ -35,11 +35,14 @@ def test_all_reproducers_proven_on_the_pin(cli, cache):
     assert res.code == 0, res.err
     assert doc["verdict"] == "proven"
     names = {r["name"] for r in doc["reproducers"]}
-    assert {"async-sched", "llama-vmm", "multi-device", "zero-limit", "shared-region", "pr188-guard"} <= names
+    assert {"async-sched", "llama-vmm", "multi-device", "zero-limit", "shared-region", "pr188-guard",
+            "pool-alloc"} <= names
     v = {s["scenario"]: s["verdict"] for s in doc["scenarios"]}
     # the series trailers name these scenarios
     for key in ("llama-vmm:device-create", "multi-device:stream-device", "zero-limit:zero-means-unlimited",
-                "shared-region:ctxless-free-other-process", "async-sched:ctxless-async-alloc"):
+                "shared-region:ctxless-free-other-process", "async-sched:ctxless-async-alloc",
+                "pool-alloc:pool-charged", "pool-alloc:over-limit", "pool-alloc:ctxless-pool-alloc",
+                "pool-alloc:default-pool", "pool-alloc:cross-device"):
         assert v[key] == "proven", (key, v[key])
     assert v["llama-vmm:host-numa-create"] == "guarded"
 
@@ -71,3 +74,27 @@ def test_pr188_style_patch_is_rejected_on_hami_core(cli, cache, tmp_path):
     s = {x["scenario"]: x["verdict"] for x in doc["scenarios"]}
     assert s["pr188-guard:ctxless-alloc-valid-residue"] == "regression"
     assert s["pr188-guard:ctxless-alloc-exact-error"] == "not-proven"
+
+
+def test_pr217_style_pool_tracking_is_rejected(cli, cache, tmp_path):
+    """Tracking pool allocations with the current context's device (upstream #217's choice) closes
+    the bypass on the context's own device and nowhere else: the context-less and cross-device
+    scenarios must still fail, so pool-alloc cannot be passed by the unchecked cuCtxGetDevice."""
+    ws = tmp_path / "ws"
+    tdir = ws / "patches" / "hami-core"
+    tdir.mkdir(parents=True)
+    shutil.copy(REPO_ROOT / "lucepatch.toml", ws / "lucepatch.toml")
+    shutil.copytree(REPO_ROOT / "reproducers", ws / "reproducers")
+    shutil.copy(REPO_ROOT / "patches" / "hami-core" / "target.toml", tdir)
+    shutil.copy(REPO_ROOT / "patches" / "hami-core" / "build-accept-cmake-4.patch", tdir)
+    pr217 = next((FIXTURES / "pr217").glob("*.patch"))
+    shutil.copy(pr217, tdir)
+    (tdir / "series").write_text(f"build-accept-cmake-4.patch\n{pr217.name}\n")
+    res, doc = _verify(cli, cache, "--reproducer", "pool-alloc", "--runs", "5", workspace=ws)
+    assert res.code == 1
+    s = {x["scenario"]: x for x in doc["scenarios"]}
+    assert s["pool-alloc:pool-charged"]["verdict"] == "proven"
+    assert s["pool-alloc:over-limit"]["verdict"] == "proven"
+    for name in ("pool-alloc:ctxless-pool-alloc", "pool-alloc:default-pool", "pool-alloc:cross-device"):
+        assert s[name]["verdict"] == "not-proven", (name, s[name]["verdict"])
+        assert s[name]["patched"]["failures"] == 5, (name, s[name]["patched"])

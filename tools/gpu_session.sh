@@ -2,17 +2,27 @@
 # One device-machine session: record real-driver traces and take the real-GPU evidence.
 # Run from the repo root on the GPU machine with .whl/ and .upstream/hami-core carried:
 #   bash tools/gpu_session.sh <step...>
-#   steps: env traces async-sched all all-serial vmm-refs overhead bench-verify multi-device
+#   steps: env traces async-sched all all-a all-b all-serial vmm-refs overhead bench-verify multi-device
+#          pool-alloc
 #   plan (issue 4): smoke = `env async-sched`; full = `all vmm-refs overhead bench-verify traces`;
 #   reserve = `all-serial` (if parallel runs misbehave on the GPU); 2-GPU machine: `multi-device`.
+#   issue 12: `pool-alloc` (~4 min cold on 1x H200: 2 builds + 240 processes) and `traces`; `all`
+#   now runs 1040 processes (~11.5 min at the measured 0.66 s/process on x8): past the 10-minute
+#   call limit, so take it as two calls, `all-a` then `all-b` (each < 8 min; `pr --evidence`
+#   combines them per reproducer); 2-GPU machine: `multi-device pool-alloc traces`.
+# DRIVER=fake runs the same steps on the simulated driver (how they are proven off the GPU).
 # verify runs in parallel (private mount namespace + tmpfs /tmp/vgpulock per run) when root and
 # unshare(1) works, serially otherwise; the evidence's execution.mode says which.
 # Everything it writes goes under $OUT (or ./gpu-out when OUT is unset).
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl || exit 3
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 LUCEPATCH_CACHE=/tmp/lpcache
-SRC=.upstream/hami-core
+if compgen -G ".whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl || exit 3
+fi
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 LUCEPATCH_CACHE=${LUCEPATCH_CACHE:-/tmp/lpcache}
+SRC=${SRC:-.upstream/hami-core}
+DRIVER=${DRIVER:-real}
+if [ "$DRIVER" = real ]; then TAG=h200; else TAG=$DRIVER; fi
 lp() { python3 -m lucepatch "$@"; }
 for step in "$@"; do
   echo "=== $step $(date -u +%T)"
@@ -21,14 +31,27 @@ for step in "$@"; do
       { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; cmake --version | head -1;
         nvcc --version | tail -1; gcc --version | head -1; uname -r; } 2>&1 | tee "$OUT/env.txt" ;;
     traces)
-      python3 -m lucepatch.verify.trace.record_all --out /tmp/traces --driver real --label h200 &&
-      tar -C /tmp/traces -cf "$OUT/traces.tar" . ;;
+      python3 -m lucepatch.verify.trace.record_all --out /tmp/traces-$TAG --driver $DRIVER --label $TAG &&
+      tar -C /tmp/traces-$TAG -cf "$OUT/traces.tar" . ;;
     async-sched)
       lp verify --reproducer async-sched --source $SRC --driver real --runs 20 \
         --evidence "$OUT/async-sched.h200.json" 2>&1 | tee "$OUT/verify-async-sched.log" ;;
     all)
       lp verify --all --target hami-core --source $SRC --driver real --runs 20 --jobs 8 \
         --evidence "$OUT/hami-core-all.h200.json" 2>&1 | tee "$OUT/verify-all.log" ;;
+    all-a)
+      lp verify --reproducer async-sched --reproducer llama-vmm --reproducer multi-device --reproducer pr188-guard \
+        --source $SRC --driver $DRIVER --runs 20 --jobs 8 \
+        --evidence "$OUT/hami-core-all-a.$TAG.json" 2>&1 | tee "$OUT/verify-all-a.log" ;;
+    all-b)
+      lp verify --reproducer pool-alloc --reproducer shared-region --reproducer zero-limit \
+        --source $SRC --driver $DRIVER --runs 20 --jobs 8 \
+        --evidence "$OUT/hami-core-all-b.$TAG.json" 2>&1 | tee "$OUT/verify-all-b.log" ;;
+    pool-alloc)
+      # 1 GPU: cross-device reports skipped; on 2 GPUs it runs (evidence named by the GPU count)
+      n=$(nvidia-smi -L 2>/dev/null | wc -l)
+      lp verify --reproducer pool-alloc --source $SRC --driver $DRIVER --runs 20 --jobs 8 \
+        --evidence "$OUT/pool-alloc.${TAG}x${n}.json" 2>&1 | tee "$OUT/verify-pool-alloc.log" ;;
     all-serial)
       lp verify --all --target hami-core --source $SRC --driver real --runs 20 --jobs 1 \
         --evidence "$OUT/hami-core-all.serial.h200.json" 2>&1 | tee "$OUT/verify-all-serial.log" ;;

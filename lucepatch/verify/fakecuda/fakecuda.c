@@ -7,7 +7,11 @@
  *   - synchronous allocation needs a current context (else 201);
  *   - stream-ordered calls on an explicit stream use the stream's context, so they work on a
  *     context-less thread; the default stream on such a thread is 201;
- *   - cuMemCreate / granularity queries need no context.
+ *   - cuMemCreate / granularity queries need no context;
+ *   - stream-ordered memory pools (cuMemPoolCreate, cuMemAllocFromPoolAsync, ...): the memory
+ *     comes from the pool's device, not the stream's; a pool's backing memory (its
+ *     "reserved" memory) is what the device loses, freed blocks stay reserved until a
+ *     synchronize releases what exceeds the release threshold, or cuMemPoolTrimTo.
  * Device pointers are fake addresses; nothing is ever dereferenced.
  *
  * Rules: never call dlsym here (libvgpu.so replaces dlsym), and link with -Wl,-Bsymbolic
@@ -44,17 +48,23 @@ struct CUstream_st {
     unsigned int flags;
 };
 
+/* A stream-ordered memory pool (a device's default pool or one from cuMemPoolCreate). */
 struct CUmemPoolHandle_st {
     uint32_t magic;
-    int dev;
+    int dev;         /* owning device; -1 for a host pool (charged to no GPU) */
+    int is_default;  /* a device's default pool: cannot be destroyed */
+    int destroyed;   /* cuMemPoolDestroy called; freed once no allocation is outstanding */
+    int outstanding; /* allocations not yet freed */
+    size_t max_size; /* CUmemPoolProps::maxSize; 0 = no pool-specific cap */
     size_t used_current, used_high, reserved_current, reserved_high, release_threshold;
+    struct CUmemPoolHandle_st *next; /* list of created pools */
 };
 
 struct fc_alloc {
     CUdeviceptr ptr;
     size_t size;
-    int dev;
-    int async; /* came from the stream-ordered allocator (pool) */
+    int dev;                          /* -1: host memory (a host pool) */
+    struct CUmemPoolHandle_st *pool;  /* NULL for cuMemAlloc; else the pool it came from */
     struct fc_alloc *next;
 };
 
@@ -83,10 +93,12 @@ static struct CUctx_st g_primary[FC_MAX_DEVICES];
 static int g_primary_refs[FC_MAX_DEVICES];
 static unsigned int g_primary_flags[FC_MAX_DEVICES];
 static int g_created_ctx[FC_MAX_DEVICES]; /* live cuCtxCreate contexts per device */
-static struct CUmemPoolHandle_st g_pool[FC_MAX_DEVICES];
+static struct CUmemPoolHandle_st g_pool[FC_MAX_DEVICES]; /* default pools */
 static struct CUmemPoolHandle_st *g_cur_pool[FC_MAX_DEVICES];
+static struct CUmemPoolHandle_st *g_created_pools;
 static size_t g_used[FC_MAX_DEVICES];
 static uint64_t g_next_addr[FC_MAX_DEVICES];
+static uint64_t g_next_host_addr = 0x7f0000000000ULL; /* host-pool allocations */
 static uint64_t g_next_va = 0x7e0000000000ULL;
 static uint64_t g_next_handle = 1;
 static struct fc_alloc *g_allocs;
@@ -107,7 +119,7 @@ static void fc_setup(void) {
         g_ctx_overhead = (size_t)strtoull(s, NULL, 10) << 20;
     for (int i = 0; i < FC_MAX_DEVICES; i++) {
         g_primary[i] = (struct CUctx_st){FC_CTX_MAGIC, i, 1, 0};
-        g_pool[i] = (struct CUmemPoolHandle_st){.magic = FC_POOL_MAGIC, .dev = i};
+        g_pool[i] = (struct CUmemPoolHandle_st){.magic = FC_POOL_MAGIC, .dev = i, .is_default = 1};
         g_cur_pool[i] = &g_pool[i];
         /* distinct, recognisable address ranges per device; never 0 */
         g_next_addr[i] = 0x700000000000ULL + ((uint64_t)i << 36);
@@ -534,9 +546,18 @@ static CUresult fc_cuCtxGetApiVersion(CUcontext ctx, unsigned int *v) {
     return CUDA_SUCCESS;
 }
 
+static void pools_release_over_threshold(void);
+
+/* A synchronize is where pools give memory above their release threshold back (see the pool
+ * section); all work is complete the moment it is issued. */
 static CUresult fc_cuCtxSynchronize(void) {
     NEED_INIT();
-    return cur_ctx() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+    if (!cur_ctx())
+        return CUDA_ERROR_INVALID_CONTEXT;
+    pthread_mutex_lock(&g_lock);
+    pools_release_over_threshold();
+    pthread_mutex_unlock(&g_lock);
+    return CUDA_SUCCESS;
 }
 
 /* ---- streams ------------------------------------------------------------------------------ */
@@ -575,10 +596,20 @@ static CUresult fc_cuStreamDestroy_v2(CUstream s) {
 static CUresult fc_cuStreamSynchronize(CUstream s) {
     NEED_INIT();
     struct CUctx_st *c;
-    return stream_ctx(s, &c); /* all work is complete the moment it is issued */
+    CUresult r = stream_ctx(s, &c);
+    if (r == CUDA_SUCCESS) {
+        pthread_mutex_lock(&g_lock);
+        pools_release_over_threshold();
+        pthread_mutex_unlock(&g_lock);
+    }
+    return r;
 }
 
-static CUresult fc_cuStreamQuery(CUstream s) { return fc_cuStreamSynchronize(s); }
+static CUresult fc_cuStreamQuery(CUstream s) {
+    NEED_INIT();
+    struct CUctx_st *c;
+    return stream_ctx(s, &c); /* complete: nothing is ever pending */
+}
 
 static CUresult fc_cuStreamGetCtx(CUstream s, CUcontext *pctx) {
     NEED_INIT();
@@ -619,8 +650,8 @@ static CUresult fc_cuStreamGetFlags(CUstream s, unsigned int *flags) {
 
 /* ---- linear memory ------------------------------------------------------------------------- */
 
-/* caller holds g_lock */
-static CUresult do_alloc(CUdeviceptr *dptr, size_t size, int dev, int async) {
+/* caller holds g_lock; a cuMemAlloc allocation (not from a pool) */
+static CUresult do_alloc(CUdeviceptr *dptr, size_t size, int dev) {
     if (size == 0)
         return CUDA_ERROR_INVALID_VALUE;
     size_t rs = round_up(size, FC_GRANULARITY);
@@ -633,7 +664,6 @@ static CUresult do_alloc(CUdeviceptr *dptr, size_t size, int dev, int async) {
     g_next_addr[dev] += rs;
     a->size = rs;
     a->dev = dev;
-    a->async = async;
     a->next = g_allocs;
     g_allocs = a;
     g_used[dev] += rs;
@@ -641,13 +671,15 @@ static CUresult do_alloc(CUdeviceptr *dptr, size_t size, int dev, int async) {
     return CUDA_SUCCESS;
 }
 
-/* caller holds g_lock */
+/* caller holds g_lock; unlinks the allocation at `p`. A pool allocation's memory goes back
+ * to its pool (still reserved), a cuMemAlloc allocation's back to the device. */
 static struct fc_alloc *take_alloc(CUdeviceptr p) {
     for (struct fc_alloc **pp = &g_allocs; *pp; pp = &(*pp)->next)
         if ((*pp)->ptr == p) {
             struct fc_alloc *a = *pp;
             *pp = a->next;
-            g_used[a->dev] -= a->size;
+            if (!a->pool)
+                g_used[a->dev] -= a->size;
             return a;
         }
     return NULL;
@@ -665,36 +697,125 @@ static CUresult fc_cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) {
     if (!dptr)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&g_lock);
-    CUresult r = do_alloc(dptr, size, c->dev, 0);
+    CUresult r = do_alloc(dptr, size, c->dev);
     pthread_mutex_unlock(&g_lock);
     return r;
 }
 
-/* (inference) cuMemFree is modelled as needing a current context, like cuMemAlloc. */
-static CUresult fc_cuMemFree_v2(CUdeviceptr p) {
-    NEED_INIT();
-    if (!cur_ctx())
-        return CUDA_ERROR_INVALID_CONTEXT;
-    if (p == 0)
-        return CUDA_SUCCESS;
-    pthread_mutex_lock(&g_lock);
-    struct fc_alloc *a = take_alloc(p);
-    pthread_mutex_unlock(&g_lock);
-    if (!a)
+/* ---- memory pools ----------------------------------------------------------------------------
+ *
+ * Modelled from NVIDIA's CUDA Driver API reference, "Stream Ordered Memory Allocator"
+ * (https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MALLOC__ASYNC.html, and the same
+ * text in cuda.h 13.0):
+ *   - cuMemAllocAsync "allocates from the current mempool of the provided stream's device";
+ *     cuMemAllocFromPoolAsync from the given pool, which "may be from a device different than
+ *     that of the specified hStream": the memory is the pool's device's, the stream only orders;
+ *   - both return CUDA_ERROR_INVALID_CONTEXT for a "default stream specified with no current
+ *     context"; an explicit stream carries its own context;
+ *   - RESERVED_MEM_CURRENT is the "backing memory currently allocated for the mempool" (what the
+ *     device loses), USED_MEM_CURRENT the memory "currently in use by the application"; the _HIGH
+ *     watermarks may only be reset (set to 0, "illegal to set ... to a non-zero value");
+ *   - RELEASE_THRESHOLD (default 0): "When more than the release threshold bytes of memory are
+ *     held by the memory pool, the allocator will try to release memory back to the OS on the next
+ *     call to stream, event or context synchronize";
+ *   - cuMemPoolTrimTo releases reserved memory down to minBytesToKeep, never memory backing
+ *     outstanding allocations (all work completes when issued here, so a freed block is
+ *     releasable at once);
+ *   - cuMemPoolCreate: allocType "must be ... CU_MEM_ALLOCATION_TYPE_PINNED"; HOST pools need
+ *     handleTypes 0; HOST_NUMA_CURRENT is CUDA_ERROR_INVALID_VALUE;
+ *   - cuMemPoolDestroy with outstanding allocations returns at once and the pool goes away when
+ *     the last one is freed; destroying a device's current pool makes its default pool current;
+ *     "A device's default memory pool cannot be destroyed".
+ * Simplifications: reservations grow in FC_GRANULARITY steps exactly as needed; a synchronize
+ * releases over-threshold memory of every pool of the process.
+ */
+
+static int valid_pool(struct CUmemPoolHandle_st *pl) { return pl && pl->magic == FC_POOL_MAGIC && !pl->destroyed; }
+
+/* caller holds g_lock; returns reserved memory of `pl` down to `keep` (never below what backs
+ * outstanding allocations) to its device */
+static void pool_release_to(struct CUmemPoolHandle_st *pl, size_t keep) {
+    size_t floor_b = round_up(pl->used_current, FC_GRANULARITY);
+    keep = round_up(keep, FC_GRANULARITY);
+    if (keep < floor_b)
+        keep = floor_b;
+    if (pl->reserved_current <= keep)
+        return;
+    if (pl->dev >= 0)
+        g_used[pl->dev] -= pl->reserved_current - keep;
+    pl->reserved_current = keep;
+}
+
+/* caller holds g_lock; frees a destroyed pool once nothing is outstanding */
+static void pool_maybe_free(struct CUmemPoolHandle_st *pl) {
+    if (!pl->destroyed || pl->outstanding > 0)
+        return;
+    pool_release_to(pl, 0);
+    for (struct CUmemPoolHandle_st **pp = &g_created_pools; *pp; pp = &(*pp)->next)
+        if (*pp == pl) {
+            *pp = pl->next;
+            break;
+        }
+    pl->magic = 0;
+    free(pl);
+}
+
+/* caller holds g_lock: the release a stream / context synchronize triggers */
+static void pools_release_over_threshold(void) {
+    for (int d = 0; d < g_ndev; d++)
+        if (g_pool[d].reserved_current > g_pool[d].release_threshold)
+            pool_release_to(&g_pool[d], g_pool[d].release_threshold);
+    for (struct CUmemPoolHandle_st *pl = g_created_pools; pl; pl = pl->next)
+        if (pl->reserved_current > pl->release_threshold)
+            pool_release_to(pl, pl->release_threshold);
+}
+
+/* caller holds g_lock; an allocation of `size` bytes from `pl`: freed blocks are reused first,
+ * the rest is reserved from the pool's device (or the host) */
+static CUresult pool_alloc(CUdeviceptr *dptr, size_t size, struct CUmemPoolHandle_st *pl) {
+    if (size == 0)
         return CUDA_ERROR_INVALID_VALUE;
-    free(a);
+    size_t rs = round_up(size, FC_GRANULARITY);
+    size_t spare = pl->reserved_current - pl->used_current;
+    size_t grow = rs > spare ? rs - spare : 0;
+    if (pl->max_size && pl->reserved_current + grow > pl->max_size)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (pl->dev >= 0 && g_used[pl->dev] + grow + g_ctx_overhead > FC_DEVICE_MEM)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    struct fc_alloc *a = calloc(1, sizeof *a);
+    if (!a)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    uint64_t *next = pl->dev >= 0 ? &g_next_addr[pl->dev] : &g_next_host_addr;
+    *a = (struct fc_alloc){(CUdeviceptr)*next, rs, pl->dev, pl, g_allocs};
+    *next += rs;
+    g_allocs = a;
+    pl->reserved_current += grow;
+    if (pl->dev >= 0)
+        g_used[pl->dev] += grow;
+    if (pl->reserved_current > pl->reserved_high)
+        pl->reserved_high = pl->reserved_current;
+    pl->used_current += rs;
+    if (pl->used_current > pl->used_high)
+        pl->used_high = pl->used_current;
+    pl->outstanding++;
+    *dptr = a->ptr;
     return CUDA_SUCCESS;
 }
 
-static void pool_update(struct CUmemPoolHandle_st *pl, long long delta) {
-    pl->used_current = (size_t)((long long)pl->used_current + delta);
-    if (pl->used_current > pl->used_high)
-        pl->used_high = pl->used_current;
-    /* memory stays reserved until trimmed; freed blocks are reused first */
-    if (pl->used_current > pl->reserved_current)
-        pl->reserved_current = round_up(pl->used_current, FC_GRANULARITY);
-    if (pl->reserved_current > pl->reserved_high)
-        pl->reserved_high = pl->reserved_current;
+static CUresult fc_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream s) {
+    NEED_INIT();
+    if (dptr)
+        *dptr = 0;
+    struct CUctx_st *c;
+    CUresult r = stream_ctx(s, &c); /* the stream orders the allocation; it does not place it */
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!dptr)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    r = valid_pool(pool) ? pool_alloc(dptr, size, pool) : CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_unlock(&g_lock);
+    return r;
 }
 
 /* Stream-ordered: the stream's context decides the device, not the calling thread. */
@@ -709,13 +830,33 @@ static CUresult fc_cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s) {
     if (!dptr)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&g_lock);
-    r = do_alloc(dptr, size, c->dev, 1);
-    if (r == CUDA_SUCCESS)
-        pool_update(g_cur_pool[c->dev], (long long)round_up(size, FC_GRANULARITY));
+    r = pool_alloc(dptr, size, g_cur_pool[c->dev]);
     pthread_mutex_unlock(&g_lock);
     return r;
 }
 
+/* (inference) cuMemFree is modelled as needing a current context, like cuMemAlloc. */
+static CUresult fc_cuMemFree_v2(CUdeviceptr p) {
+    NEED_INIT();
+    if (!cur_ctx())
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (p == 0)
+        return CUDA_SUCCESS;
+    pthread_mutex_lock(&g_lock);
+    struct fc_alloc *a = take_alloc(p);
+    if (a && a->pool) { /* pool memory is freed with cuMemFreeAsync (or cuMemFree, which syncs) */
+        a->pool->used_current -= a->size;
+        a->pool->outstanding--;
+        pool_maybe_free(a->pool);
+    }
+    pthread_mutex_unlock(&g_lock);
+    if (!a)
+        return CUDA_ERROR_INVALID_VALUE;
+    free(a);
+    return CUDA_SUCCESS;
+}
+
+/* Any pool's allocation, on any stream: the block returns to its pool, still reserved. */
 static CUresult fc_cuMemFreeAsync(CUdeviceptr p, CUstream s) {
     NEED_INIT();
     struct CUctx_st *c;
@@ -724,8 +865,11 @@ static CUresult fc_cuMemFreeAsync(CUdeviceptr p, CUstream s) {
         return r;
     pthread_mutex_lock(&g_lock);
     struct fc_alloc *a = take_alloc(p);
-    if (a && a->async)
-        pool_update(g_cur_pool[a->dev], -(long long)a->size);
+    if (a && a->pool) {
+        a->pool->used_current -= a->size;
+        a->pool->outstanding--;
+        pool_maybe_free(a->pool);
+    }
     pthread_mutex_unlock(&g_lock);
     if (!a)
         return CUDA_ERROR_INVALID_VALUE;
@@ -750,7 +894,59 @@ static CUresult fc_cuMemGetInfo_v2(size_t *free_b, size_t *total) {
     return CUDA_SUCCESS;
 }
 
-/* ---- memory pools -------------------------------------------------------------------------- */
+static CUresult fc_cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props) {
+    NEED_INIT();
+    if (!pool || !props || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED)
+        return CUDA_ERROR_INVALID_VALUE;
+    int dev;
+    switch (props->location.type) {
+    case CU_MEM_LOCATION_TYPE_DEVICE:
+        if (!valid_dev(props->location.id))
+            return CUDA_ERROR_INVALID_VALUE; /* (inference) the documented codes name no INVALID_DEVICE */
+        dev = props->location.id;
+        break;
+    case CU_MEM_LOCATION_TYPE_HOST:
+        if (props->handleTypes != CU_MEM_HANDLE_TYPE_NONE)
+            return CUDA_ERROR_INVALID_VALUE;
+        dev = -1;
+        break;
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA:
+        if (props->location.id != 0) /* the simulated host has one NUMA node */
+            return CUDA_ERROR_INVALID_VALUE;
+        dev = -1;
+        break;
+    default: /* HOST_NUMA_CURRENT among them, as documented */
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    struct CUmemPoolHandle_st *pl = calloc(1, sizeof *pl);
+    if (!pl)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    pl->magic = FC_POOL_MAGIC;
+    pl->dev = dev;
+    pl->max_size = props->maxSize;
+    pthread_mutex_lock(&g_lock);
+    pl->next = g_created_pools;
+    g_created_pools = pl;
+    pthread_mutex_unlock(&g_lock);
+    *pool = pl;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuMemPoolDestroy(CUmemoryPool pool) {
+    NEED_INIT();
+    pthread_mutex_lock(&g_lock);
+    CUresult r = CUDA_SUCCESS;
+    if (!valid_pool(pool) || pool->is_default) {
+        r = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        if (pool->dev >= 0 && g_cur_pool[pool->dev] == pool)
+            g_cur_pool[pool->dev] = &g_pool[pool->dev];
+        pool->destroyed = 1;
+        pool_maybe_free(pool);
+    }
+    pthread_mutex_unlock(&g_lock);
+    return r;
+}
 
 static CUresult fc_cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice d) {
     NEED_INIT();
@@ -758,7 +954,9 @@ static CUresult fc_cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice d) {
         return CUDA_ERROR_INVALID_VALUE;
     if (!valid_dev(d))
         return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&g_lock);
     *pool = g_cur_pool[d];
+    pthread_mutex_unlock(&g_lock);
     return CUDA_SUCCESS;
 }
 
@@ -772,32 +970,39 @@ static CUresult fc_cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice d) {
     return CUDA_SUCCESS;
 }
 
+/* "The memory pool must be local to the specified device." */
 static CUresult fc_cuDeviceSetMemPool(CUdevice d, CUmemoryPool pool) {
     NEED_INIT();
     if (!valid_dev(d))
         return CUDA_ERROR_INVALID_DEVICE;
-    if (!pool || pool->magic != FC_POOL_MAGIC || pool->dev != d)
-        return CUDA_ERROR_INVALID_VALUE;
-    g_cur_pool[d] = pool;
-    return CUDA_SUCCESS;
+    pthread_mutex_lock(&g_lock);
+    CUresult r = CUDA_SUCCESS;
+    if (!valid_pool(pool) || pool->dev != d)
+        r = CUDA_ERROR_INVALID_VALUE;
+    else
+        g_cur_pool[d] = pool;
+    pthread_mutex_unlock(&g_lock);
+    return r;
 }
 
 static CUresult fc_cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute a, void *v) {
     NEED_INIT();
-    if (!pool || pool->magic != FC_POOL_MAGIC || !v)
-        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&g_lock);
     CUresult r = CUDA_SUCCESS;
-    switch (a) {
-    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
-    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
-    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: *(int *)v = 1; break;
-    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: *(cuuint64_t *)v = pool->release_threshold; break;
-    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: *(cuuint64_t *)v = pool->reserved_current; break;
-    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: *(cuuint64_t *)v = pool->reserved_high; break;
-    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: *(cuuint64_t *)v = pool->used_current; break;
-    case CU_MEMPOOL_ATTR_USED_MEM_HIGH: *(cuuint64_t *)v = pool->used_high; break;
-    default: r = CUDA_ERROR_INVALID_VALUE; break;
+    if (!valid_pool(pool) || !v) {
+        r = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        switch (a) {
+        case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+        case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+        case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: *(int *)v = 1; break;
+        case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: *(cuuint64_t *)v = pool->release_threshold; break;
+        case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: *(cuuint64_t *)v = pool->reserved_current; break;
+        case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: *(cuuint64_t *)v = pool->reserved_high; break;
+        case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: *(cuuint64_t *)v = pool->used_current; break;
+        case CU_MEMPOOL_ATTR_USED_MEM_HIGH: *(cuuint64_t *)v = pool->used_high; break;
+        default: r = CUDA_ERROR_INVALID_VALUE; break;
+        }
     }
     pthread_mutex_unlock(&g_lock);
     return r;
@@ -805,42 +1010,44 @@ static CUresult fc_cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute 
 
 static CUresult fc_cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute a, void *v) {
     NEED_INIT();
-    if (!pool || pool->magic != FC_POOL_MAGIC || !v)
-        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&g_lock);
     CUresult r = CUDA_SUCCESS;
-    switch (a) {
-    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
-    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
-    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: break;
-    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: pool->release_threshold = *(cuuint64_t *)v; break;
-    /* documented: the high watermarks may only be reset, i.e. set to 0 */
-    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
-        if (*(cuuint64_t *)v != 0) r = CUDA_ERROR_INVALID_VALUE;
-        else pool->reserved_high = pool->reserved_current;
-        break;
-    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
-        if (*(cuuint64_t *)v != 0) r = CUDA_ERROR_INVALID_VALUE;
-        else pool->used_high = pool->used_current;
-        break;
-    default: r = CUDA_ERROR_INVALID_VALUE; break;
+    if (!valid_pool(pool) || !v) {
+        r = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        switch (a) {
+        case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+        case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+        case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: break;
+        case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: pool->release_threshold = *(cuuint64_t *)v; break;
+        /* documented: the high watermarks may only be reset, i.e. set to 0 */
+        case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+            if (*(cuuint64_t *)v != 0) r = CUDA_ERROR_INVALID_VALUE;
+            else pool->reserved_high = pool->reserved_current;
+            break;
+        case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+            if (*(cuuint64_t *)v != 0) r = CUDA_ERROR_INVALID_VALUE;
+            else pool->used_high = pool->used_current;
+            break;
+        default: r = CUDA_ERROR_INVALID_VALUE; break;
+        }
     }
     pthread_mutex_unlock(&g_lock);
     return r;
 }
 
+/* "If the pool has less than minBytesToKeep reserved, the TrimTo operation is a no-op.
+ * Otherwise the pool will be guaranteed to have at least minBytesToKeep bytes reserved." */
 static CUresult fc_cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
     NEED_INIT();
-    if (!pool || pool->magic != FC_POOL_MAGIC)
-        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&g_lock);
-    size_t floor_b = round_up(pool->used_current, FC_GRANULARITY);
-    if (keep < floor_b)
-        keep = floor_b;
-    if (pool->reserved_current > keep)
-        pool->reserved_current = keep;
+    CUresult r = CUDA_SUCCESS;
+    if (!valid_pool(pool))
+        r = CUDA_ERROR_INVALID_VALUE;
+    else
+        pool_release_to(pool, keep);
     pthread_mutex_unlock(&g_lock);
-    return CUDA_SUCCESS;
+    return r;
 }
 
 /* ---- virtual memory management (no context needed) ----------------------------------------- */
@@ -1082,6 +1289,9 @@ static CUresult fc_cuGetProcAddress_v2(const char *symbol, void **pfn, int ver, 
     X("cuMemPoolGetAttribute", fc_cuMemPoolGetAttribute)                \
     X("cuMemPoolSetAttribute", fc_cuMemPoolSetAttribute)               \
     X("cuMemPoolTrimTo", fc_cuMemPoolTrimTo)                            \
+    X("cuMemPoolCreate", fc_cuMemPoolCreate)                            \
+    X("cuMemPoolDestroy", fc_cuMemPoolDestroy)                          \
+    X("cuMemAllocFromPoolAsync", fc_cuMemAllocFromPoolAsync)            \
     X("cuMemGetAllocationGranularity", fc_cuMemGetAllocationGranularity) \
     X("cuMemCreate", fc_cuMemCreate)                                    \
     X("cuMemRelease", fc_cuMemRelease)                                  \
@@ -1191,6 +1401,9 @@ FC_EXPORT2("cuDeviceSetMemPool", fc_cuDeviceSetMemPool, )
 FC_EXPORT2("cuMemPoolGetAttribute", fc_cuMemPoolGetAttribute, )
 FC_EXPORT2("cuMemPoolSetAttribute", fc_cuMemPoolSetAttribute, )
 FC_EXPORT2("cuMemPoolTrimTo", fc_cuMemPoolTrimTo, )
+FC_EXPORT2("cuMemPoolCreate", fc_cuMemPoolCreate, )
+FC_EXPORT2("cuMemPoolDestroy", fc_cuMemPoolDestroy, )
+FC_EXPORT2("cuMemAllocFromPoolAsync", fc_cuMemAllocFromPoolAsync, )
 FC_EXPORT2("cuMemGetAllocationGranularity", fc_cuMemGetAllocationGranularity, )
 FC_EXPORT2("cuMemCreate", fc_cuMemCreate, )
 FC_EXPORT2("cuMemRelease", fc_cuMemRelease, )

@@ -1,8 +1,9 @@
 """Driver-call traces: what a reproducer asks the driver and what the driver answers.
 
 Recorded on a real GPU with the interposer (and no HAMi), replayed in CI against the simulated
-driver: any difference in (call, thread, context current, result, output written) means the
-simulation no longer models the hardware it stands in for.
+driver: any difference in (call, thread, context current, result, output written; for pool
+attributes also the attribute and the value read) means the simulation no longer models the
+hardware it stands in for.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from lucepatch.builders import toolchain
 
 SOURCE = Path(__file__).with_name("interposer.c")
 FIELDS = ("call", "proc", "thread", "ctx", "result", "written")
+# Recorded only by some calls (memory-pool attributes): which attribute, and the value read.
+OPTIONAL_FIELDS = ("attr", "value")
 
 
 def build_interposer(cache: Path) -> Path:
@@ -47,6 +50,7 @@ def record(binary: Path, scenario: str, interposer: Path, env_extra: dict | None
 
 def normalise(entry: dict) -> dict:
     out = {k: entry.get(k) for k in FIELDS}
+    out.update({k: entry[k] for k in OPTIONAL_FIELDS if k in entry})
     out["proc"] = out["proc"] or "root"  # traces recorded before processes were labelled
     return out
 

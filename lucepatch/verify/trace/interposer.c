@@ -8,6 +8,10 @@
  * a sentinel, the call is made, the output compared with the sentinel, and restored when the
  * driver left it alone (so a program relying on "output untouched" still sees its own value).
  *
+ * Memory-pool attribute calls also record which attribute ("attr", the CUmemPool_attribute
+ * number) and, for a successful cuMemPoolGetAttribute, the value read ("value"): the pool's
+ * used/reserved bytes are part of what the simulated driver must model.
+ *
  * Environment: LUCEPATCH_TRACE_FILE=<path> (appended, one JSON object per line).
  */
 #define _GNU_SOURCE
@@ -46,26 +50,29 @@ static int ctx_current(void) {
     return get(&c) == CUDA_SUCCESS && c != NULL;
 }
 
-static void emit(const char *call, int ctx, CUresult res, int written) {
+/* `extra`: "" or more JSON members, each starting with a comma */
+static void emit_extra(const char *call, int ctx, CUresult res, int written, const char *extra) {
     pthread_mutex_lock(&g_lock);
     if (g_fd == -2) {
         const char *path = getenv("LUCEPATCH_TRACE_FILE");
         g_fd = path ? open(path, O_WRONLY | O_CREAT | O_APPEND, 0644) : -1;
     }
     if (g_fd >= 0) {
-        char line[256];
+        char line[384];
         int main_thread = syscall(SYS_gettid) == getpid();
         int n = snprintf(line, sizeof line,
                          "{\"call\":\"%s\",\"proc\":\"%s\",\"thread\":\"%s\",\"ctx\":%s,\"result\":%d,"
-                         "\"written\":%s}\n", call, getpid() == g_root_pid ? "root" : "child",
+                         "\"written\":%s%s}\n", call, getpid() == g_root_pid ? "root" : "child",
                          main_thread ? "main" : "other", ctx ? "true" : "false", (int)res,
-                         written < 0 ? "null" : (written ? "true" : "false"));
+                         written < 0 ? "null" : (written ? "true" : "false"), extra);
         if (write(g_fd, line, n) != n) {
             /* a short trace is detected by the comparison; nothing else to do here */
         }
     }
     pthread_mutex_unlock(&g_lock);
 }
+
+static void emit(const char *call, int ctx, CUresult res, int written) { emit_extra(call, ctx, res, written, ""); }
 
 /* Output argument handling: save, poison, call, compare, restore if untouched. */
 #define OUT_BEGIN(ptr)                                        \
@@ -139,6 +146,62 @@ TRACE0(cuMemMap, (CUdeviceptr p, size_t n, size_t off, CUmemGenericAllocationHan
        (p, n, off, h, f))
 TRACE0(cuMemUnmap, (CUdeviceptr p, size_t n), (p, n))
 TRACE0(cuMemSetAccess, (CUdeviceptr p, size_t n, const CUmemAccessDesc *d, size_t c), (p, n, d, c))
+
+TRACE1(cuMemPoolCreate, (CUmemoryPool *p, const CUmemPoolProps *props), (p, props), p)
+TRACE0(cuMemPoolDestroy, (CUmemoryPool p), (p))
+TRACE1(cuMemAllocFromPoolAsync, (CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream s), (p, n, pool, s), p)
+TRACE0(cuMemPoolTrimTo, (CUmemoryPool p, size_t keep), (p, keep))
+TRACE1(cuDeviceGetDefaultMemPool, (CUmemoryPool *p, CUdevice d), (p, d), p)
+TRACE0(cuDeviceSetMemPool, (CUdevice d, CUmemoryPool p), (d, p))
+
+/* The reuse attributes are ints, the byte counts cuuint64_t (cuda.h). */
+static size_t pool_attr_size(CUmemPool_attribute a) {
+    switch (a) {
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: return sizeof(int);
+    default: return sizeof(cuuint64_t);
+    }
+}
+
+CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute a, void *v) {
+    static CUresult (*next)(CUmemoryPool, CUmemPool_attribute, void *);
+    if (!next)
+        next = (CUresult(*)(CUmemoryPool, CUmemPool_attribute, void *))real("cuMemPoolGetAttribute");
+    int ctx_ = ctx_current();
+    size_t sz = v ? pool_attr_size(a) : 0;
+    unsigned char saved[8], sentinel[8];
+    memset(sentinel, 0xa5, sizeof sentinel);
+    if (sz) {
+        memcpy(saved, v, sz);
+        memcpy(v, sentinel, sz);
+    }
+    CUresult r = next(pool, a, v);
+    int w = sz ? memcmp(v, sentinel, sz) != 0 : -1;
+    if (w == 0)
+        memcpy(v, saved, sz);
+    char extra[96];
+    if (r == CUDA_SUCCESS && w == 1) {
+        unsigned long long val = sz == sizeof(int) ? (unsigned long long)*(int *)v : *(cuuint64_t *)v;
+        snprintf(extra, sizeof extra, ",\"attr\":%d,\"value\":%llu", (int)a, val);
+    } else {
+        snprintf(extra, sizeof extra, ",\"attr\":%d", (int)a);
+    }
+    emit_extra("cuMemPoolGetAttribute", ctx_, r, w, extra);
+    return r;
+}
+
+CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute a, void *v) {
+    static CUresult (*next)(CUmemoryPool, CUmemPool_attribute, void *);
+    if (!next)
+        next = (CUresult(*)(CUmemoryPool, CUmemPool_attribute, void *))real("cuMemPoolSetAttribute");
+    int ctx_ = ctx_current();
+    CUresult r = next(pool, a, v);
+    char extra[32];
+    snprintf(extra, sizeof extra, ",\"attr\":%d", (int)a);
+    emit_extra("cuMemPoolSetAttribute", ctx_, r, -1, extra);
+    return r;
+}
 
 /* cuDeviceGetName writes a string: "written" means the first byte changed from the sentinel. */
 CUresult cuDeviceGetName(char *name, int len, CUdevice d) {

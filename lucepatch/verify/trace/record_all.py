@@ -23,6 +23,8 @@ from lucepatch.verify.trace import SOURCE, build_interposer, record
 from lucepatch.workspace import resolve_cache, resolve_workspace
 
 SEMANTICS = SOURCE.with_name("semantics.c")
+# The probes semantics.c runs (its argument): contexts/streams/VMM, and memory pools.
+SEMANTICS_PROBES = ("all", "pools")
 
 
 def compile_semantics(cache: Path, stub_dir: Path) -> Path:
@@ -53,7 +55,9 @@ def programs(ws, cache: Path, stub_dir: Path, devices: int | None = None):
 
     Scenarios needing more devices than the machine has are left out: they only report a skip
     there, and replaying that on the simulated driver (2 devices) would differ."""
-    yield "driver-semantics", "all", compile_semantics(cache, stub_dir), {}
+    semantics = compile_semantics(cache, stub_dir)
+    for probe in SEMANTICS_PROBES:
+        yield "driver-semantics", probe, semantics, {}
     for repro in list_reproducers(ws):
         binary = compile_reproducer(repro, cache, stub_dir)
         for s in repro.scenarios:

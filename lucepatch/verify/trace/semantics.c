@@ -2,9 +2,19 @@
  * run under the trace interposer on a real GPU (no HAMi) so CI can compare the simulation with
  * the hardware call by call.  Every probe runs on a thread with NO current context unless its
  * name says "main".  Exit 0 always (the trace is the result), 2 if no device.
+ *
+ * Usage: driver-semantics [all|pools]
+ *   all    contexts, stream-ordered allocation on explicit and default streams, VMM (the
+ *          original probe; its recorded trace is driver-semantics.all.h200.jsonl)
+ *   pools  stream-ordered memory pools: cuMemPoolCreate, cuMemAllocFromPoolAsync from a thread
+ *          without a context, the used/reserved attributes through free, synchronize (release
+ *          threshold 0, then "keep everything"), cuMemPoolTrimTo, watermark resets, and
+ *          cuMemPoolDestroy with an allocation outstanding.  Sizes are multiples of 64 MiB so
+ *          that reservation granularities up to that size give the same byte counts.
  */
 #include <cuda.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -61,9 +71,79 @@ static void *ctxless(void *arg) {
     return NULL;
 }
 
-int main(void) {
+/* ---- pools ---------------------------------------------------------------------------------- */
+
+#define POOL_BYTES (64ull << 20)
+static CUmemoryPool g_mpool;
+
+static void pool_attrs(CUmemoryPool p) {
+    cuuint64_t v;
+    cuMemPoolGetAttribute(p, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &v);
+    cuMemPoolGetAttribute(p, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &v);
+    cuMemPoolGetAttribute(p, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &v);
+    cuMemPoolGetAttribute(p, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &v);
+}
+
+static void *pool_ctxless(void *arg) {
+    (void)arg;
+    CUdeviceptr p = 0, q = 0;
+    /* an explicit stream orders the allocation; no current context is needed */
+    if (cuMemAllocFromPoolAsync(&p, POOL_BYTES, g_mpool, g_stream) == CUDA_SUCCESS) {
+        pool_attrs(g_mpool); /* used and reserved: the allocation */
+        cuMemFreeAsync(p, g_stream);
+    }
+    cuMemAllocFromPoolAsync(&q, POOL_BYTES, g_mpool, NULL); /* default stream, no context: 201 */
+    CUmemoryPool dp = NULL;
+    cuDeviceGetDefaultMemPool(&dp, g_dev); /* answers without a context (an interposer asks here) */
+    cuuint64_t thr = 1;
+    cuMemPoolGetAttribute(g_mpool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr);
+    return NULL;
+}
+
+static void pools(void) {
+    CUmemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = g_dev;
+    if (cuMemPoolCreate(&g_mpool, &props) != CUDA_SUCCESS)
+        return;
+    pool_attrs(g_mpool); /* a new pool holds nothing */
+    pthread_t t;
+    pthread_create(&t, NULL, pool_ctxless, NULL);
+    pthread_join(t, NULL);
+    cuStreamSynchronize(g_stream); /* release threshold 0: the freed block goes back */
+    pool_attrs(g_mpool);
+
+    cuuint64_t keep_all = UINT64_MAX, zero = 0, one = 1;
+    cuMemPoolSetAttribute(g_mpool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep_all);
+    CUdeviceptr p = 0;
+    if (cuMemAllocFromPoolAsync(&p, POOL_BYTES, g_mpool, g_stream) == CUDA_SUCCESS)
+        cuMemFreeAsync(p, g_stream);
+    cuStreamSynchronize(g_stream);
+    pool_attrs(g_mpool); /* the block stays reserved */
+    cuMemPoolTrimTo(g_mpool, 0);
+    pool_attrs(g_mpool); /* nothing outstanding: all of it is released */
+    cuMemPoolSetAttribute(g_mpool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &zero);
+    cuMemPoolSetAttribute(g_mpool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &zero);
+    cuMemPoolSetAttribute(g_mpool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &one); /* only 0 is legal */
+    pool_attrs(g_mpool);
+
+    /* destroying a pool with an allocation outstanding returns at once; the free still works */
+    p = 0;
+    if (cuMemAllocFromPoolAsync(&p, POOL_BYTES, g_mpool, g_stream) == CUDA_SUCCESS) {
+        cuMemPoolDestroy(g_mpool);
+        cuMemFreeAsync(p, g_stream);
+    } else {
+        cuMemPoolDestroy(g_mpool);
+    }
+    cuStreamSynchronize(g_stream);
+}
+
+int main(int argc, char **argv) {
     CUcontext ctx;
     int n = 0;
+    int pool_probe = argc > 1 && strcmp(argv[1], "pools") == 0;
     if (cuInit(0) != CUDA_SUCCESS || cuDeviceGetCount(&n) != CUDA_SUCCESS || n < 1 ||
         cuDeviceGet(&g_dev, 0) != CUDA_SUCCESS) {
         fprintf(stderr, "driver-semantics: no device\n");
@@ -76,9 +156,13 @@ int main(void) {
     CUdevice cur = -999;
     cuCtxGetDevice(&cur); /* main with a context: written */
     cuStreamCreate(&g_stream, CU_STREAM_NON_BLOCKING);
-    pthread_t t;
-    pthread_create(&t, NULL, ctxless, NULL);
-    pthread_join(t, NULL);
+    if (pool_probe) {
+        pools();
+    } else {
+        pthread_t t;
+        pthread_create(&t, NULL, ctxless, NULL);
+        pthread_join(t, NULL);
+    }
     cuStreamSynchronize(g_stream);
     cuStreamDestroy(g_stream);
     cuDevicePrimaryCtxRelease(g_dev);
