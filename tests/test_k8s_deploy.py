@@ -59,7 +59,7 @@ def test_dry_run_passes_and_prints_daemonset(kit, capsys):
     doc = json.loads(out)
     assert doc["schema_version"] == 1 and doc["result"] == "dry-run"
     assert {g["name"]: g["ok"] for g in doc["gates"]} == {"evidence": True, "elf": True, "symbols": True,
-                                                          "shrreg": True, "compatible_hami": True}
+                                                          "shrreg": True, "compatible_hami": True, "line": True}
     ds = next(o for o in doc["objects"] if o["kind"] == "DaemonSet")
     assert ds["metadata"]["annotations"]["lucepatch.dev/lib-sha256"] == _sha(kit["patched"])
 
@@ -108,6 +108,37 @@ def test_gates_refuse(kit, capsys, case, gate):
     assert "DaemonSet" not in out
 
 
+def test_line_gate_refuses_a_library_of_another_line_and_names_the_right_one(kit, capsys, monkeypatch):
+    """An Olares node (HAMi v2.5.1, HAMi-core 54b1305, shared region 1.1) must not get the main
+    line's library (region 1.2): the refusal names the line that fits and how to build it."""
+    node = _lib(kit["tmp"], "olares-node", minor=1)
+    rc, out, err = _deploy(capsys, "--lib", str(kit["patched"]), "--evidence", str(kit["evp"]),
+                           "--installed", str(node), "--dry-run", "--json")
+    assert rc == 1
+    g = {x["name"]: x for x in json.loads(out)["gates"]}
+    assert g["shrreg"]["ok"] is False and g["line"]["ok"] is False
+    assert "shared region 1.1" in g["line"]["message"] and "gate FAIL line" in err
+    # with a line for region 1.1 in the data, the message names it and its build command
+    data = gates.compat_data()
+    data["series"]["hami-core-v2.5"] = {"base": "54b13055032577b9487d108fa1b18ccaf56274cc", "shrreg": "1.1",
+                                        "compatible": ["v2.5.0", "v2.5.1", "v2.5.2", "v2.5.3"]}
+    import lucepatch.lines.fit as fitmod
+
+    monkeypatch.setattr(fitmod, "compat_data", lambda: data)
+    gl = gates.run_gates(str(kit["patched"]), str(kit["evp"]), installed=str(node), hami_versions=["v2.5.1"])
+    line = next(x for x in gl if x.name == "line")
+    assert line.ok is False
+    assert "--lib is from line hami-core (base 8f3a89c, shared region 1.2)" in line.message
+    assert "the nodes need line hami-core-v2.5 (base 54b1305, shared region 1.1)" in line.message
+    assert "lucepatch build hami-core-v2.5 --source" in line.message
+
+
+def test_line_gate_unknown_evidence_target(kit):
+    _mutate(kit, target="not-a-line")
+    g = {x.name: x for x in gates.run_gates(str(kit["patched"]), str(kit["evp"]), hami_versions=["v2.9.0"])}
+    assert g["line"].ok is False and "no series line" in g["line"].message
+
+
 def test_unknown_hami_version_skipped_in_dry_run_refused_live(kit):
     g = gates.run_gates(str(kit["patched"]), str(kit["evp"]), live=False)
     assert {x.name: x.ok for x in g}["compatible_hami"] is None and gates.passed(g, live=False)
@@ -134,11 +165,24 @@ def test_rollback_dry_run_needs_no_lib(capsys):
 
 
 def test_compat_data_is_consistent():
+    """Every line: its base is its target's, its compatible releases share its region version."""
+    from conftest import REPO_ROOT
+
+    from lucepatch.target import load_target_dir
+
     data = gates.compat_data()
     rel = {r["hami"]: r for r in data["release"]}
-    ser = data["series"]["hami-core"]
-    for v in ser["compatible"]:
-        assert rel[v]["shrreg"] == ser["shrreg"], v
+    assert "hami-core" in data["series"]
+    for name, ser in data["series"].items():
+        assert len(ser["base"]) == 40 and ser["shrreg"], name
+        for v in ser["compatible"]:
+            assert rel[v]["shrreg"] == ser["shrreg"], (name, v)
+        tdir = REPO_ROOT / "patches" / name
+        if tdir.is_dir():
+            assert load_target_dir(tdir).base == ser["base"], name
+        for r in data["release"]:
+            if r["hami_core"] == ser["base"]:
+                assert r["shrreg"] == ser["shrreg"], (name, r["hami"])
     for r in data["release"]:
         assert len(r["hami_core"]) == 40
 

@@ -20,7 +20,7 @@ def command():
 @click.option("--lib-image", default=None, help="Image holding --lib at --lib-path (copied to the node by an init container).")
 @click.option("--lib-path", default="/lucepatch/lib/libvgpu.so", show_default=True, help="Path of the library in --lib-image.")
 @click.option("--installed", type=click.Path(dir_okay=False), default=None,
-              help="A copy of a node's current libvgpu.so, for the symbol and shared-region gates.")
+              help="A copy of a node's current libvgpu.so, for the symbol, shared-region and line gates.")
 @click.option("--hami-version", "hami_versions", multiple=True, help="HAMi version of the nodes (e.g. v2.8.3); repeatable.")
 @click.option("--values", "values_file", type=click.Path(dir_okay=False), default=None, help="Values for the DaemonSet.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override one DaemonSet value.")

@@ -14,6 +14,12 @@ Gates, in order (each -> ok True / False / None = not determinable here, with th
 - ``compatible_hami``: every HAMi version given (``--hami-version``, e.g. from the device-plugin
   image tag) is in the series' ``compatible`` list. Unknown HAMi version = failure for a live
   deploy (refuse rather than guess), skipped for ``--dry-run``.
+- ``line``: the series line the evidence was taken for (its target) is the line that fits the
+  nodes, judged from ``--installed`` (its shared-region version, any embedded commit) and the HAMi
+  versions (lucepatch/lines/fit.py). A mismatch is refused with the line that does fit and the
+  commands that build its drop-in; neither known = skipped for ``--dry-run``, refused live.
+
+The series is the evidence's target (a line of compatible_hami.toml ``[series.*]``).
 """
 
 from __future__ import annotations
@@ -69,11 +75,37 @@ def reference_library(evidence: Evidence, installed: str | None) -> tuple[str | 
     return None, "no reference library here (pass --installed FILE); each node checks its own"
 
 
+def line_gate(evidence: Evidence, installed: str | None, hami_versions) -> Gate:
+    """Is the evidence's line the one that fits the nodes?"""
+    from lucepatch.lines.fit import drop_in_commands, fit_node, load_lines
+    from lucepatch.lines.libfacts import read_lib
+
+    lines = load_lines()
+    base = (evidence.upstream or {}).get("base") or ""
+    own = next((l for l in lines if l.target == evidence.target), None) or next(
+        (l for l in lines if base and l.base == base), None)
+    if own is None:
+        return Gate("line", False, f"evidence is for {evidence.target} (base {base[:7] or '?'}), which is no series "
+                                   "line in compatible_hami.toml")
+    if not installed and not hami_versions:
+        return Gate("line", None, "the nodes' library and HAMi version are unknown: pass --installed or --hami-version")
+    fit = fit_node(read_lib(installed) if installed else None, lines, hami_versions=hami_versions)
+    if fit.line is None:
+        return Gate("line", False, f"no series line fits the nodes: {fit.why}")
+    if fit.line.target != own.target:
+        cmds = "; ".join(drop_in_commands(fit.line, installed=installed, releases=fit.releases)[1:3])
+        return Gate("line", False, f"--lib is from line {own.target} (base {own.base[:7]}, shared region {own.shrreg}), "
+                                   f"the nodes need line {fit.line.target} (base {fit.line.base[:7]}, shared region "
+                                   f"{fit.line.shrreg}): {fit.why}; build its drop-in: {cmds}")
+    return Gate("line", True, f"line {own.target} fits the nodes ({fit.why})")
+
+
 def run_gates(lib: str, evidence_path: str, *, installed: str | None = None, hami_versions=(),
-              series: str = "hami-core", live: bool = False) -> list[Gate]:
+              series: str | None = None, live: bool = False) -> list[Gate]:
     if not Path(lib).is_file():
         raise UsageError(f"--lib {lib} not found: pass the built libvgpu.so (the one verify ran)")
     evidence = load_evidence(evidence_path)
+    series = series or evidence.target
     lib_sha = sha256_file(lib)
     gates = [evidence_gate(evidence, lib_sha)]
     if not swap.is_elf(lib):
@@ -113,6 +145,7 @@ def run_gates(lib: str, evidence_path: str, *, installed: str | None = None, ham
                           f"HAMi {', '.join(hami_versions)} in {series}'s compatible list" if not bad else
                           f"HAMi {', '.join(bad)} not in {series}'s compatible list {compatible} "
                           "(lucepatch/data/compatible_hami.toml)"))
+    gates.append(line_gate(evidence, installed, hami_versions))
     return gates
 
 

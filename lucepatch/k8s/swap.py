@@ -167,31 +167,11 @@ def _vaddr_to_offset(elf: _Elf, vaddr: int) -> int | None:
 
 
 def _returned_immediate(elf: _Elf, off: int) -> int | None:
-    """The constant a tiny ``int f(void) { return N; }`` returns, from its first bytes.
+    """The constant a tiny ``int f(void) { return N; }`` at file offset ``off`` returns
+    (lucepatch.lines.libfacts.returned_immediate decodes it: x86-64 and AArch64)."""
+    from lucepatch.lines.libfacts import returned_immediate
 
-    x86-64: the first ``mov $imm32, %eax`` (opcode B8) before the first ``ret`` (C3), which
-    covers gcc -O0 (push rbp; mov rbp,rsp; mov eax,N; pop rbp; ret) and -O1+ (mov eax,N; ret),
-    with or without endbr64. AArch64: the first ``movz w0, #imm`` before ``ret``.
-    """
-    code = elf.data[off:off + 32]
-    if elf.machine == 62:  # EM_X86_64
-        i = 0
-        while i < len(code):
-            b = code[i]
-            if b == 0xB8 and i + 5 <= len(code):
-                return struct.unpack_from("<i", code, i + 1)[0]
-            if b == 0xC3:
-                return None
-            i += 1
-        return None
-    if elf.machine == 183:  # EM_AARCH64
-        for i in range(0, len(code) - 3, 4):
-            insn, = struct.unpack_from("<I", code, i)
-            if insn & 0xFFE0001F == 0x52800000:  # movz w0, #imm16
-                return (insn >> 5) & 0xFFFF
-            if insn == 0xD65F03C0:  # ret
-                return None
-    return None
+    return returned_immediate(elf.data[off:off + 32], {62: "x86-64", 183: "aarch64"}.get(elf.machine, ""))
 
 
 def shrreg_version(path: str | os.PathLike) -> str | None:
