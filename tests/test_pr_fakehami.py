@@ -261,3 +261,25 @@ def test_json_and_upstream_ref(cli, proven, tmp_path):
             "--evidence", proven["evidence"], "--upstream-ref", "later")
     assert r.code == 1 and "stale" in r.err
     git(proven["up"], "branch", "-q", "-D", "later")
+
+
+def test_body_states_the_rule_and_the_patched_failure_bound(cli, tmp_path):
+    # default verify = the sequential rule: the body says so, with theta per proven scenario
+    fx = make_fakehami_ws(tmp_path)
+    ev = tmp_path / "evidence.json"
+    assert verify(fx, ev, tmp_path / "cache", runs=20) == 0
+    doc = json.loads(ev.read_text())
+    r = pr(cli, fx, tmp_path / "pr", "--evidence", ev)
+    assert r.code == 0, r.err
+    body = (tmp_path / "pr" / "pr-body.md").read_text()
+    assert "sequential rule, at most 20 runs per variant and scenario" in body
+    proven = [s for s in doc["scenarios"] if s["verdict"] == "proven"]
+    assert proven
+    for s in proven:
+        assert s["patched"]["runs"] == 10 and s["theta"] <= 0.37
+        assert f"`{s['scenario']}`: patched 0/10 ⇒ failure rate < 0.37 at 99 %" in body
+    b = doc["run_policy"]["bounds"]
+    assert f"P(proven | no effect) ≤ {b['proven_if_no_effect']:.2g}" in body
+    assert "P(proven | patched failure rate ≥ 0.37) ≤ 0.01" in body
+    rows = parse_verdict_table(body)
+    assert {int(r["runs"]) for r in rows if r["variant"] == "patched"} == {10}

@@ -9,6 +9,7 @@ import pytest
 from lucepatch.verify.reproducer import Reproducer, Scenario
 from lucepatch.verify.runner import classify
 from lucepatch.verify.stats import fisher_one_sided
+from lucepatch.verify.evidence import ScenarioResult, Tally
 from lucepatch.verify.verdict import overall, scenario_verdict
 
 
@@ -82,18 +83,37 @@ def _recs(outcomes):
 
 def test_verdicts():
     ok = scenario_verdict("r:bug", False, {"baseline": _recs(["crash"] * 5), "patched": _recs(["pass"] * 5)}, True)
-    assert ok["verdict"] == "proven" and ok["p_value"] < 0.01
+    assert ok.verdict == "proven" and ok.p_value < 0.01
     few = scenario_verdict("r:bug", False, {"baseline": _recs(["crash"] * 3 + ["pass"] * 2), "patched": _recs(["pass"] * 5)}, True)
-    assert few["verdict"] == "not-proven"
+    assert few.verdict == "not-proven"
     still = scenario_verdict("r:bug", False, {"baseline": _recs(["crash"] * 5), "patched": _recs(["crash"] + ["pass"] * 4)}, True)
-    assert still["verdict"] == "not-proven"
+    assert still.verdict == "not-proven"
     reg = scenario_verdict("r:bug", False, {"baseline": _recs(["pass"] * 5), "patched": _recs(["fail"] * 5)}, True)
-    assert reg["verdict"] == "regression"
+    assert reg.verdict == "regression"
     inv = scenario_verdict("r:bug", False, {"baseline": _recs(["crash"] * 4 + ["invalid"]), "patched": _recs(["pass"] * 5)}, True)
-    assert inv["verdict"] == "invalid"
+    assert inv.verdict == "invalid"
     ctrl = scenario_verdict("r:control", True, {"baseline": _recs(["pass"] * 5), "patched": _recs(["fail"] + ["pass"] * 4)}, True)
-    assert ctrl["verdict"] == "invalid"
+    assert ctrl.verdict == "invalid"
     assert overall([ctrl, ok]) == "invalid"
     assert overall([ok, few]) == "not-proven"
     assert overall([ok, reg, few]) == "regression"
     assert overall([{"control": True, "verdict": "pass"}, ok]) == "proven"
+
+
+def test_significance_threshold_is_one_percent():
+    # 4/5 vs 0/5: p = 0.0238, significant at 5 % but not at 1 %; ALPHA = 0.05 would call it proven
+    near = scenario_verdict("r:bug", False, {"baseline": _recs(["crash"] * 4 + ["pass"]), "patched": _recs(["pass"] * 5)}, True)
+    assert 0.01 < near.p_value < 0.05
+    assert near.verdict == "not-proven" and "p=0.0238 >= 0.01" in near.reason
+    # and the smallest table that is significant at 1 % (5/5 vs 0/5, p = 1/252) is proven
+    five = scenario_verdict("r:bug", False, {"baseline": _recs(["crash"] * 5), "patched": _recs(["pass"] * 5)}, True)
+    assert five.p_value == pytest.approx(1 / 252) and five.verdict == "proven"
+    assert "patched 0/5 ⇒ failure rate < 0.61 at 99 %" in five.reason
+
+
+def test_typed_results_round_trip_through_the_schema_types():
+    ok = scenario_verdict("r:bug", False, {"baseline": _recs(["crash"] * 5), "patched": _recs(["pass"] * 10)}, True)
+    assert isinstance(ok, ScenarioResult) and isinstance(ok.baseline, Tally)
+    assert ok.baseline.failures == 5 and ok.patched.passed == 10 and ok.theta == 0.3691
+    again = ScenarioResult.from_json(ok.to_json())
+    assert again.to_json() == ok.to_json() and again.to_json()["patched"]["pass"] == 10

@@ -224,7 +224,7 @@ def test_failing_control_makes_everything_invalid(cli, fh):
         return text.replace('[env]\n', '[env]\nLP_FIXTURE_FAIL_CONTROL = "1"\n')
 
     ws = make_ws(fh, "ws-ctl", _series(""), ["harness"], toml_edit=fail_control)
-    res, doc = verify(cli, fh, ws, "--reproducer", "harness", "--runs", "3", "--scenario", "ctxless-async-alloc")
+    res, doc = verify(cli, fh, ws, "--reproducer", "harness", "--fixed", "--runs", "3", "--scenario", "ctxless-async-alloc")
     assert res.code == 1
     assert doc["verdict"] == "invalid"
     sc = by_name(doc)
@@ -267,3 +267,84 @@ def test_unknown_scenario_is_a_usage_error(cli, fh):
     res = cli("--workspace", ws, "--cache-dir", fh["cache"], "verify", "--source", fh["upstream"], "--driver", "fake",
               "--reproducer", "async-sched", "--scenario", "nope")
     assert res.code == 2 and "nope" in res.err
+
+
+# ---- the sequential rule (default) against --fixed ---------------------------------------------
+
+
+def test_sequential_spends_a_third_of_fixed_20_with_the_same_verdicts(cli, fh, tmp_path):
+    from lucepatch.verify.evidence import load_evidence
+
+    ws = make_ws(fh, "ws-seq", _series(""), ["async-sched"])
+    res_f, fixed = verify(cli, fh, ws, "--reproducer", "async-sched", "--fixed", "--runs", "20")
+    res_s, seq = verify(cli, fh, ws, "--reproducer", "async-sched", "--evidence", tmp_path / "seq.json")
+    assert res_f.code == res_s.code == 0, res_s.err
+    assert {k: v["verdict"] for k, v in by_name(seq).items()} == {k: v["verdict"] for k, v in by_name(fixed).items()}
+    assert seq["verdict"] == fixed["verdict"] == "proven"
+    assert fixed["execution"]["processes"] == 160 and fixed["run_policy"]["rule"] == "fixed"
+    assert seq["execution"]["processes"] == len(seq["runs"]) == 2 * 5 + 3 * (5 + 10)
+    pol = seq["run_policy"]
+    assert pol["rule"] == "sequential" and pol["max_runs"] == 20 and pol["theta"] <= 0.37
+    assert pol["bounds"]["proven_if_no_effect"] <= 0.01 and pol["bounds"]["proven_if_patched_rate_at_least_theta"] <= 0.01
+    for name, s in by_name(seq).items():
+        want = {"baseline": 5, "patched": 5} if name == "control" else {"baseline": 5, "patched": 10}
+        assert s["runs_spent"] == want and s["mode"] == "sequential", (name, s)
+        if name != "control":
+            assert s["theta"] == 0.3691 and "patched 0/10 ⇒ failure rate < 0.37 at 99 %" in s["reason"]
+            assert "failed 5/5 in a row" in s["stop_reason"]
+    # launch order is recorded and the runs are listed in it
+    assert [r["launch"] for r in seq["runs"]] == list(range(len(seq["runs"])))
+    assert load_evidence(tmp_path / "seq.json").run_policy.theta == pol["theta"]
+
+
+def _flaky(schedule: str, tickets: Path):
+    def edit(_r, text):
+        return text.replace('[env]\n', f'[env]\nLP_FIXTURE_SCHEDULE = "{schedule}"\nLP_FIXTURE_TICKETS = "{tickets}"\n')
+    return edit
+
+
+def test_a_baseline_pass_switches_to_flaky_mode_and_runs_to_the_maximum(cli, fh, tmp_path):
+    ws = make_ws(fh, "ws-flaky", _series(""), ["harness"], toml_edit=_flaky("FFPFFFFFFFFF", tmp_path / "t"))
+    res, doc = verify(cli, fh, ws, "--reproducer", "harness", "--runs", "12", "--scenario", "flaky")
+    assert res.code == 0, res.err
+    s = by_name(doc)["flaky"]
+    assert s["mode"] == "flaky" and s["runs_spent"] == {"baseline": 12, "patched": 12}
+    assert s["baseline"]["failures"] == 11 and s["baseline"]["pass"] == 1 and s["patched"]["failures"] == 0
+    assert "a baseline run passed" in s["stop_reason"] and "(launch order) passed" in s["stop_reason"]
+    assert s["verdict"] == "proven" and s["theta"] == 0.3188  # patched 0/12: 1 - 0.01 ** (1 / 12), rounded up
+    assert by_name(doc)["control"]["runs_spent"] == {"baseline": 5, "patched": 5}
+
+
+def test_a_patched_failure_switches_to_flaky_mode_too(cli, fh, tmp_path):
+    ws = make_ws(fh, "ws-flaky-p", _series(""), ["harness"], toml_edit=_flaky("FFFFFFXFFFFFFFFF", tmp_path / "t"))
+    res, doc = verify(cli, fh, ws, "--reproducer", "harness", "--runs", "16", "--scenario", "flaky")
+    assert res.code == 1
+    s = by_name(doc)["flaky"]
+    assert s["mode"] == "flaky" and s["runs_spent"] == {"baseline": 16, "patched": 16}
+    assert s["patched"]["failures"] == 1 and s["verdict"] == "not-proven" and "still fails" in s["reason"]
+    assert "a patched run failed" in s["stop_reason"]
+
+
+def test_runs_below_what_a_proof_needs_says_how_many(cli, fh):
+    ws = make_ws(fh, "ws-runs3", _series(""), ["async-sched"])
+    res, doc = verify(cli, fh, ws, "--reproducer", "async-sched", "--runs", "3", "--scenario", "ctxless-sync-alloc")
+    assert res.code == 1 and doc["verdict"] == "not-proven"
+    s = by_name(doc)["ctxless-sync-alloc"]
+    assert s["baseline"]["failures"] == 3 and s["patched"]["failures"] == 0
+    assert "smallest possible p is 0.05" in s["reason"] and "proven needs --runs 5 or more" in s["reason"]
+    res, doc = verify(cli, fh, ws, "--reproducer", "async-sched", "--fixed", "--runs", "3", "--scenario", "ctxless-sync-alloc")
+    assert "with --fixed --runs 3" in by_name(doc)["ctxless-sync-alloc"]["reason"]
+
+
+def test_a_failing_control_stops_the_reproducer_under_the_sequential_rule(cli, fh):
+    def fail_control(_r, text):
+        return text.replace('[env]\n', '[env]\nLP_FIXTURE_FAIL_CONTROL = "1"\n')
+
+    ws = make_ws(fh, "ws-ctl-seq", _series(""), ["harness"], toml_edit=fail_control)
+    res, doc = verify(cli, fh, ws, "--reproducer", "harness", "--scenario", "ctxless-async-alloc")
+    assert res.code == 1 and doc["verdict"] == "invalid"
+    sc = by_name(doc)
+    assert sc["control"]["verdict"] == "invalid" and "control failed" in sc["control"]["stop_reason"]
+    s = sc["ctxless-async-alloc"]
+    assert s["verdict"] == "invalid" and "stopped: control harness:control failed" in s["stop_reason"]
+    assert sum(s["runs_spent"].values()) < 15 and len(doc["runs"]) < 2 * 5 + 15

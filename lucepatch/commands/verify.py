@@ -45,7 +45,10 @@ def verdict_table(ev) -> tuple[str, list[str], list[list]]:
 @source_option
 @click.option("--driver", type=click.Choice(["auto", "real", "fake"]), default="auto", show_default=True,
               help="CUDA driver: the machine's, the simulated one, or real when a GPU answers.")
-@click.option("--runs", type=click.IntRange(1, 10000), default=None, help="Runs per variant and scenario (default: the reproducer's).")
+@click.option("--runs", type=click.IntRange(1, 10000), default=None,
+              help="Most runs per variant and scenario (default: the reproducer's, 20). The sequential rule stops "
+                   "a scenario once its verdict is settled (baseline 5 failures in a row, patched 10 passes).")
+@click.option("--fixed", is_flag=True, help="Run every scenario exactly --runs times per variant (no early stop).")
 @click.option("--lib", "lib", default=None, help="Verify these bytes as the patched library (skip building).")
 @click.option("--baseline-lib", default=None, help="These bytes as the baseline library.")
 @click.option("--baseline-ref", default=None, help="Upstream ref as the baseline (ref-vs-ref, no series).")
@@ -69,7 +72,7 @@ def verdict_table(ev) -> tuple[str, list[str], list[list]]:
 @click.option("--evidence", "evidence_path", type=click.Path(dir_okay=False), default=None, help="Write the evidence JSON here.")
 @json_option
 @click.pass_context
-def command(ctx, reproducer_names, run_all, scenarios, target_name, source, driver, runs, lib, baseline_lib,
+def command(ctx, reproducer_names, run_all, scenarios, target_name, source, driver, runs, fixed, lib, baseline_lib,
             baseline_ref, patched_ref, jobs, retire_ref, in_cluster, kubeconfig, kube_context, namespace, node,
             gpu_mem, image, from_logs, save_logs, evidence_path, as_json):
     """Run reproducers against the baseline and the patched build and decide whether the fix is proven."""
@@ -83,7 +86,7 @@ def command(ctx, reproducer_names, run_all, scenarios, target_name, source, driv
                                  node=node, gpu_mem_mib=gpu_mem, from_logs=Path(from_logs) if from_logs else None,
                                  save_logs=Path(save_logs) if save_logs else None)
     src = require_source(source, t.name) if not lib else None
-    req = VerifyRequest(workspace=ws, target=t, reproducers=repros, source=src, driver=driver, runs=runs,
+    req = VerifyRequest(workspace=ws, target=t, reproducers=repros, source=src, driver=driver, runs=runs, fixed=fixed,
                         scenarios=list(scenarios), lib=Path(lib) if lib else None,
                         baseline_lib=Path(baseline_lib) if baseline_lib else None, baseline_ref=baseline_ref,
                         patched_ref=patched_ref, jobs=jobs, cluster=cluster)

@@ -25,6 +25,7 @@ from lucepatch.upstream.render import render
 from lucepatch.upstream.scrub import Scrubber
 from lucepatch.verify.evidence import combine as combine_evidence
 from lucepatch.verify.evidence import read_evidence_json, staleness
+from lucepatch.verify.rules import fmt_theta
 
 META = "lucepatch.json"
 
@@ -341,6 +342,7 @@ def _body_context(target: Target, patches: list[Patch], doc: dict | None, base: 
     if doc is not None:
         d = driver_display(doc)
         ctx.update(
+            run_policy=doc.get("run_policy") or {"rule": "fixed", "alpha": 0.01}, theta_text=fmt_theta,
             scenarios=doc["scenarios"], driver_kind=d["kind"], gpu=d["gpu"], driver_version=d["driver"],
             rows=verdict_rows(doc),
             commits={v: doc["variants"][v].get("base") or doc["upstream"]["base"] for v in ("baseline", "patched")},

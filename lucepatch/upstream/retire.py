@@ -142,7 +142,7 @@ class Behaviour:
 
 
 def _state(records: list[RunRecord]) -> tuple[str, dict]:
-    t = tally(records)
+    t = tally(records).to_json()
     if not records:
         return B_INVALID, t
     if t["skipped"] == t["runs"]:

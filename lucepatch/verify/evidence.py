@@ -73,8 +73,10 @@ class RunPolicy:
     theta: float | None = None
     baseline_stop_after: int | None = None
     patched_min_passes: int | None = None
+    control_runs: int | None = None
     order: str = "launch"
     note: str = ""
+    bounds: dict | None = None  # the rule's exact error bounds (lucepatch.verify.rules.error_bounds)
     extra: dict = field(default_factory=dict)
 
     @classmethod
@@ -83,7 +85,7 @@ class RunPolicy:
         return cls(**known, extra=extra)
 
     def to_json(self) -> dict:
-        return _join(self)
+        return _join(self, skip_none=("control_runs", "bounds"))
 
 
 @dataclass
@@ -123,9 +125,11 @@ class ScenarioResult:
     runs_spent: dict | None = None
     stop_reason: str | None = None
     mode: str | None = None
+    theta: float | None = None  # proven/guarded: patched 0/n => failure rate < theta at 1 - alpha
     fingerprint: dict | None = None
     extra: dict = field(default_factory=dict)
-    _OPTIONAL = ("regression_guard", "reproducer", "description", "runs_spent", "stop_reason", "mode", "fingerprint")
+    _OPTIONAL = ("regression_guard", "reproducer", "description", "runs_spent", "stop_reason", "mode", "theta",
+                 "fingerprint")
 
     @property
     def name(self) -> str:

@@ -102,13 +102,17 @@ class RunRecord:
     first_error: str = ""
     log_tail: str = ""
     values: dict = field(default_factory=dict)
+    launch: int | None = None  # launch order in the whole verification (set by the scheduler)
 
     @property
     def failed(self) -> bool:
         return self.outcome in FAILURES
 
     def to_json(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if d["launch"] is None:
+            del d["launch"]
+        return d
 
 
 def compile_reproducer(repro: Reproducer, cache: Path, stub_dir: Path) -> Path:

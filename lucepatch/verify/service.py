@@ -15,8 +15,9 @@ from lucepatch.target import Target, load_target
 from lucepatch.verify.driver import DriverChoice, choose_driver
 from lucepatch.verify.evidence import Evidence
 from lucepatch.verify.reproducer import Reproducer, list_reproducers, load_reproducer
-from lucepatch.verify.session import (Execution, Variant, build_evidence, check_scenarios, plan_execution, run_matrix,
-                                      variant_from_file)
+from lucepatch.verify.rules import FixedRule, SequentialRule
+from lucepatch.verify.session import (Execution, Variant, build_evidence, check_scenarios, plan_execution,
+                                      run_scenarios, variant_from_file)
 from lucepatch.workspace import Workspace
 
 
@@ -40,7 +41,8 @@ class VerifyRequest:
     reproducers: list[Reproducer]
     source: Path | None = None
     driver: str = "auto"  # auto | real | fake
-    runs: int | None = None  # per variant and scenario (default: the reproducers'); the maximum under a sequential rule
+    runs: int | None = None  # the maximum per variant and scenario (default: the reproducers')
+    fixed: bool = False  # every scenario runs `runs` times (else the sequential rule, lucepatch.verify.rules)
     scenarios: list[str] = field(default_factory=list)
     lib: Path | None = None  # patched bytes given, nothing built
     baseline_lib: Path | None = None
@@ -143,7 +145,9 @@ def run_verify(req: VerifyRequest, cache: Path, *, progress=None) -> Evidence:
                                   baseline_ref=req.baseline_ref, patched_ref=req.patched_ref)
         upstream_base = variants[0].provenance.get("base")
     n = req.runs or max(r.default_runs for r in req.reproducers)
+    rule = FixedRule(n) if req.fixed or cluster is not None else SequentialRule(n)
     extra = {}
+    spend = None
     if cluster is not None:
         from lucepatch.k8s import incluster
 
@@ -162,9 +166,10 @@ def run_verify(req: VerifyRequest, cache: Path, *, progress=None) -> Evidence:
     else:
         ex = plan_execution(req.jobs)
         say(f"execution: {ex.mode}" + (f", {ex.jobs} jobs" if ex.mode == "parallel" else "") + f" ({ex.why})")
-        records = run_matrix(req.reproducers, variants, n, drv, cache, req.scenarios or None, execution=ex)
+        runs = run_scenarios(req.reproducers, variants, rule, drv, cache, req.scenarios or None, execution=ex)
+        records, spend = runs.records, runs.spend
     ev = build_evidence(req.target, req.reproducers, variants, records, drv, n, req.workspace.to_json(),
-                        upstream_base, execution=ex)
+                        upstream_base, execution=ex, spend=spend, rule=rule)
     ev.extra.update(extra)
     attach_fingerprints(ev, records)
     return ev

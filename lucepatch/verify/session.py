@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,8 +16,10 @@ from lucepatch.target import Target
 from lucepatch.verify import evidence as ev
 from lucepatch.verify.driver import DriverChoice, classify_driver
 from lucepatch.verify.reproducer import Reproducer
+from lucepatch.verify.rules import FixedRule, Rule, proof_hint
 from lucepatch.verify.runner import INVALID, SKIPPED, RunRecord, compile_reproducer, namespace_isolation, run_once
-from lucepatch.verify.verdict import overall, scenario_verdict
+from lucepatch.verify.schedule import Job, Scheduler, kind_of
+from lucepatch.verify.verdict import NOT_PROVEN, overall, scenario_verdict
 
 
 @dataclass
@@ -81,48 +83,93 @@ def check_scenarios(repros: list[Reproducer], scenario_filter: list[str] | None)
         raise UsageError(f"--scenario {', '.join(unknown)}: no such scenario; valid: {valid}")
 
 
+@dataclass
+class Runs:
+    """What run_scenarios did: every run record (in launch order) and the account of each scenario."""
+    records: list[RunRecord]
+    spend: dict  # reproducer:scenario -> {"runs_spent", "stop_reason", "mode"}
+    rule: Rule
+
+
+def _selected(repros: list[Reproducer], scenario_filter: list[str] | None) -> list[tuple[Reproducer, object]]:
+    return [(r, s) for r in repros for s in r.scenarios if s.control or not scenario_filter
+            or s.name in scenario_filter or f"{r.name}:{s.name}" in scenario_filter]
+
+
+def run_scenarios(repros: list[Reproducer], variants: list[Variant], rule: Rule, driver: DriverChoice, cache: Path,
+                  scenario_filter: list[str] | None = None, jobs: int | None = None,
+                  execution: Execution | None = None) -> Runs:
+    """Run every selected scenario (controls always) on every variant, as many times as `rule` needs.
+
+    Never more processes at once than execution slots, and a job is handed out only when a slot is
+    free, so every job handed out is a process started and every started process is waited for and
+    tallied (an invalid run is never replaced). Variants and scenarios are interleaved run by run."""
+    ex = execution or plan_execution(jobs)
+    check_scenarios(repros, scenario_filter)
+    binaries = {r.name: compile_reproducer(r, cache, driver.fake_dir) for r in repros}
+    selected = _selected(repros, scenario_filter)
+    by_key = {f"{r.name}:{s.name}": (r, s) for r, s in selected}
+    sched = Scheduler(rule, [(k, kind_of(s), r.name) for k, (r, s) in by_key.items()], [v.name for v in variants])
+    libs = {v.name: v for v in variants}
+    shas = {v.name: v.sha256 for v in variants}
+    slots = ex.jobs if ex.mode == "parallel" else 1
+    names = ", ".join(r.name for r in repros)
+    how = (f"{rule.max_runs} run(s) each" if rule.name == "fixed" else
+           f"sequential rule, at most {rule.max_runs} run(s) each")
+    report.progress(f"{names}: {len(selected)} scenario(s) x {len(variants)} variant(s), {how}, driver {driver.chosen}, "
+                    f"{ex.mode}" + (f" ({ex.jobs} jobs, private /tmp/vgpulock each)" if ex.mode == "parallel" else ""))
+    records: list[RunRecord] = []
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="lucepatch-runs-") as scratch:
+
+        def one(job: Job) -> RunRecord:
+            r, s = by_key[job.key]
+            v = libs[job.variant]
+            rec = run_once(binaries[r.name], r, s, v.name, job.index, v.lib, driver.env, Path(scratch),
+                           expected_sha256=shas[v.name], isolate=ex.isolation == "namespace")
+            rec.scenario, rec.launch = job.key, job.launch
+            return rec
+
+        def done(job: Job, rec: RunRecord) -> None:
+            sched.complete(job, rec.outcome)
+            records.append(rec)
+            if len(records) % max(8, 2 * slots) == 0:
+                open_ = sum(1 for k in by_key if not _settled(sched, k))
+                report.progress(f"  {names}: {len(records)} run(s) done, {open_} scenario(s) still open")
+
+        if slots == 1:  # serial: in this thread (run_once's preexec_fn must not race other threads)
+            while not sched.finished:
+                for job in sched.next_jobs(1):
+                    done(job, one(job))
+        else:
+            with ThreadPoolExecutor(max_workers=slots) as pool:
+                running: dict = {}
+                while True:
+                    for job in sched.next_jobs(slots - len(running)):
+                        running[pool.submit(one, job)] = job
+                    if not running:
+                        break
+                    finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                    for f in finished:
+                        done(running.pop(f), f.result())
+    report.progress(f"  {names}: {len(records)} run(s) done")
+    ex.wall_s += time.monotonic() - start
+    ex.processes += len(records)
+    records.sort(key=lambda r: r.launch)
+    return Runs(records, {k: sched.summary(k) for k in by_key}, rule)
+
+
+def _settled(sched: Scheduler, key: str) -> bool:
+    t = sched.tracks[key]
+    return all(t.launched[v] >= sched.wanted(t, v) for v in sched.variants) and not any(
+        j.key == key for j in sched.outstanding)
+
+
 def run_matrix(repros: list[Reproducer], variants: list[Variant], runs: int, driver: DriverChoice,
                cache: Path, scenario_filter: list[str] | None = None, jobs: int | None = None,
                execution: Execution | None = None) -> list[RunRecord]:
-    ex = execution or plan_execution(jobs)
-    records: list[RunRecord] = []
-    shas = {v.name: v.sha256 for v in variants}
-    check_scenarios(repros, scenario_filter)
-    start = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="lucepatch-runs-") as scratch:
-        for repro in repros:
-            binary = compile_reproducer(repro, cache, driver.fake_dir)
-            scenarios = [s for s in repro.scenarios if s.control or not scenario_filter
-                         or s.name in scenario_filter or f"{repro.name}:{s.name}" in scenario_filter]
-            total = len(scenarios) * len(variants) * runs
-            report.progress(f"{repro.name}: {len(scenarios)} scenario(s) x {len(variants)} variant(s) x {runs} run(s) "
-                            f"= {total} processes, driver {driver.chosen}, {ex.mode}"
-                            + (f" ({ex.jobs} jobs, private /tmp/vgpulock each)" if ex.mode == "parallel" else ""))
-            # Interleave variants run by run so drift on the machine hits both alike.
-            plan = [(i, s, v) for i in range(runs) for s in scenarios for v in variants]
-
-            def one(job, _repro=repro, _binary=binary):
-                i, s, v = job
-                rec = run_once(_binary, _repro, s, v.name, i, v.lib, driver.env, Path(scratch),
-                               expected_sha256=shas[v.name], isolate=ex.isolation == "namespace")
-                rec.scenario = f"{_repro.name}:{s.name}"
-                return rec
-
-            step = max(1, len(scenarios) * len(variants))
-            if ex.mode == "parallel":
-                with ThreadPoolExecutor(max_workers=ex.jobs) as pool:
-                    for k, rec in enumerate(pool.map(one, plan), 1):
-                        records.append(rec)
-                        if k % (step * max(1, runs // 5)) == 0 or k == total:
-                            report.progress(f"  {repro.name}: {k}/{total} runs")
-            else:
-                for k, job in enumerate(plan, 1):
-                    records.append(one(job))
-                    if k % step == 0:
-                        report.progress(f"  {repro.name}: {k}/{total} runs")
-    ex.wall_s += time.monotonic() - start
-    ex.processes += len(records)
-    return records
+    """Every selected scenario `runs` times per variant (the fixed rule: retirement, bisect)."""
+    return run_scenarios(repros, variants, FixedRule(runs), driver, cache, scenario_filter, jobs, execution).records
 
 
 def derive_driver(records: list[RunRecord], driver: DriverChoice) -> dict:
@@ -147,36 +194,47 @@ def derive_driver(records: list[RunRecord], driver: DriverChoice) -> dict:
 
 def build_evidence(target: Target, repros: list[Reproducer], variants: list[Variant], records: list[RunRecord],
                    driver: DriverChoice, runs: int, workspace: dict, upstream_base: str | None,
-                   execution: Execution | None = None, policy: ev.RunPolicy | None = None) -> ev.Evidence:
-    """The typed evidence of one verification (validated against the schema when written)."""
-    policy = policy or ev.RunPolicy(rule="fixed", max_runs=runs)
-    scenarios = []
+                   execution: Execution | None = None, policy: ev.RunPolicy | None = None,
+                   spend: dict | None = None, rule: Rule | None = None) -> ev.Evidence:
+    """The typed evidence of one verification (validated against the schema when written).
+
+    rule/spend: the rule the runs were spent under and run_scenarios' account per scenario
+    (default: the fixed rule with `runs`)."""
+    rule = rule or FixedRule(runs)
+    if policy is None:
+        from lucepatch.verify.rules import error_bounds
+
+        policy = ev.RunPolicy.from_json({**rule.policy(), "bounds": error_bounds(rule)})
+    hint = proof_hint(rule)
+    scenarios: list[ev.ScenarioResult] = []
     for repro in repros:
-        names = [s for s in repro.scenarios]
         ctrl_ok = True
         per = []
-        for s in names:
+        for s in repro.scenarios:
             key = f"{repro.name}:{s.name}"
             recs = {v.name: [r for r in records if r.scenario == key and r.variant == v.name] for v in variants}
-            if not any(recs.values()):
-                continue
-            sv = scenario_verdict(key, s.control, recs, True, guard=s.regression_guard)
-            if s.control and sv["verdict"] != "pass":
+            if not any(recs.values()) and key not in (spend or {}):
+                continue  # not selected (a stopped scenario with no run is still reported)
+            sv = scenario_verdict(key, s.control, recs, True, guard=s.regression_guard, alpha=rule.alpha)
+            if s.control and sv.verdict != "pass":
                 ctrl_ok = False
             per.append((s, recs, sv))
         for s, recs, sv in per:
+            key = f"{repro.name}:{s.name}"
             if not s.control and not ctrl_ok:
-                sv = scenario_verdict(f"{repro.name}:{s.name}", False, recs, False, guard=s.regression_guard)
-            sv["reproducer"] = repro.name
-            sv["description"] = s.description
-            if policy.rule == "fixed":
-                sv.setdefault("runs_spent", {v: sv[v]["runs"] for v in ("baseline", "patched")})
-                sv.setdefault("stop_reason", "fixed number of runs")
-                sv.setdefault("mode", "fixed")
+                sv = scenario_verdict(key, False, recs, False, guard=s.regression_guard, alpha=rule.alpha)
+            sv.reproducer = repro.name
+            sv.description = s.description
+            acct = (spend or {}).get(key) or {"runs_spent": {v: len(recs[v]) for v in recs},
+                                             "stop_reason": f"fixed number of runs ({runs} per variant)",
+                                             "mode": "fixed"}
+            sv.runs_spent, sv.stop_reason, sv.mode = dict(acct["runs_spent"]), acct["stop_reason"], acct["mode"]
+            if hint and sv.verdict == NOT_PROVEN and sv.reason.startswith("baseline failures not significant"):
+                sv.reason += f"; {hint}"
             if s.fixed_upstream:
-                sv["fixed_upstream"] = s.fixed_upstream
+                sv.extra["fixed_upstream"] = s.fixed_upstream
             if s.min_devices > 1:
-                sv["min_devices"] = s.min_devices
+                sv.extra["min_devices"] = s.min_devices
             scenarios.append(sv)
     drv = derive_driver(records, driver)
     verdict = overall(scenarios)
@@ -201,9 +259,9 @@ def build_evidence(target: Target, repros: list[Reproducer], variants: list[Vari
                       "region_file": "fresh per run, deleted after", "core_dumps": "off",
                       "timeout": "process group killed (SIGKILL)"},
         "run_policy": policy.to_json(),
-        "skipped": [{"scenario": sv["scenario"], "reason": sv["reason"]} for sv in scenarios if sv["verdict"] == "skipped"],
+        "skipped": [{"scenario": sv.scenario, "reason": sv.reason} for sv in scenarios if sv.verdict == "skipped"],
         "variants": {v.name: {**v.provenance, "artifact": {"path": str(v.lib), "sha256": v.sha256}} for v in variants},
-        "scenarios": scenarios,
+        "scenarios": [sv.to_json() for sv in scenarios],
         "verdict": verdict,
         "runs": [{k: v for k, v in r.to_json().items() if k not in ("log_tail", "checks")}
                  | ({"log_tail": r.log_tail} if r.outcome not in ("pass", SKIPPED) else {}) for r in records],

@@ -11,77 +11,91 @@ guarded    = (regression-guard scenarios only) both variants pass every run: ups
              behaves at the baseline and the series keeps it so; counts as success, proves no fix
 skipped    = every run of the scenario reported that it cannot run here (e.g. needs 2 GPUs); it is
              listed in the evidence and left out of the overall verdict
+
+The same `judge` decides under the fixed and the sequential rule (lucepatch.verify.rules
+enumerates it to bound the errors), on the tallies of whatever runs the rule spent.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 
-from lucepatch.verify.runner import FAILURES, INVALID, PASS, SKIPPED, RunRecord
+from lucepatch.verify.evidence import ScenarioResult, Tally
+from lucepatch.verify.rules import fmt_theta, theta
+from lucepatch.verify.runner import FAILURES, INVALID, PASS, SKIPPED
 from lucepatch.verify.stats import ALPHA, fisher_one_sided
 
 PROVEN, NOT_PROVEN, REGRESSION, INVALID_V = "proven", "not-proven", "regression", "invalid"
-GUARDED, SKIPPED_V = "guarded", "skipped"
+GUARDED, SKIPPED_V, PASS_V = "guarded", "skipped", "pass"
 _RANK = {PROVEN: 0, GUARDED: 0, NOT_PROVEN: 1, REGRESSION: 2, INVALID_V: 3}
 
 
-def tally(records: list[RunRecord]) -> dict:
+def tally(records) -> Tally:
+    """Counts of one variant's runs (anything with .outcome, .first_error, .reason, .failed)."""
     c = Counter(r.outcome for r in records)
     n = len(records)
     failures = sum(c[o] for o in FAILURES)
-    return {"runs": n, "pass": c[PASS], "failures": failures, "invalid": c[INVALID], "skipped": c[SKIPPED],
-            "failure_rate": round(failures / n, 4) if n else None, "outcomes": dict(sorted(c.items())),
-            "first_error": next((r.first_error or r.reason for r in records if r.failed), "")}
+    return Tally(runs=n, passed=c[PASS], failures=failures, invalid=c[INVALID], skipped=c[SKIPPED],
+                 failure_rate=round(failures / n, 4) if n else None, outcomes=dict(sorted(c.items())),
+                 first_error=next((r.first_error or r.reason for r in records if r.failed), ""))
 
 
-def scenario_verdict(name: str, control: bool, recs: dict[str, list[RunRecord]],
-                     control_ok: bool, guard: bool = False) -> dict:
-    base, pat = tally(recs.get("baseline", [])), tally(recs.get("patched", []))
-    out = {"scenario": name, "control": control, "regression_guard": guard, "baseline": base, "patched": pat}
-    skipped = base["skipped"] + pat["skipped"]
-    if skipped and skipped == base["runs"] + pat["runs"]:
-        first = next((r.reason for v in recs.values() for r in v if r.outcome == SKIPPED), "")
-        out.update(verdict=SKIPPED_V, p_value=None, reason=f"not run on this machine: {first}")
-        return out
+def judge(base: Tally, pat: Tally, *, control: bool, control_ok: bool, guard: bool = False,
+          alpha: float = ALPHA) -> tuple[str, str, float | None]:
+    """(verdict, reason, p-value) of one scenario from its two tallies."""
+    skipped = base.skipped + pat.skipped
+    if skipped and skipped == base.runs + pat.runs:
+        return SKIPPED_V, "not run on this machine", None
     if skipped:
-        out.update(verdict=INVALID_V, p_value=None,
-                   reason=f"{skipped} run(s) skipped and the others did not: the machine changed under the runs")
-        return out
+        return INVALID_V, f"{skipped} run(s) skipped and the others did not: the machine changed under the runs", None
     if control:
-        ok = base["invalid"] == 0 and pat["invalid"] == 0 and base["failures"] == 0 and pat["failures"] == 0
-        out.update(verdict="pass" if ok else INVALID_V, p_value=None,
-                   reason="" if ok else "control failed: the environment or the harness is broken, not the fix")
-        return out
-    p = fisher_one_sided(base["failures"], base["pass"], pat["failures"], pat["pass"])
-    out["p_value"] = p
-    if base["invalid"] or pat["invalid"]:
-        v, why = INVALID_V, "some runs could not prove what they loaded"
-    elif not control_ok:
-        v, why = INVALID_V, "a control scenario failed"
-    elif pat["failures"] and not base["failures"]:
-        v, why = REGRESSION, "the patched build fails where the baseline passes"
-    elif pat["failures"]:
-        v, why = NOT_PROVEN, "the patched build still fails"
-    elif guard and not base["failures"]:
-        v, why = GUARDED, (f"regression guard: both variants pass {base['runs']}+{pat['runs']} runs "
-                           "(already right at the baseline; proves no fix, guards against a regression)")
-    elif p >= ALPHA:
-        v, why = NOT_PROVEN, f"baseline failures not significant (p={p:.3g} >= {ALPHA})"
-    else:
-        v, why = PROVEN, f"baseline failed {base['failures']}/{base['runs']}, patched 0/{pat['runs']}, p={p:.3g}"
-    out.update(verdict=v, reason=why)
-    return out
+        ok = base.invalid == 0 and pat.invalid == 0 and base.failures == 0 and pat.failures == 0
+        return (PASS_V, "", None) if ok else (INVALID_V, "control failed: the environment or the harness is broken, not the fix", None)
+    p = fisher_one_sided(base.failures, base.passed, pat.failures, pat.passed)
+    if base.invalid or pat.invalid:
+        return INVALID_V, "some runs could not prove what they loaded", p
+    if not control_ok:
+        return INVALID_V, "a control scenario failed", p
+    if pat.failures and not base.failures:
+        return REGRESSION, "the patched build fails where the baseline passes", p
+    if pat.failures:
+        return NOT_PROVEN, "the patched build still fails", p
+    bound = f"patched 0/{pat.runs} ⇒ failure rate < {fmt_theta(theta(pat.runs, alpha))} at {100 * (1 - alpha):g} %"
+    if guard and not base.failures:
+        return GUARDED, (f"regression guard: both variants pass {base.runs}+{pat.runs} runs "
+                         f"(already right at the baseline; proves no fix, guards against a regression; {bound})"), p
+    if p >= alpha:
+        return NOT_PROVEN, f"baseline failures not significant (p={p:.3g} >= {alpha})", p
+    return PROVEN, f"baseline failed {base.failures}/{base.runs}, patched 0/{pat.runs}, p={p:.3g}; {bound}", p
 
 
-def overall(scenarios: list[dict]) -> str:
+def scenario_verdict(name: str, control: bool, recs: dict[str, list], control_ok: bool,
+                     guard: bool = False, alpha: float = ALPHA) -> ScenarioResult:
+    base, pat = tally(recs.get("baseline", [])), tally(recs.get("patched", []))
+    verdict, reason, p = judge(base, pat, control=control, control_ok=control_ok, guard=guard, alpha=alpha)
+    if verdict == SKIPPED_V:
+        first = next((r.reason for v in recs.values() for r in v if r.outcome == SKIPPED), "")
+        reason = f"{reason}: {first}"
+    res = ScenarioResult(scenario=name, control=control, verdict=verdict, baseline=base, patched=pat,
+                         reason=reason, p_value=p, regression_guard=guard)
+    if verdict in (PROVEN, GUARDED):
+        res.theta = theta(pat.runs, alpha)
+    return res
+
+
+def _get(s, key):
+    return s[key] if isinstance(s, dict) else getattr(s, key)
+
+
+def overall(scenarios: list) -> str:
     """Worst checked scenario; skipped scenarios are left out. Only guards, nothing proven:
-    not-proven (a guard shows no fix)."""
-    if any(s["control"] and s["verdict"] not in ("pass", SKIPPED_V) for s in scenarios):
+    not-proven (a guard shows no fix). Takes ScenarioResults or their JSON."""
+    if any(_get(s, "control") and _get(s, "verdict") not in (PASS_V, SKIPPED_V) for s in scenarios):
         return INVALID_V
-    checked = [s for s in scenarios if not s["control"] and s["verdict"] != SKIPPED_V]
+    checked = [s for s in scenarios if not _get(s, "control") and _get(s, "verdict") != SKIPPED_V]
     if not checked:
         return NOT_PROVEN
-    worst = max((s["verdict"] for s in checked), key=_RANK.__getitem__)
+    worst = max((_get(s, "verdict") for s in checked), key=_RANK.__getitem__)
     if _RANK[worst] > 0:
         return worst
-    return PROVEN if any(s["verdict"] == PROVEN for s in checked) else NOT_PROVEN
+    return PROVEN if any(_get(s, "verdict") == PROVEN for s in checked) else NOT_PROVEN
