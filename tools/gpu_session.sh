@@ -16,10 +16,12 @@
 # Everything it writes goes under $OUT (or ./gpu-out when OUT is unset).
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
-if compgen -G ".whl/*.whl" >/dev/null; then
+PYPATH=$PWD
+if compgen -G ".whl/*.whl" >/dev/null; then  # the GPU machine: carried wheels, no index
   python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl || exit 3
+  PYPATH=/tmp/site:$PWD
 fi
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 LUCEPATCH_CACHE=${LUCEPATCH_CACHE:-/tmp/lpcache}
+export PYTHONPATH=$PYPATH PYTHONUNBUFFERED=1 LUCEPATCH_CACHE=${LUCEPATCH_CACHE:-/tmp/lpcache}
 SRC=${SRC:-.upstream/hami-core}
 DRIVER=${DRIVER:-real}
 if [ "$DRIVER" = real ]; then TAG=h200; else TAG=$DRIVER; fi
