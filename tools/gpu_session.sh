@@ -6,10 +6,11 @@
 #          pool-alloc
 #   plan (issue 4): smoke = `env async-sched`; full = `all vmm-refs overhead bench-verify traces`;
 #   reserve = `all-serial` (if parallel runs misbehave on the GPU); 2-GPU machine: `multi-device`.
-#   issue 12: `pool-alloc` (~4 min cold on 1x H200: 2 builds + 240 processes) and `traces`; `all`
-#   now runs 1040 processes (~11.5 min at the measured 0.66 s/process on x8): past the 10-minute
-#   call limit, so take it as two calls, `all-a` then `all-b` (each < 8 min; `pr --evidence`
-#   combines them per reproducer); 2-GPU machine: `multi-device pool-alloc traces`.
+#   issue 12: `pool-alloc` (~1.5 min on 1x H200: 2 builds + 85 processes under the sequential
+#   rule) and `traces` (< 1 min); `all` is 355 processes (~4-5 min at the measured 0.66 s per
+#   process at x8); `all-a` + `all-b` split it in two calls should a run need `--fixed` (1040
+#   processes, ~11.5 min: past the 10-minute call limit; `pr --evidence` combines the two per
+#   reproducer); 2-GPU machine: `multi-device pool-alloc traces`.
 # DRIVER=fake runs the same steps on the simulated driver (how they are proven off the GPU).
 # verify runs in parallel (private mount namespace + tmpfs /tmp/vgpulock per run) when root and
 # unshare(1) works, serially otherwise; the evidence's execution.mode says which.
@@ -39,8 +40,8 @@ for step in "$@"; do
       lp verify --reproducer async-sched --source $SRC --driver real --runs 20 \
         --evidence "$OUT/async-sched.h200.json" 2>&1 | tee "$OUT/verify-async-sched.log" ;;
     all)
-      lp verify --all --target hami-core --source $SRC --driver real --runs 20 --jobs 8 \
-        --evidence "$OUT/hami-core-all.h200.json" 2>&1 | tee "$OUT/verify-all.log" ;;
+      lp verify --all --target hami-core --source $SRC --driver $DRIVER --runs 20 --jobs 8 \
+        --evidence "$OUT/hami-core-all.$TAG.json" 2>&1 | tee "$OUT/verify-all.log" ;;
     all-a)
       lp verify --reproducer async-sched --reproducer llama-vmm --reproducer multi-device --reproducer pr188-guard \
         --source $SRC --driver $DRIVER --runs 20 --jobs 8 \
