@@ -78,3 +78,30 @@ def environment_oserror(exc: OSError) -> "EnvironmentMissing | None":
              "EDQUOT": "your disk quota is used up; free space or pass --cache-dir elsewhere"}
     fix = fixes.get(name, "close other programs holding it and run again")
     return EnvironmentMissing(f"cannot use{what}: {os.strerror(exc.errno)}; {fix}")
+
+
+def from_exception(exc: BaseException) -> "LucepatchError | None":
+    """The one mapping from what escaped a verb (or a CI step) to a one-line error: a
+    LucepatchError as is; an OSError or a hung subprocess the environment caused as exit 3;
+    None for everything else (a bug: the caller keeps the traceback, exit 70)."""
+    import errno
+    import os
+    import subprocess
+
+    if isinstance(exc, LucepatchError):
+        return exc
+    if isinstance(exc, subprocess.TimeoutExpired):
+        cmd = exc.cmd if isinstance(exc.cmd, (list, tuple)) else str(exc.cmd).split()
+        tool = os.path.basename(str(cmd[0])) if cmd else "a tool"
+        return ToolFailed(command=tool, stderr=f"no answer after {exc.timeout:g} s",
+                          fix=f"{tool} hangs here; run it by hand to see why (lucepatch doctor)")
+    if isinstance(exc, OSError):
+        name = str(exc.filename or "")
+        if exc.errno == errno.ENOENT and name and os.sep not in name:
+            # subprocess names the program it could not execute by the bare name it searched
+            return EnvironmentMissing(f"{name} not found on PATH; install it or fix PATH (lucepatch doctor)")
+        if exc.errno == errno.ENOEXEC:
+            return EnvironmentMissing(f"cannot execute {name or 'a tool'}: {os.strerror(exc.errno)}; "
+                                      "it is not a program for this machine, reinstall it")
+        return environment_oserror(exc)
+    return None

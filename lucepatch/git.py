@@ -1,19 +1,25 @@
 """The only place that runs git.
 
-GitPython gives us repository objects and a safe command runner; the plumbing that has no
-GitPython API (patch-id, am, apply, format-patch) goes through ``Repo.git.execute`` with explicit
-argument lists (never a shell), a fixed environment (no pager, no editor, stable identity for
-commits lucepatch creates when the patch gives none) and stdin from files.
+GitPython gives us repository objects (open_repo); the plumbing on the hot paths (apply, patch-id,
+read-tree, hash-object, format-patch) runs the git CLI here, with explicit argument lists (never a
+shell), a fixed environment (no pager, no editor, stable identity for commits lucepatch creates
+when the patch gives none) and stdin as bytes. `env` values of None remove a variable (the user's
+own identity and clock for what lucepatch writes into their checkout: stash, reflog).
 """
 
 from __future__ import annotations
 
-import tempfile
+import os
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-import git as gitpython
-from git.exc import GitCommandNotFound, InvalidGitRepositoryError, NoSuchPathError
+# GitPython probes for git at import and raises ImportError when it is missing; that must be the
+# one-line "git not found" below instead (exit 3), so let run() find out.
+os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
+
+import git as gitpython  # noqa: E402
+from git.exc import InvalidGitRepositoryError, NoSuchPathError  # noqa: E402
 
 from lucepatch.errors import EnvironmentMissing, ToolFailed, UsageError
 
@@ -49,8 +55,28 @@ class GitFailed(ToolFailed):
                          stderr=stderr, fix=_remedy(str(repo_dir), self.args_, stderr))
 
 
+# commands that run a hook whose failure git reports only by its exit status
+_HOOKED = {"checkout": "post-checkout", "switch": "post-checkout", "commit": "pre-commit", "am": "applypatch-msg",
+           "merge": "pre-merge-commit", "push": "pre-push"}
+
+
+def _failed_hook(repo_dir: str, args: list[str], stderr: str) -> str | None:
+    verb = next((a for a in args if not a.startswith("-") and "=" not in a), "")
+    name = _HOOKED.get(verb)
+    if not name or any(w in stderr.lower() for w in ("fatal:", "error:")):
+        return None
+    res = run(repo_dir, "rev-parse", "--git-path", f"hooks/{name}", check=False)
+    hook = Path(repo_dir) / res.stdout.strip() if res.status == 0 and res.stdout.strip() else None
+    if hook is not None and hook.is_file() and os.access(hook, os.X_OK):
+        return str(hook.resolve())
+    return None
+
+
 def _remedy(repo_dir: str, args: list[str], stderr: str) -> str:
     low = stderr.lower()
+    hook = _failed_hook(repo_dir, args, stderr)
+    if hook:
+        return f"the hook {hook} exited non-zero; fix the hook (or its PATH) and run again"
     lock = next((w.strip("'\"") for w in stderr.split() if w.strip("'\"").endswith(".lock")), None)
     if lock and ("file exists" in low or "unable to create" in low):
         return (f"another git process is running there, or a crashed one left {lock}; "
@@ -68,37 +94,35 @@ def _remedy(repo_dir: str, args: list[str], stderr: str) -> str:
     return f"run git {' '.join(args[:1])} there by hand to see git's full message"
 
 
+
+def user_clock() -> dict:
+    """What lucepatch writes into the user's checkout (stash commits, reflog lines) carries the
+    user's own identity and the real time, not the fixed committer of lucepatch's commits."""
+    return {k: os.environ.get(k) for k in ("GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "GIT_COMMITTER_DATE")}
+
+
+def _environment(env: dict | None) -> dict:
+    full = {**os.environ, **_ENV, **(env or {})}
+    return {k: v for k, v in full.items() if v is not None}
+
+
 def run(repo_dir: Path | str, *args: str, stdin: bytes | None = None, check: bool = True,
         env: dict | None = None) -> Result:
     """Run `git <args>` in repo_dir. Raises GitFailed (a one-line LucepatchError) when check and status != 0."""
-    g = gitpython.Git(str(repo_dir))
-    full_env = dict(_ENV)
-    if env:
-        full_env.update(env)
-    istream = None
-    if stdin is not None:
-        istream = tempfile.TemporaryFile()
-        istream.write(stdin)
-        istream.seek(0)
     try:
-        status, out, err = g.execute(
-            ["git", *args], with_extended_output=True, with_exceptions=False, env=full_env,
-            istream=istream, strip_newline_in_stdout=False, stdout_as_string=True,
-        )
-    except GitCommandNotFound:
-        raise EnvironmentMissing("git not found on PATH: install git (apt-get install git) or fix PATH")
+        p = subprocess.run(["git", *args], cwd=str(repo_dir), input=stdin if stdin is not None else b"",
+                           capture_output=True, env=_environment(env))
     except NotADirectoryError:
         raise UsageError(f"{repo_dir} is not a directory")
     except FileNotFoundError as exc:
-        if exc.filename and Path(str(exc.filename)) == Path(str(repo_dir)):
+        if not Path(str(repo_dir)).exists():
             raise UsageError(f"{repo_dir} does not exist")
-        raise EnvironmentMissing("git not found on PATH: install git (apt-get install git) or fix PATH")
-    finally:
-        if istream is not None:
-            istream.close()
-    if check and status != 0:
-        raise GitFailed(repo_dir, args, status, err)
-    return Result(status, out, err)
+        raise EnvironmentMissing("git not found on PATH: install git (apt-get install git) or fix PATH") from exc
+    out = p.stdout.decode("utf-8", "surrogateescape")
+    err = p.stderr.decode("utf-8", "replace")
+    if check and p.returncode != 0:
+        raise GitFailed(repo_dir, args, p.returncode, err)
+    return Result(p.returncode, out, err)
 
 
 def open_repo(path: Path | str, what: str = "--source") -> gitpython.Repo:
@@ -167,10 +191,6 @@ def config_identity(repo_dir: Path | str) -> tuple[str, str] | None:
 def commit_time(repo_dir: Path | str, rev: str) -> str:
     """Committer time of `rev`, seconds since the epoch (SOURCE_DATE_EPOCH of reproducible builds)."""
     return str(gitpython.Repo(str(repo_dir)).commit(rev).committed_date)
-
-
-def fetch_into(dest_repo: Path | str, src_repo: Path | str, src_ref: str, dest_ref: str) -> None:
-    run(dest_repo, "fetch", "--quiet", "--no-tags", str(src_repo), f"+{src_ref}:{dest_ref}")
 
 
 __all__ = [name for name in dir() if not name.startswith("_")]

@@ -7,15 +7,14 @@ Modules are imported lazily so `lucepatch list` does not pay for docker/kubernet
 from __future__ import annotations
 
 import importlib
-import signal
 import sys
-import threading
 import traceback
 
 import click
 
 from lucepatch import __version__
-from lucepatch.errors import EXIT_USAGE, LucepatchError, environment_oserror
+from lucepatch import signals
+from lucepatch.errors import EXIT_USAGE, LucepatchError, from_exception
 
 # verb name -> module under lucepatch.commands
 VERBS = {
@@ -79,49 +78,62 @@ def cli(ctx, workspace, cache_dir):
     ctx.ensure_object(dict)
     ctx.obj["workspace"] = workspace
     ctx.obj["cache_dir"] = cache_dir
+    _recover_interrupted_switches(cache_dir)
 
 
-class Terminated(BaseException):
-    """SIGTERM, raised in the main thread so every `finally` (work-area cleanup) still runs."""
+def _recover_interrupted_switches(cache_dir) -> None:
+    """A checkout switch killed half-way (SIGKILL, power loss) left a journal in the cache: the
+    next lucepatch command, whatever it is, puts that checkout back (engine/checkout.py)."""
+    from lucepatch.workspace import cache_location
+
+    jdir = cache_location(cache_dir) / "switch"
+    if jdir.is_dir() and any(jdir.glob("*.json")):
+        from lucepatch.engine import checkout
+
+        checkout.recover_all(jdir)
 
 
-def _on_sigterm(signum, frame):
-    raise Terminated()
+def _bug() -> int:
+    traceback.print_exc()
+    click.echo("lucepatch: internal error (a bug); the traceback above says where", err=True)
+    return 70
+
+
+def _interrupted(what: str, code: int) -> int:
+    note = signals.interrupt_note()
+    tail = f"; {note}" if note else ""
+    click.echo(f"lucepatch: {what}{tail}", err=True)
+    return code
 
 
 def main(argv=None) -> int:
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _on_sigterm)
+    signals.install()
     try:
         rc = cli.main(args=argv, prog_name="lucepatch", standalone_mode=False)
     except LucepatchError as exc:
         click.echo(f"lucepatch: error: {exc}", err=True)
         return exc.exit_code
-    except click.exceptions.Abort:
-        click.echo("lucepatch: interrupted", err=True)
-        return 130
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        return _interrupted("interrupted", 130)
     except click.ClickException as exc:
         # click's own usage errors: one line, exit 2.
         click.echo(f"lucepatch: error: {exc.format_message()}", err=True)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        click.echo("lucepatch: interrupted", err=True)
-        return 130
-    except Terminated:
-        click.echo("lucepatch: terminated", err=True)
-        return 143
-    except OSError as exc:
-        env = environment_oserror(exc)
-        if env is None:
-            traceback.print_exc()
-            click.echo("lucepatch: internal error (a bug); the traceback above says where", err=True)
-            return 70
-        click.echo(f"lucepatch: error: {env}", err=True)
-        return env.exit_code
-    except Exception:  # a bug: show everything so it can be reported
-        traceback.print_exc()
-        click.echo("lucepatch: internal error (a bug); the traceback above says where", err=True)
-        return 70
+    except signals.Terminated:
+        return _interrupted("terminated", 143)
+    except Exception as exc:  # environment (OSError, a hung tool) -> one line; anything else is a bug
+        err = from_exception(exc)
+        if err is None:
+            return _bug()
+        click.echo(f"lucepatch: error: {err}", err=True)
+        return err.exit_code
+    finally:
+        note = signals.completion_note()
+        late = signals.finish()
+    if late:
+        # the work had completed when the signal came: say so and keep the verb's exit code
+        click.echo(f"lucepatch: note: {late} arrived after the work completed ({note}); nothing was undone",
+                   err=True)
     if isinstance(rc, int):
         return rc
     return 0

@@ -108,7 +108,7 @@ def load_target_dir(tdir: Path) -> Target:
         raise UsageError(f"{toml_path}: name {data['name']!r} differs from its folder {tdir.name!r}")
     if not _VERSION.match(data["version"]):
         raise UsageError(f"{toml_path}: version {data['version']!r} must be MAJOR.MINOR.PATCH")
-    if not re.match(r"^[0-9a-f]{7,40}$", data["base"]):
+    if not re.match(r"^[0-9a-f]{7,64}$", data["base"]):
         raise UsageError(f"{toml_path}: base {data['base']!r} must be a commit id (hex)")
     for key in ("build", "profiles", "pr"):
         if key in data and not isinstance(data[key], dict):

@@ -79,7 +79,8 @@ def _packaged_workspace() -> Path:
     raise UsageError("no workspace found and this lucepatch has no packaged patches; pass --workspace DIR")
 
 
-def resolve_cache(explicit: str | os.PathLike | None = None) -> Path:
+def cache_location(explicit: str | os.PathLike | None = None) -> Path:
+    """Where the cache is (nothing created)."""
     if explicit:
         path = Path(explicit).expanduser()
     elif os.environ.get("LUCEPATCH_CACHE"):
@@ -87,6 +88,11 @@ def resolve_cache(explicit: str | os.PathLike | None = None) -> Path:
     else:
         base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
         path = Path(base) / "lucepatch"
+    return path
+
+
+def resolve_cache(explicit: str | os.PathLike | None = None) -> Path:
+    path = cache_location(explicit)
     if path.exists() and not path.is_dir():
         raise UsageError(f"cache {path} exists and is not a directory; pass --cache-dir DIR")
     path.mkdir(parents=True, exist_ok=True)

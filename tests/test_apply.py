@@ -80,3 +80,32 @@ def test_missing_base_is_environment_error(toy, cli):
 def test_not_a_repo(toy, cli, tmp_path):
     r = cli("--workspace", toy["ws"], "check", "toy", "--source", tmp_path)
     assert r.code == 2 and "not a git checkout" in r.err
+
+
+def test_apply_in_a_sha256_repository(tmp_path, cli):
+    """Commits built in Python are sha1; in a sha256 repository git's ids differ and apply falls
+    back to `git commit-tree` for the whole series instead of failing."""
+    from conftest import format_patches, make_target
+
+    up = tmp_path / "up"
+    up.mkdir()
+    git(up, "init", "-q", "--object-format=sha256", "-b", "main")
+    write(up, "a.c", "int a = 1;\n")
+    base = commit_all(up, "base")
+    git(up, "checkout", "-q", "-b", "w")
+    write(up, "a.c", "int a = 2;\n")
+    commit_all(up, "two\n\nUpstream-Status: Pending")
+    write(up, "a.c", "int a = 3;\n")
+    commit_all(up, "three\n\nUpstream-Status: Pending")
+    pf = format_patches(up, f"{base}..w", tmp_path / "fp")
+    git(up, "checkout", "-q", "main")
+    git(up, "branch", "-q", "-D", "w")
+    make_target(tmp_path / "ws", "s256", base, pf)
+    r = cli("--workspace", tmp_path / "ws", "apply", "s256", "--source", up, "--json")
+    assert r.code == 0, r.err
+    head = git(up, "rev-parse", "HEAD").strip()
+    assert len(head) == 64 and r.json["head"] == head
+    assert [p["commit"] for p in r.json["patches"]][-1] == head
+    assert (up / "a.c").read_text() == "int a = 3;\n"
+    assert git(up, "log", "--format=%s", "main..HEAD").split("\n")[:2] == ["three", "two"]
+

@@ -87,7 +87,13 @@ def _sections(data: bytes) -> dict[str, bytes]:
 def parse_fatbin_sections(path: Path) -> GpuCode:
     data = Path(path).read_bytes()
     code = GpuCode(tool="lucepatch fatbin reader")
-    for name, blob in _sections(data).items():
+    try:
+        sections = _sections(data)
+    except (ValueError, struct.error, IndexError) as exc:
+        # what the compiler wrote is not an ELF64 object (or a truncated one): the probe fails
+        # with that, it is not a lucepatch bug
+        raise _ProbeFail(f"{Path(path).name} is not a readable ELF64 object ({exc or type(exc).__name__})")
+    for name, blob in sections.items():
         if name not in (".nv_fatbin", "__nv_relfatbin", ".nvFatBinSegment") or name == ".nvFatBinSegment":
             continue
         p = 0

@@ -7,7 +7,7 @@ import click
 from lucepatch import report
 from lucepatch.commands._common import cache, json_option, require_source, source_option, workspace
 from lucepatch.engine import checkout as co
-from lucepatch.engine.apply import CONFLICT, WorkArea, apply_series, install_sigterm_handler
+from lucepatch.engine.apply import CONFLICT, WorkArea, apply_series
 from lucepatch.errors import EXIT_CHECK_FAILED, UsageError
 from lucepatch.target import load_target
 
@@ -46,12 +46,14 @@ def command(ctx, target, source, partial, force, stash, fetch, as_json):
 
     Work happens in a private clone under the cache; the checkout is switched only at the end and
     only when every patch applied (or --partial)."""
-    install_sigterm_handler()
     ws, t = load_checked(ctx, target)
     src = require_source(source, t.name)
     co.open_checkout(src)
     branch = t.branch_name
+    journals = cache(ctx) / "switch"
+    co.check_no_switch_running(src, journals)
     co.require_switchable(src, branch, force=force, allow_dirty=stash)
+    co.require_writable_git_dir(src)
     with WorkArea(cache(ctx), f"apply-{t.name}") as work:
         result = apply_series(t, src, t.patches, work, checkout=False, fetch=fetch)
         conflicts = len(result.conflicts)
@@ -66,7 +68,7 @@ def command(ctx, target, source, partial, force, stash, fetch, as_json):
             if overlap:
                 raise UsageError(f"your uncommitted change to {src / overlap[0]} overlaps a file the series changes; "
                                  "commit it (or move it away) instead of --stash")
-            info = co.switch(src, work.repo, branch, stash=stash)
+            info = co.switch(src, work.repo, branch, stash=stash, journal_dir=journals)
             switched = True
     if as_json:
         report.emit_json("apply", {"workspace": ws.to_json(), "target": t.name, "version": t.version,

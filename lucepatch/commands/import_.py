@@ -19,7 +19,6 @@ import click
 
 from lucepatch import report
 from lucepatch.commands._common import cache, json_option, source_option, workspace
-from lucepatch.engine.apply import install_sigterm_handler
 from lucepatch.engine.importer import import_patches
 
 
@@ -35,7 +34,6 @@ from lucepatch.engine.importer import import_patches
 @click.pass_context
 def command(ctx, target, from_path, from_branch, source, base, upstream_url, replace, as_json):
     """Import patches into TARGET from a quilt folder, a format-patch/mbox folder or file, or a branch."""
-    install_sigterm_handler()
     ws = workspace(ctx)
     res = import_patches(ws, target, cache(ctx), from_path=from_path, from_branch=from_branch, source=source, base=base,
                          upstream_url=upstream_url, replace=replace)

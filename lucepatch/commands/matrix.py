@@ -10,7 +10,7 @@ from lucepatch import report
 from lucepatch.commands._common import cache, json_option, require_source, source_option
 from lucepatch.commands.apply import load_checked
 from lucepatch.engine import checkout as co
-from lucepatch.engine.apply import WorkArea, install_sigterm_handler, open_engine
+from lucepatch.engine.apply import WorkArea, open_engine
 from lucepatch.engine.matrix import SYMBOL, range_commits, run_matrix
 from lucepatch.errors import UsageError
 
@@ -27,7 +27,6 @@ from lucepatch.errors import UsageError
 @click.pass_context
 def command(ctx, target, source, rev_range, independent, first_parent, jobs, newest_compatible, as_json):
     """Which patches apply (exact / 3-way / already upstream / conflict) at every commit of A..B."""
-    install_sigterm_handler()
     ws, t = load_checked(ctx, target)
     src = require_source(source, t.name)
     co.open_checkout(src)
@@ -40,7 +39,7 @@ def command(ctx, target, source, rev_range, independent, first_parent, jobs, new
 
         for ref in (a, b or "HEAD"):
             if ref:
-                git.resolve_commit(src, ref, what=f"range end {ref}", remedy="fetch it or pass an existing ref")
+                git.resolve_commit(src, ref, what="range end", remedy="fetch it or pass an existing ref")
         commits, subjects = range_commits(src, rev_range, first_parent=first_parent)
         if not commits:
             raise UsageError(f"--range {rev_range} holds no commits in {src}")

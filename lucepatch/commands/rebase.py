@@ -11,7 +11,7 @@ from lucepatch import report
 from lucepatch.commands._common import cache, json_option, require_source, source_option, workspace
 from lucepatch.engine import checkout as co
 from lucepatch.engine import session as S
-from lucepatch.engine.apply import install_sigterm_handler, pause_at
+from lucepatch.engine.apply import pause_at
 from lucepatch.errors import EXIT_CHECK_FAILED, UsageError
 from lucepatch.target import load_target
 
@@ -34,7 +34,6 @@ from lucepatch.target import load_target
 def command(ctx, target, source, onto, show, cont, skip, abort, no_interactive, no_behaviour, drop_superseded,
             dry_run, fetch, as_json):
     """Carry TARGET's series from its base to --onto REF, stopping for a human on conflicts."""
-    install_sigterm_handler()
     modes = [m for m, on in (("--onto", onto), ("--status", show), ("--continue", cont), ("--skip", skip),
                              ("--abort", abort)) if on]
     if len(modes) != 1:

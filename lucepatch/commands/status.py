@@ -10,7 +10,7 @@ from lucepatch.commands._common import cache, json_option, require_source, sourc
 from lucepatch.commands.apply import load_checked
 from lucepatch.engine import checkout as co
 from lucepatch.engine import upstreamed
-from lucepatch.engine.apply import (CONFLICT, WorkArea, applied_patch_ids, install_sigterm_handler, open_engine,
+from lucepatch.engine.apply import (CONFLICT, WorkArea, applied_patch_ids, open_engine,
                                     resolve_base)
 from lucepatch.errors import EXIT_CHECK_FAILED
 
@@ -59,7 +59,6 @@ def compute_status(t, src, work, head: str, base: str) -> list[dict]:
 @click.pass_context
 def command(ctx, target, source, fetch, as_json):
     """Per patch at the checkout's HEAD: applied / not-applied / already-upstream (signal) / conflicts."""
-    install_sigterm_handler()
     ws, t = load_checked(ctx, target)
     src = require_source(source, t.name)
     co.open_checkout(src)

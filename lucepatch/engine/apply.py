@@ -19,14 +19,20 @@ import hashlib
 import os
 import re
 import shutil
-import signal
-import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucepatch import git, trailers
-from lucepatch.engine.core import APPLIED, APPLIED_3WAY, CONFLICT, IndexEngine, validate_diffs
+from lucepatch.engine.checkout import pid_alive
+from lucepatch.engine.core import (
+    APPLIED,
+    APPLIED_3WAY,
+    CONFLICT,
+    IndexEngine,
+    validate_diffs,
+)
+from lucepatch.engine.faults import PAUSE_ENV, pause  # noqa: F401 (PAUSE_ENV re-exported)
 from lucepatch.engine.safety import check_series_safety
 from lucepatch.errors import EnvironmentMissing
 from lucepatch.series import Patch
@@ -34,7 +40,6 @@ from lucepatch.target import Target
 
 # Outcomes per patch (JSON values; docs/design.md "Contracts", Apply): applied (exact context), applied-3way,
 # already-upstream (the 3-way merge produced no change), conflict. Defined in engine/core.py.
-PAUSE_ENV = "LUCEPATCH_TEST_PAUSE_AT_PATCH"
 
 
 @dataclass
@@ -110,16 +115,6 @@ class WorkArea:
         self.close()
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def reclaim_orphans(root: Path) -> list[Path]:
     """Remove work areas whose owning lucepatch process is gone (killed by SIGKILL, power loss)."""
     removed = []
@@ -129,36 +124,15 @@ def reclaim_orphans(root: Path) -> list[Path]:
             pid = int(pidfile.read_text().strip())
         except (OSError, ValueError):
             pid = -1
-        if pid <= 0 or not _pid_alive(pid):
+        if not pid_alive(pid):
             shutil.rmtree(d, ignore_errors=True)
             removed.append(d)
     return removed
 
 
-def _sigterm_to_interrupt(signum, frame):  # pragma: no cover - exercised by the fault tests
-    raise KeyboardInterrupt
-
-
-def install_sigterm_handler() -> None:
-    """SIGTERM behaves like Ctrl-C: unwind, remove the work area, exit 130."""
-    try:
-        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
-            signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
-    except ValueError:  # not the main thread (e.g. an embedding app): leave signals alone
-        pass
-
-
 def pause_at(boundary: int) -> None:
     """Test-only: announce a patch boundary and wait until the test removes the marker."""
-    d = os.environ.get(PAUSE_ENV)
-    if not d:
-        return
-    marker = Path(d) / f"boundary-{boundary}"
-    tmp = marker.with_name(marker.name + ".tmp")
-    tmp.write_text(str(os.getpid()))
-    os.replace(tmp, marker)
-    while marker.exists():
-        time.sleep(0.01)
+    pause(f"boundary-{boundary}")
 
 
 def clone_private(source: Path, dest: Path) -> None:
@@ -241,6 +215,11 @@ def commit_object(tree: str, parent: str, patch: Patch, msg: str, commit_env: di
     return body.encode("utf-8")
 
 
+class CommitMismatch(Exception):
+    """git wrote other commit ids than the ones computed here (an object format or a git that
+    writes commits differently): apply_loop redoes the series with `git commit-tree`."""
+
+
 def flush_commits(engine: IndexEngine, pending: list[tuple[str, bytes]]) -> None:
     """Write the commit objects built in Python with one `git hash-object` and check their ids."""
     if not pending:
@@ -255,7 +234,7 @@ def flush_commits(engine: IndexEngine, pending: list[tuple[str, bytes]]) -> None
     out = engine.git("hash-object", "-t", "commit", "-w", "--stdin-paths",
                      stdin=("\n".join(paths) + "\n").encode()).stdout.split()
     if out != [sha for sha, _ in pending]:
-        raise RuntimeError("commit ids written by git differ from the ones computed")
+        raise CommitMismatch()
     for f in paths:
         os.unlink(f)
     pending.clear()
@@ -266,6 +245,19 @@ def apply_loop(engine: IndexEngine, target: Target, patches: list[Patch], files:
                pause: bool = False, strip: int = 1) -> tuple[list[PatchOutcome], str]:
     """Apply `patches` cumulatively on the engine's index; one commit per applied patch on `head`
     (author, date and message from the patch; `strip` is the -p level of the diffs)."""
+    start = engine.write_tree()
+    try:
+        return _apply_loop(engine, target, patches, files, head, trailers=trailers, am_args=am_args,
+                           am_env=am_env, pause=pause, strip=strip, native=len(head) == 40)
+    except CommitMismatch:
+        engine.reset(start)
+        return _apply_loop(engine, target, patches, files, head, trailers=trailers, am_args=am_args,
+                           am_env=am_env, pause=False, strip=strip, native=False)
+
+
+def _apply_loop(engine: IndexEngine, target: Target, patches: list[Patch], files: list[Path], head: str, *,
+                trailers: bool, am_args: tuple[str, ...], am_env: dict | None, pause: bool, strip: int,
+                native: bool) -> tuple[list[PatchOutcome], str]:
     outcomes = []
     commit_env = dict(am_env or {})
     signoff = None
@@ -289,7 +281,7 @@ def apply_loop(engine: IndexEngine, target: Target, patches: list[Patch], files:
                 extra += series_trailers(target, p)
             tree = engine.write_tree()
             msg = commit_message(p, extra)
-            obj = commit_object(tree, head, p, msg, commit_env)
+            obj = commit_object(tree, head, p, msg, commit_env) if native else None
             if obj is not None:
                 head = hashlib.sha1(b"commit %d\0" % len(obj) + obj).hexdigest()
                 pending.append((head, obj))
@@ -314,7 +306,6 @@ def apply_series(target: Target, source: Path, patches: list[Patch], work: WorkA
     `am_args` accepts "--signoff" (the committer identity from `am_env` signs each commit);
     `checkout=False` leaves the private clone without a work tree (apply/check/status do not need one).
     """
-    install_sigterm_handler()
     base_sha = resolve_base(source, base or target.base, target.name, fetch=fetch)
     check_series_safety(patches, source, base_sha)
     clone_private(source, work.repo)

@@ -1,20 +1,34 @@
 """Read-only questions about the user's checkout, and the one place it is changed (the switch).
 
-Everything here runs git with GIT_OPTIONAL_LOCKS=0 so even `status` never refreshes the user's
-index file: a refused or interrupted run leaves every byte under .git as it was.
+The questions run git with GIT_OPTIONAL_LOCKS=0 so even `status` never refreshes the user's
+index file: a refused run leaves every byte under .git as it was.
+
+The switch is a transaction (`switch`): before its first write it records the user's branch,
+HEAD, stash, the reflog sizes and the files the series adds in a journal under
+<cache>/switch/; then stash push -> objects in -> branch ref -> checkout -> stash pop, with the
+journal updated before each step. Any failure (a post-checkout hook exiting 1, a lock taken by
+another git, a full disk) or SIGINT/SIGTERM after the first write rolls every step back
+(`rollback`) and re-raises; the stash pop is the commit point, after which the switch is
+complete and a late signal is reported as such (signals.completed). After a SIGKILL the journal
+stays; the next lucepatch command (main.py) finds it and rolls back (`recover_all`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import signal
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from lucepatch import git
-from lucepatch.errors import UsageError
+from lucepatch import git, signals
+from lucepatch.engine.faults import pause
+from lucepatch.errors import EnvironmentMissing, LucepatchError, UsageError
 
 RO = {"GIT_OPTIONAL_LOCKS": "0"}
-_IDENT = {"GIT_AUTHOR_NAME": "lucepatch", "GIT_AUTHOR_EMAIL": "lucepatch@localhost"}
+_IDENT = {"GIT_AUTHOR_NAME": "lucepatch", "GIT_AUTHOR_EMAIL": "lucepatch@localhost",
+          "GIT_COMMITTER_NAME": "lucepatch", "GIT_COMMITTER_EMAIL": "lucepatch@localhost"}
 
 _IN_PROGRESS = {
     "rebase-apply": "a rebase or git am", "rebase-merge": "a rebase", "MERGE_HEAD": "a merge",
@@ -89,39 +103,346 @@ def stash_overlap(src: Path, workrepo: Path, base: str, head: str) -> list[str]:
     return [p for p in dirty_paths(src) if p in changed]
 
 
-@contextlib.contextmanager
-def signals_deferred():
-    """Hold SIGINT/SIGTERM while the checkout switches; they are delivered right after."""
-    sigs = {signal.SIGINT, signal.SIGTERM}
-    try:
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
-    except (ValueError, OSError):
-        old = None
-    try:
-        yield
-    finally:
-        if old is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+def require_writable_git_dir(src: Path) -> None:
+    """The switch writes objects, a ref, the index and HEAD: refuse up front when it cannot."""
+    gd = git_dir(src)
+    for d in (gd, gd / "objects", gd / "refs" / "heads"):
+        if d.is_dir() and not os.access(d, os.W_OK):
+            raise EnvironmentMissing(f"checkout {src}: {d} is not writable (read-only file system or another owner); "
+                                     f"make {gd} writable by you, or apply in a checkout you own")
+    lock = gd / "index.lock"
+    if lock.exists():
+        raise EnvironmentMissing(f"checkout {src}: {lock} exists: another git process is running there, or a crashed "
+                                 "one left it; remove that file once no git command runs")
 
 
-def switch(src: Path, workrepo: Path, branch: str, *, stash: bool) -> dict:
-    """Fetch the finished branch from the private clone and check it out; with `stash`, carry the
-    user's uncommitted changes across (git stash push / pop --index) byte for byte."""
-    info = {"stashed": False, "restored": None}
-    with signals_deferred():
-        if stash and dirty_paths(src):
-            git.run(src, "stash", "push", "--quiet", "-m", f"lucepatch apply {branch}", env=_IDENT)
-            info["stashed"] = True
-        try:
-            git.fetch_into(src, workrepo, "HEAD", f"refs/heads/{branch}")
-            git.run(src, "checkout", "--quiet", branch)
-        except git.GitFailed:
-            if info["stashed"]:
-                git.run(src, "stash", "pop", "--index", "--quiet", check=False, env=_IDENT)
+# ---- the transaction ---------------------------------------------------------------------------
+NO_HOOKS = ("-c", "core.hooksPath=/dev/null")  # a rollback must not run the hook that just failed
+QUIET_GC = ("-c", "gc.auto=0", "-c", "maintenance.auto=false")
+JOURNAL_VERSION = 1
+
+
+@dataclass
+class Journal:
+    """What the switch has done so far, on disk before each step (atomic rename)."""
+
+    path: Path
+    data: dict = field(default_factory=dict)
+
+    def save(self) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(self.data, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    def step(self, name: str) -> None:
+        self.data.setdefault("steps", []).append(name)
+        self.save()
+
+    def done(self, name: str) -> bool:
+        return name in self.data.get("steps", [])
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def journal_path(journal_dir: Path, gd: Path) -> Path:
+    key = hashlib.sha256(str(gd.resolve()).encode()).hexdigest()[:16]
+    return Path(journal_dir) / f"{key}.json"
+
+
+def pid_alive(pid: int) -> bool:
+    """Is that lucepatch process still running? (A reused pid of an unrelated program is not.)"""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True  # no /proc: trust the pid
+    return b"lucepatch" in cmd or b"python" in cmd
+
+
+def _rev(src: Path, ref: str) -> str | None:
+    r = git.run(src, "rev-parse", "-q", "--verify", ref, check=False, env=RO)
+    return r.stdout.strip() or None
+
+
+# files git (re)writes as a side effect of checkout / stash pop (merge-ort's AUTO_MERGE)
+_META = ("ORIG_HEAD", "AUTO_MERGE")
+
+
+def _restore_meta(gd: Path, meta: dict) -> None:
+    for name, text in meta.items():
+        f = gd / name
+        if text is None:
+            f.unlink(missing_ok=True)
+        elif not f.is_file() or f.read_text() != text:
+            f.write_text(text)
+
+
+def _reflog_sizes(gd: Path, refs: list[str]) -> dict:
+    out = {}
+    for ref in refs:
+        f = gd / "logs" / ref
+        out[ref] = f.stat().st_size if f.is_file() else None
+    return out
+
+
+def _added_paths(workrepo: Path, base: str, head: str, src: Path) -> tuple[list[str], list[str]]:
+    """Files the series adds, and the directories of theirs that do not exist in the checkout."""
+    out = git.run(workrepo, "diff", "--name-only", "-z", "--no-renames", "--diff-filter=A", base, head).stdout
+    added = [p for p in out.split("\0") if p]
+    dirs = []
+    for rel in added:
+        parts = Path(rel).parts[:-1]
+        for i in range(1, len(parts) + 1):
+            d = str(Path(*parts[:i]))
+            if not (src / d).exists():
+                if d not in dirs:
+                    dirs.append(d)
+                break
+    return added, dirs
+
+
+def user_env(src: Path) -> dict:
+    """The user's identity and clock; lucepatch's name only where git would otherwise refuse a
+    stash for want of any identity."""
+    env = git.user_clock()
+    if git.config_identity(src) is None and not (os.environ.get("GIT_AUTHOR_NAME") and os.environ.get("EMAIL")):
+        env.update(_IDENT)
+    return env
+
+
+def _w(d: dict, *args: str, check: bool = True):
+    """A write into the user's checkout, as the user."""
+    return git.run(d["src"], *args, check=check, env=d["user_env"])
+
+
+def begin(src: Path, workrepo: Path, branch: str, new_head: str, journal_dir: Path) -> Journal:
+    gd = git_dir(src)
+    jp = journal_path(journal_dir, gd)
+    jp.parent.mkdir(parents=True, exist_ok=True)
+    orig_branch = git.current_branch(src)
+    orig_head = git.head(src)
+    added, dirs = _added_paths(workrepo, orig_head, new_head, src)
+    refs = ["HEAD", f"refs/heads/{orig_branch}", f"refs/heads/{branch}", "refs/stash"]
+    j = Journal(jp, {
+        "version": JOURNAL_VERSION, "pid": os.getpid(), "started": time.time(), "src": str(Path(src).resolve()),
+        "git_dir": str(gd), "orig_branch": orig_branch, "orig_head": orig_head, "branch": branch,
+        "branch_before": _rev(src, f"refs/heads/{branch}"), "new_head": new_head,
+        "stash_before": _rev(src, "refs/stash"), "stash": None, "added": added, "created_dirs": dirs,
+        "reflogs": _reflog_sizes(gd, refs), "user_env": user_env(src), "steps": [],
+        "meta": {n: (gd / n).read_text() if (gd / n).is_file() else None for n in _META},
+    })
+    j.save()
+    return j
+
+
+def _wait_unlocked(src: Path, gd: Path, seconds: float = 5.0) -> None:
+    """A git killed with us may still be finishing; a lock still there after that is stale."""
+    lock = gd / "index.lock"
+    t0 = time.monotonic()
+    while lock.exists() and time.monotonic() - t0 < seconds:
+        time.sleep(0.05)
+    if lock.exists():
+        raise EnvironmentMissing(f"cannot restore {src}: {lock} exists (another git process is running there, or "
+                                 "one killed with lucepatch left it); remove that file once no git command runs, "
+                                 "then run any lucepatch command to finish the restore")
+
+
+def rollback(d: dict) -> str:
+    """Undo whatever of the switch `d` (the journal) describes; idempotent. Returns a one-line note."""
+    src, gd = Path(d["src"]), Path(d["git_dir"])
+    steps = d.get("steps", [])
+    if not steps:
+        return f"{src} was not changed"
+    orig, orig_head, branch = d["orig_branch"], d["orig_head"], d["branch"]
+    if "checkout" in steps and _moved(d):
+        _wait_unlocked(src, gd)
+        # back to the user's branch: index and work tree to its commit (the user's own changes,
+        # if any, are in our stash; the tree was clean otherwise: require_switchable)
+        _w(d, *NO_HOOKS, "checkout", "--quiet", "--force", "--no-recurse-submodules", orig)
+        for rel in d.get("added", []):
+            p = src / rel
+            if (p.exists() or p.is_symlink()) and not _tracked(src, rel):
+                p.unlink()
+        for rel in sorted(d.get("created_dirs", []), key=lambda x: -len(x)):
+            _remove_empty_tree(src / rel)
+    if "branch" in steps:
+        before = d.get("branch_before")
+        if before:
+            _w(d, "update-ref", f"refs/heads/{branch}", before)
+        elif _rev(src, f"refs/heads/{branch}"):
+            _w(d, "update-ref", "-d", f"refs/heads/{branch}")
+    restored_stash = None
+    ours = d.get("stash")
+    if ours is None and "stash" in steps:  # killed right after `stash push`, before the journal said so
+        top = _rev(src, "refs/stash")
+        msg = git.run(src, "log", "-1", "--format=%s", top, env=RO).stdout if top and top != d.get("stash_before") else ""
+        ours = top if f"lucepatch apply {branch}" in msg else None
+    if ours and _rev(src, "stash@{0}") == ours:
+        res = _w(d, *NO_HOOKS, "stash", "pop", "--index", "--quiet", check=False)
+        restored_stash = res.status == 0
+    _restore_reflogs(gd, d.get("reflogs", {}))
+    _restore_meta(gd, d.get("meta", {}))
+    note = f"{src} restored to {orig} ({orig_head[:12]})"
+    if restored_stash is False:
+        note += "; your uncommitted changes are kept in `git stash list`"
+    return note
+
+
+def _moved(d: dict) -> bool:
+    """Did the checkout step change anything? (A checkout that could not take the index lock did
+    not; then the rollback needs no lock either.) The tree was clean before it: require_switchable
+    refuses uncommitted changes, --stash moved them into the stash first."""
+    src = Path(d["src"])
+    if git.current_branch(src) != d["orig_branch"] or _rev(src, "HEAD") != d["orig_head"]:
+        return True
+    if any((src / rel).exists() or (src / rel).is_symlink() for rel in d.get("added", [])):
+        return True
+    return git.run(src, "diff", "--quiet", "HEAD", "--", check=False, env=RO).status != 0
+
+
+def _tracked(src: Path, rel: str) -> bool:
+    return bool(git.run(src, "ls-files", "-z", "--", f":(literal){rel}", env=RO).stdout)
+
+
+def _remove_empty_tree(d: Path) -> None:
+    if not d.is_dir() or d.is_symlink():
+        return
+    for sub in d.iterdir():
+        if sub.is_dir() and not sub.is_symlink():
+            _remove_empty_tree(sub)
+    try:
+        d.rmdir()
+    except OSError:
+        pass  # not empty: something the user put there stays
+
+
+def _restore_reflogs(gd: Path, sizes: dict) -> None:
+    """Reflogs are append-only: cut what the switch and its rollback appended."""
+    for ref, size in sizes.items():
+        f = gd / "logs" / ref
+        if size is None:
+            if f.is_file():
+                f.unlink()
+        elif f.is_file() and f.stat().st_size > size:
+            with open(f, "r+b") as fh:
+                fh.truncate(size)
+
+
+def check_no_switch_running(src: Path, journal_dir: Path) -> None:
+    """Refuse while another lucepatch switches this checkout; finish a killed one's rollback."""
+    jp = journal_path(journal_dir, git_dir(src))
+    if not jp.is_file():
+        return
+    d = _read_journal(jp)
+    if d is not None and d.get("pid") != os.getpid() and pid_alive(int(d.get("pid", 0))):
+        raise UsageError(f"another lucepatch (pid {d['pid']}) is switching {src} right now; wait for it to finish")
+    _recover_one(jp, strict=True)
+
+
+def _read_journal(jp: Path) -> dict | None:
+    try:
+        d = json.loads(jp.read_text())
+    except (OSError, ValueError):
+        return None
+    return d if isinstance(d, dict) and d.get("version") == JOURNAL_VERSION else None
+
+
+def _recover_one(jp: Path, *, strict: bool) -> str | None:
+    from lucepatch import report
+
+    d = _read_journal(jp)
+    if d is None:
+        jp.unlink(missing_ok=True)
+        return None
+    if pid_alive(int(d.get("pid", 0))) and d.get("pid") != os.getpid():
+        return None  # a switch in progress elsewhere
+    src = Path(d["src"])
+    if not (src / ".git").exists() and not Path(d["git_dir"]).is_dir():
+        jp.unlink(missing_ok=True)  # the checkout is gone: nothing to restore
+        return None
+    try:
+        with signals.held():
+            if "popped" in d.get("steps", []) or ("pop" in d.get("steps", []) and
+                                                  _rev(src, "refs/stash") != d.get("stash")):
+                note = f"the apply interrupted in {src} had completed ({d['branch']} checked out)"
+            else:
+                note = "an apply was killed while switching; " + rollback(d)
+            jp.unlink(missing_ok=True)
+    except LucepatchError as exc:
+        if strict:
             raise
-        if info["stashed"]:
-            res = git.run(src, "stash", "pop", "--index", "--quiet", check=False, env=_IDENT)
-            if res.status != 0:
-                res = git.run(src, "stash", "pop", "--quiet", check=False, env=_IDENT)
-            info["restored"] = res.status == 0
+        report.progress(f"warning: could not restore {src} after a killed apply: {exc}")
+        return None
+    report.progress(note)
+    return note
+
+
+def recover_all(journal_dir: Path) -> list[str]:
+    """Every journal left by a killed switch (main.py calls this before any verb)."""
+    notes = []
+    for jp in sorted(Path(journal_dir).glob("*.json")):
+        n = _recover_one(jp, strict=False)
+        if n:
+            notes.append(n)
+    return notes
+
+
+def _copy_objects(src: Path, workrepo: Path) -> None:
+    git.run(src, *QUIET_GC, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(workrepo), "HEAD")
+
+
+def switch(src: Path, workrepo: Path, branch: str, *, stash: bool, journal_dir: Path) -> dict:
+    """Move the checkout onto the finished branch from the private clone, as a transaction (see
+    the module doc); with `stash`, the user's uncommitted changes cross over byte for byte."""
+    info = {"stashed": False, "restored": None}
+    new_head = git.head(workrepo)
+    j = begin(src, workrepo, branch, new_head, journal_dir)
+    try:
+        if stash and dirty_paths(src):
+            j.step("stash")
+            _w(j.data, "stash", "push", "--quiet", "-m", f"lucepatch apply {branch}")
+            j.data["stash"] = _rev(src, "refs/stash")
+            j.save()
+            info["stashed"] = True
+            pause("switch-stashed")
+        _copy_objects(src, workrepo)
+        j.step("branch")
+        _w(j.data, "update-ref", "-m", f"lucepatch apply {branch}", f"refs/heads/{branch}", new_head,
+           j.data["branch_before"] or "")  # "": the ref must not exist yet
+        pause("switch-branch")
+        j.step("checkout")
+        _w(j.data, "checkout", "--quiet", branch)
+        pause("switch-checkout")
+        with signals.held():  # the commit point: the pop and the journal's removal are one step
+            if info["stashed"]:
+                j.step("pop")
+                res = _w(j.data, "stash", "pop", "--index", "--quiet", check=False)
+                if res.status != 0:
+                    res = _w(j.data, "stash", "pop", "--quiet", check=False)
+                info["restored"] = res.status == 0
+            j.step("popped")
+            j.remove()
+            signals.completed(f"{src} is on {branch} ({new_head[:12]})")
+    except BaseException as exc:
+        if j.path.exists() and not j.done("popped"):
+            with signals.held():
+                note = rollback(j.data)
+                j.remove()
+            if isinstance(exc, LucepatchError):
+                exc.args = (f"{exc.args[0]}; {note}" if exc.args else note,)
+            else:
+                signals.on_interrupt(note)
+        raise
+    pause("switch-done")
     return info

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from lucepatch import __version__, git
-from lucepatch.errors import EXIT_CHECK_FAILED, LucepatchError
+from lucepatch.errors import EXIT_CHECK_FAILED, from_exception
 from lucepatch.gate.result import FAIL, SKIP, WARN, Step, TargetResult
 from lucepatch.gate.steps import check_on, named_scenarios, step_build_and_verify, step_lint, step_probes
 from lucepatch.target import Target
@@ -54,8 +54,11 @@ def _timed(fn):
     t0 = time.monotonic()
     try:
         step = fn()
-    except LucepatchError as exc:
-        step = Step(getattr(fn, "__name__", "step"), FAIL, str(exc))
+    except Exception as exc:  # an environment failure fails this step, not the whole gate; a bug still raises
+        err = from_exception(exc)
+        if err is None:
+            raise
+        step = Step(getattr(fn, "__name__", "step"), FAIL, str(err))
     step.seconds = time.monotonic() - t0
     return step
 
@@ -90,8 +93,11 @@ def gate_target(ws, t: Target, src: Path, cache: Path, *, upstream_head: str | N
         t0 = time.monotonic()
         try:
             steps, res.evidence = step_build_and_verify(ws, t, src, cache, driver, runs, evidence_dir)
-        except LucepatchError as exc:
-            steps = [Step("build", FAIL, str(exc), time.monotonic() - t0)]
+        except Exception as exc:
+            err = from_exception(exc)
+            if err is None:
+                raise
+            steps = [Step("build", FAIL, str(err), time.monotonic() - t0)]
         res.steps += steps
         if probes:
             res.steps.append(_timed(lambda: step_probes(t, src, cache)))
