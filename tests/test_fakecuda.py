@@ -287,7 +287,9 @@ def test_sha256_of_empty_and_multiblock(tmp_path, fakedir):
 
 def _nvml_include() -> pathlib.Path | None:
     try:
-        return fakecuda._nvml_include()
+        from lucepatch.builders import toolchain
+
+        return toolchain.nvml_include()
     except EnvironmentMissing:
         return None
 
