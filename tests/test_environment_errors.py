@@ -217,7 +217,7 @@ def test_probe_object_that_is_not_elf_is_a_probe_failure_not_a_crash(tmp_path):
         f = tmp_path / name
         f.write_bytes(data)
         with pytest.raises(P._ProbeFail, match="not a readable ELF64 object"):
-            P.parse_fatbin_sections(f)
+            P.list_gpu_code(f)
 
 
 def test_ci_gate_reports_an_environment_failure_in_one_step_and_goes_on(toy, tmp_path):

@@ -270,39 +270,120 @@ def step_image(log: str, marker: str) -> str | None:
     return found
 
 
+STUB_DIR = "/lucepatch-closure-stubs"
 CLOSURE_SCRIPT = r"""
 ld=$(ls /lib64/ld-linux-x86-64.so.2 /lib/ld-linux-aarch64.so.1 /lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 2>/dev/null | head -n 1)
 [ -n "$ld" ] || { echo "NO-LOADER"; exit 0; }
-find "$@" -type f 2>/dev/null | while read -r f; do
+find "$@" -type f 2>/dev/null | sort | while read -r f; do
   if [ "$(head -c 4 "$f" 2>/dev/null | tr -d '\177')" = "ELF" ]; then
     echo "== $f"
-    "$ld" --list "$f" 2>&1 | grep -E "=> not found|error while loading|not a dynamic executable|statically linked" || true
+    LD_LIBRARY_PATH=%(stubs)s "$ld" --list "$f" 2>&1 || true
   fi
 done
-"""
+""" % {"stubs": STUB_DIR}
 
 
-def closure_check(client, image: str, roots: list[str], allowed: list[str] | None = None) -> dict:
+def _tar_of(files: dict[str, Path]) -> bytes:
+    import io  # noqa: PLC0415
+    import tarfile  # noqa: PLC0415
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        d = tarfile.TarInfo(STUB_DIR.strip("/"))
+        d.type, d.mode = tarfile.DIRTYPE, 0o755
+        tf.addfile(d)
+        for name, path in files.items():
+            tf.add(str(path), arcname=f"{STUB_DIR.strip('/')}/{name}")
+    return buf.getvalue()
+
+
+def _image_needed(client, image: str, roots: list[str]) -> dict[str, list[str]]:
+    """NEEDED of every ELF under `roots` in the image, read on this side with pyelftools."""
+    import io  # noqa: PLC0415
+    import tarfile  # noqa: PLC0415
+    import tempfile  # noqa: PLC0415
+
+    from lucepatch import elf  # noqa: PLC0415
+    out: dict[str, list[str]] = {}
+    c = client.containers.create(image, entrypoint=["/bin/true"])
+    try:
+        with tempfile.TemporaryDirectory(prefix="lp-closure-") as tmp:
+            for root in roots:
+                bits, _ = c.get_archive(root)
+                with tarfile.open(fileobj=io.BytesIO(b"".join(bits))) as tf:
+                    for m in tf:
+                        if not m.isfile():
+                            continue
+                        f = tf.extractfile(m)
+                        if f.read(4) != b"\x7fELF":
+                            continue
+                        local = Path(tmp) / "f"
+                        f.seek(0)
+                        local.write_bytes(f.read())
+                        # the archive names entries after the root folder's last component
+                        path = str(Path(root).parent / m.name)
+                        out[path] = elf.dynamic(local).needed
+    finally:
+        c.remove(force=True)
+    return out
+
+
+def closure_check(client, image: str, roots: list[str], allowed: list[str] | None = None, *,
+                  cache: Path | None = None) -> dict:
+    """Every NEEDED of every ELF under `roots` resolves in the image, except the driver's.
+
+    The image's own loader lists each ELF with stub libraries for the allowed names (libcuda.so.1,
+    libnvidia-ml.so.1: the host driver's, mounted at run time) on LD_LIBRARY_PATH, so it does not
+    stop at them and list nothing after; and every NEEDED that pyelftools reads from the ELF must
+    appear resolved in that listing (a listing cut short cannot pass)."""
+    from lucepatch.builders.probe import make_stand_ins  # noqa: PLC0415
     allowed = list(ALLOWED_MISSING if allowed is None else allowed)
-    out = client.containers.run(image, entrypoint=["/bin/sh", "-c", CLOSURE_SCRIPT, "closure", *roots],
-                                user="0", network_mode="none", remove=True, stdout=True, stderr=True)
-    text = out.decode(errors="replace")
+    si = make_stand_ins(cache or Path(os.environ.get("LUCEPATCH_CACHE", "/tmp/lucepatch-cache")), {})
+    stubs = {n: si.driver / n for n in allowed if (si.driver / n).is_file()}
+    c = client.containers.create(image, entrypoint=["/bin/sh", "-c", CLOSURE_SCRIPT, "closure", *roots],
+                                 user="0", network_mode="none")
+    try:
+        c.put_archive("/", _tar_of(stubs))
+        c.start()
+        c.wait(timeout=600)
+        text = c.logs(stdout=True, stderr=True).decode(errors="replace")
+    finally:
+        c.remove(force=True)
     if "NO-LOADER" in text:
         raise CheckFailed(f"closure check of {image}: no ld.so in the image")
-    elfs: dict[str, list[str]] = {}
+    listing: dict[str, list[str]] = {}
     cur = None
     for line in text.splitlines():
         if line.startswith("== "):
             cur = line[3:].strip()
-            elfs[cur] = []
+            listing[cur] = []
         elif cur:
-            m = re.match(r"\s*(\S+) => not found", line) or re.search(r"error while loading shared libraries: (\S+):", line)
-            if m:
-                elfs[cur].append(m.group(1))
-    unresolved = {f: [n for n in miss if n not in allowed] for f, miss in elfs.items()}
-    unresolved = {f: m for f, m in unresolved.items() if m}
-    return {"elf_count": len(elfs), "allowed_missing": allowed, "unresolved": unresolved,
-            "ok": bool(elfs) and not unresolved}
+            listing[cur].append(line)
+    needed = _image_needed(client, image, roots)
+    unresolved: dict[str, list[str]] = {}
+    resolved_names: set[str] = set()
+    for f, lines in listing.items():
+        body = "\n".join(lines)
+        if re.search(r"not a dynamic executable|statically linked", body):
+            continue
+        bad = set(re.findall(r"^\s*(\S+) => not found", body, re.M))
+        fatal = set(re.findall(r"error while loading shared libraries: (\S+):", body))
+        bad |= fatal
+        found = set(re.findall(r"^\s*(\S+) => (/\S+)", body, re.M))
+        resolved_names |= {n for n, _ in found}
+        have = {n for n, _ in found}
+        # every NEEDED of the file itself must be in the listing, resolved or reported missing
+        # (unless the loader gave up at a missing library: then what it did not reach is unknown)
+        unlisted = [] if fatal else [n for n in needed.get(f, []) if n not in have and n not in bad
+                                     and "/" not in n and not n.startswith("ld-linux")]
+        miss = sorted(n for n in bad | set(unlisted) if n not in allowed)
+        if miss:
+            unresolved[f] = miss
+    stubbed = sorted({n for f, lines in listing.items() for l in lines
+                      for n in re.findall(r"^\s*(\S+) => " + re.escape(STUB_DIR), l)})
+    return {"elf_count": len(listing), "allowed_missing": allowed, "unresolved": unresolved,
+            "needed_names": sorted({n for v in needed.values() for n in v}), "absent_allowed": stubbed,
+            "method": "image ld.so --list with stub driver libraries + pyelftools NEEDED cross-check",
+            "ok": bool(listing) and not unresolved and set(needed) == set(listing)}
 
 
 def inspect_labels(client, ref: str) -> dict:
@@ -373,7 +454,7 @@ def build_image(target: Target, source: Path, profile_name: str | None, cache: P
             _export_dir(client, layer, "/ccache", ccache_dir)
     res = ImageResult(tag, image_id, labels, out / "Dockerfile", log, seconds=time.monotonic() - t0)
     if closure and "entrypoint.sh" in files:  # a FROM scratch payload image has no loader to ask
-        res.closure = closure_check(client, tag, ["/app"])
+        res.closure = closure_check(client, tag, ["/app"], cache=cache)
         if not res.closure["ok"]:
             bad = next(iter(res.closure["unresolved"].items()), ("(no ELF found under /app)", []))
             raise CheckFailed(f"runtime closure check of {tag} failed: {bad[0]} needs {', '.join(bad[1]) or 'nothing'} "

@@ -21,15 +21,16 @@ import os
 import re
 import shlex
 import shutil
-import struct
 import subprocess
+import tempfile
 import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lucepatch import git, report
+from lucepatch import compiling, elf, git, report
 from lucepatch.builders import toolchain
+from lucepatch.elf import GpuCode, is_elf
 from lucepatch.engine.apply import WorkArea, apply_series
 from lucepatch.errors import CheckFailed, EnvironmentMissing, UsageError
 from lucepatch.target import Target
@@ -37,20 +38,6 @@ from lucepatch.target import Target
 KINDS = ("compile", "link", "runpath", "targets")
 PASS, FAIL, ERROR, NA = "pass", "fail", "error", "n/a"
 
-FATBIN_MAGIC = 0xBA55ED50
-
-
-@dataclass
-class GpuCode:
-    sass: list[str] = field(default_factory=list)  # e.g. ["sm_120"]
-    ptx: list[str] = field(default_factory=list)  # e.g. ["compute_120"]
-    tool: str = ""
-
-    def sass_numbers(self) -> list[int]:
-        return sorted({int(re.sub(r"\D", "", s)) for s in self.sass})
-
-    def to_json(self) -> dict:
-        return {"sass": self.sass, "ptx": self.ptx, "tool": self.tool}
 
 
 def find_cuobjdump() -> str | None:
@@ -68,69 +55,30 @@ def find_cuobjdump() -> str | None:
     return None
 
 
-def _sections(data: bytes) -> dict[str, bytes]:
-    if data[:4] != b"\x7fELF" or data[4] != 2:
-        raise ValueError("not an ELF64 file")
-    shoff = struct.unpack_from("<Q", data, 0x28)[0]
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
-    secs = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
-    stroff = secs[shstrndx][4]
-    out = {}
-    for s in secs:
-        end = data.index(b"\0", stroff + s[0])
-        name = data[stroff + s[0]:end].decode(errors="replace")
-        if s[1] != 8:  # SHT_NOBITS has no bytes
-            out[name] = data[s[4]:s[4] + s[5]]
-    return out
-
-
-def parse_fatbin_sections(path: Path) -> GpuCode:
-    data = Path(path).read_bytes()
-    code = GpuCode(tool="lucepatch fatbin reader")
-    try:
-        sections = _sections(data)
-    except (ValueError, struct.error, IndexError) as exc:
-        # what the compiler wrote is not an ELF64 object (or a truncated one): the probe fails
-        # with that, it is not a lucepatch bug
-        raise _ProbeFail(f"{Path(path).name} is not a readable ELF64 object ({exc or type(exc).__name__})")
-    for name, blob in sections.items():
-        if name not in (".nv_fatbin", "__nv_relfatbin", ".nvFatBinSegment") or name == ".nvFatBinSegment":
-            continue
-        p = 0
-        while p + 16 <= len(blob):
-            magic, _ver, hsize, fsize = struct.unpack_from("<IHHQ", blob, p)
-            if magic != FATBIN_MAGIC:
-                p += 8  # fatbins are 8-byte aligned inside the section
-                continue
-            q, end = p + hsize, p + hsize + fsize
-            while q + 32 <= end:
-                kind, _ev, ehs, psize = struct.unpack_from("<HHIQ", blob, q)
-                sm = struct.unpack_from("<I", blob, q + 28)[0]
-                if kind == 2 and f"sm_{sm}" not in code.sass:
-                    code.sass.append(f"sm_{sm}")
-                elif kind == 1 and f"compute_{sm}" not in code.ptx:
-                    code.ptx.append(f"compute_{sm}")
-                if ehs == 0:
-                    break
-                q += ehs + psize
-            p = end
+def cuobjdump_list(path: Path, tool: str | None = None) -> GpuCode | None:
+    """cuobjdump's own --list-elf/--list-ptx of a file (a cross-check of lucepatch.elf), or None."""
+    tool = tool or find_cuobjdump()
+    if not tool:
+        return None
+    code = GpuCode(tool=tool)
+    for flag, dest, rx in (("--list-elf", code.sass, r"\.(sm_\d+[a-z]?)\.cubin"),
+                           ("--list-ptx", code.ptx, r"\.(sm_\d+[a-z]?)\.ptx")):
+        r = subprocess.run([tool, flag, str(path)], capture_output=True, text=True)
+        for m in re.finditer(rx, r.stdout):
+            v = m.group(1) if dest is code.sass else m.group(1).replace("sm_", "compute_")
+            if v not in dest:
+                dest.append(v)
     return code
 
 
 def list_gpu_code(path: Path) -> GpuCode:
-    tool = find_cuobjdump()
-    if tool:
-        code = GpuCode(tool=tool)
-        for flag, dest, rx in (("--list-elf", code.sass, r"\.(sm_\d+[a-z]?)\.cubin"),
-                               ("--list-ptx", code.ptx, r"\.(sm_\d+[a-z]?)\.ptx")):
-            r = subprocess.run([tool, flag, str(path)], capture_output=True, text=True)
-            for m in re.finditer(rx, r.stdout):
-                v = m.group(1) if dest is code.sass else m.group(1).replace("sm_", "compute_")
-                if v not in dest:
-                    dest.append(v)
-        if code.sass or code.ptx:
-            return code
-    return parse_fatbin_sections(path)
+    """SASS/PTX of an object, read from its fatbin entry headers (lucepatch.elf)."""
+    try:
+        return elf.gpu_code(path)
+    except ValueError as exc:
+        # what the compiler wrote is not an ELF64 object (or a truncated one): the probe fails
+        # with that, it is not a lucepatch bug
+        raise _ProbeFail(f"{Path(path).name} is not a readable ELF64 object ({exc})")
 
 
 # ---------------------------------------------------------------------------------- data model
@@ -161,6 +109,10 @@ class ProbeResult:
     evidence: dict = field(default_factory=dict)
 
     @property
+    def substituted(self) -> bool:
+        return bool(self.evidence.get("tu_substituted"))
+
+    @property
     def signature_matched(self) -> bool:
         text = "\n".join([self.detail, self.first_error, self.evidence.get("log_excerpt", "")])
         return bool(self.spec.signature and re.search(self.spec.signature, text))
@@ -180,7 +132,8 @@ class ProbeResult:
                 "status": self.status, "as_declared": self.as_declared,
                 "signature": self.spec.signature, "signature_matched": self.signature_matched,
                 "detail": self.detail, "first_error": self.first_error, "error_count": self.error_count,
-                "seconds": round(self.seconds, 2), "evidence": self.evidence, "patches": self.spec.patches}
+                "seconds": round(self.seconds, 2), "substituted": self.substituted, "evidence": self.evidence,
+                "patches": self.spec.patches}
 
 
 def load_probes(target: Target) -> tuple[list[ProbeSpec], dict]:
@@ -308,73 +261,94 @@ def _run(cmd, cwd=None, env=None, timeout=1800, shell=False) -> subprocess.Compl
 class StandIns:
     """A CUDA devel-image layout for configure and link on a driver-less box.
 
-    lib64/stubs/libcuda.so (SONAME libcuda.so.1, no libcuda.so.1 file: the devel-image layout),
-    cuBLAS stand-ins where the toolkit has none, a nlohmann_json package config where none is
-    installed (configure only: no probe compiles the C++ that uses it), and objects for links.
+    cuda/lib64/stubs/libcuda.so (SONAME libcuda.so.1, no libcuda.so.1 file: the devel-image
+    layout), cuBLAS stand-ins where the toolkit has none, a nlohmann_json package config where none
+    is installed (configure only: no probe compiles the C++ that uses it), objects for links, and
+    driver/ with libcuda.so.1 + libnvidia-ml.so.1 stubs for the loader cross-check (never on a
+    link path: they would hide F6).
     """
     root: Path
     driver_symbols: list[str]
     presets: dict[str, str] = field(default_factory=dict)
+    nlohmann: Path | None = None
 
     @property
     def stubs(self) -> Path:
         return self.root / "cuda" / "lib64" / "stubs"
 
+    @property
+    def driver(self) -> Path:
+        return self.root / "driver"
+
+    @property
+    def src(self) -> Path:
+        return self.root / "src"
+
     def cmake_args(self) -> list[str]:
         return [f"-D{k}={v}" for k, v in self.presets.items()]
 
 
-def _cc() -> str:
-    return toolchain.require("cc", "install a C compiler (apt-get install gcc)")
+def _stand_in_unit(syms: list[str], work: Path) -> compiling.Unit:
+    work.mkdir(parents=True, exist_ok=True)
+    texts = {
+        "driver.c": "".join(f"int {s}(void) {{ return 0; }}\n" for s in syms),
+        "cublas.c": "int lucepatch_cublas_stand_in(void) { return 0; }\n",
+        "empty.c": "static int lucepatch_probe_empty_tu __attribute__((unused));\n",
+        "main.c": "int main(void) { return 0; }\n",
+        "uses_driver.c": "".join(f"extern int {s}(void);\n" for s in syms)
+        + "int lucepatch_uses_driver(void) { return 0" + "".join(f" + {s}()" for s in syms) + "; }\n",
+        "nvml.c": "int nvmlInit_v2(void) { return 0; }\n",
+    }
+    for name, text in texts.items():
+        if not (work / name).is_file() or (work / name).read_text() != text:
+            (work / name).write_text(text)
+    src = {n: str(work / n) for n in texts}
+    so = lambda soname, out, c: ["{cc}", "-shared", "-fPIC", f"-Wl,-soname,{soname}", "-o", "{out}/" + out, src[c]]  # noqa: E731
+    steps = [["mkdir", "-p", "{out}/cuda/lib64/stubs", "{out}/src", "{out}/driver"],
+             so("libcuda.so.1", "cuda/lib64/stubs/libcuda.so", "driver.c"),
+             so("libcublas.so.13", "cuda/lib64/libcublas.so.13", "cublas.c"),
+             so("libcublasLt.so.13", "cuda/lib64/libcublasLt.so.13", "cublas.c"),
+             so("libcuda.so.1", "driver/libcuda.so.1", "driver.c"),
+             so("libnvidia-ml.so.1", "driver/libnvidia-ml.so.1", "nvml.c")]
+    steps += [["{cc}", "-c", "-fPIC", "-o", f"{{out}}/src/{n}.o", src[f"{n}.c"]] for n in ("empty", "main", "uses_driver")]
+    return compiling.Unit(what="probe stand-ins", steps=steps,
+                          outputs=["cuda/lib64/stubs/libcuda.so", "cuda/lib64/libcublas.so", "driver/libcuda.so.1",
+                                   "src/empty.o", "src/main.o", "src/uses_driver.o"],
+                          inputs=[work / n for n in texts],
+                          links={"cuda/lib64/libcublas.so": "libcublas.so.13",
+                                 "cuda/lib64/libcublasLt.so": "libcublasLt.so.13"})
+
+
+def _nlohmann_stand_in(cache: Path) -> Path:
+    d = cache / "probe-standins" / "nlohmann_json-v1"
+    if (d / "nlohmann_jsonConfigVersion.cmake").is_file():
+        return d
+    tmp = Path(tempfile.mkdtemp(prefix=".nlohmann-", dir=d.parent if d.parent.is_dir() else None))
+    (tmp / "nlohmann_jsonConfig.cmake").write_text(
+        "# lucepatch probe stand-in: an interface target only (probes compile no JSON-using TU)\n"
+        "if(NOT TARGET nlohmann_json::nlohmann_json)\n"
+        "  add_library(nlohmann_json::nlohmann_json INTERFACE IMPORTED)\nendif()\n")
+    (tmp / "nlohmann_jsonConfigVersion.cmake").write_text(
+        "set(PACKAGE_VERSION 3.11.3)\nset(PACKAGE_VERSION_COMPATIBLE TRUE)\nset(PACKAGE_VERSION_EXACT FALSE)\n")
+    tmp.chmod(0o755)
+    try:
+        os.rename(tmp, d)
+    except OSError:  # a concurrent run made the same folder
+        shutil.rmtree(tmp, ignore_errors=True)
+    return d
 
 
 def make_stand_ins(cache: Path, cfg: dict) -> StandIns:
+    """The stand-in layout, built once per content key through lucepatch.compiling."""
     syms = list(cfg.get("driver_symbols") or ["cuMemCreate"])
-    key = hashlib.sha256(("v2\n" + "\n".join(syms) + toolchain.version_line("cc")).encode()).hexdigest()[:16]
-    root = cache / "probe-standins" / key
+    cache = Path(cache)
+    (cache / "probe-standins").mkdir(parents=True, exist_ok=True)
+    unit = _stand_in_unit(syms, cache / "probe-standins" / "src" / hashlib.sha256("\n".join(syms).encode()).hexdigest()[:12])
+    cc_path = compiling.cc()
+    unit.steps = [[a.replace("{cc}", cc_path) for a in step] for step in unit.steps]
+    root = compiling.build_cached(unit, cache / "probe-standins", compiler=cc_path)
     si = StandIns(root, syms)
     cuda = root / "cuda" / "lib64"
-    done = root / "done"
-    if not done.is_file():
-        tmp = root.with_name(root.name + f".tmp{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        (tmp / "cuda" / "lib64" / "stubs").mkdir(parents=True)
-        (tmp / "src").mkdir()
-        src = tmp / "src"
-        (src / "driver.c").write_text("".join(f"int {s}(void) {{ return 0; }}\n" for s in syms))
-        (src / "cublas.c").write_text("int lucepatch_cublas_stand_in(void) { return 0; }\n")
-        (src / "empty.c").write_text("static int lucepatch_probe_empty_tu __attribute__((unused));\n")
-        (src / "main.c").write_text("int main(void) { return 0; }\n")
-        (src / "uses_driver.c").write_text("".join(f"extern int {s}(void);\n" for s in syms)
-                                          + "int lucepatch_uses_driver(void) { return 0"
-                                          + "".join(f" + {s}()" for s in syms) + "; }\n")
-        cc = _cc()
-        steps = [
-            [cc, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(tmp / "cuda/lib64/stubs/libcuda.so"), str(src / "driver.c")],
-            [cc, "-shared", "-fPIC", "-Wl,-soname,libcublas.so.13", "-o", str(tmp / "cuda/lib64/libcublas.so.13"), str(src / "cublas.c")],
-            [cc, "-shared", "-fPIC", "-Wl,-soname,libcublasLt.so.13", "-o", str(tmp / "cuda/lib64/libcublasLt.so.13"), str(src / "cublas.c")],
-        ] + [[cc, "-c", "-fPIC", "-o", str(src / f"{n}.o"), str(src / f"{n}.c")] for n in ("empty", "main", "uses_driver")]
-        for cmd in steps:
-            r = _run(cmd)
-            if r.returncode != 0:
-                raise EnvironmentMissing(f"cannot build probe stand-ins ({' '.join(cmd[:2])}): {(r.stderr or r.stdout).strip()[:200]}")
-        for n in ("libcublas", "libcublasLt"):
-            os.symlink(f"{n}.so.13", tmp / "cuda/lib64" / f"{n}.so")
-        nl = tmp / "nlohmann_json"
-        nl.mkdir()
-        (nl / "nlohmann_jsonConfig.cmake").write_text(
-            "# lucepatch probe stand-in: an interface target only (probes compile no JSON-using TU)\n"
-            "if(NOT TARGET nlohmann_json::nlohmann_json)\n"
-            "  add_library(nlohmann_json::nlohmann_json INTERFACE IMPORTED)\nendif()\n")
-        (nl / "nlohmann_jsonConfigVersion.cmake").write_text(
-            "set(PACKAGE_VERSION 3.11.3)\nset(PACKAGE_VERSION_COMPATIBLE TRUE)\nset(PACKAGE_VERSION_EXACT FALSE)\n")
-        (tmp / "done").write_text("ok\n")
-        shutil.rmtree(root, ignore_errors=True)
-        root.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.replace(tmp, root)
-        except OSError:
-            shutil.rmtree(tmp, ignore_errors=True)
     home = None
     try:
         home = toolchain.cuda_home()
@@ -387,7 +361,8 @@ def make_stand_ins(cache: Path, cfg: dict) -> StandIns:
         if not any((d / f"lib{lib}.so").is_file() for d in libdirs):
             si.presets[f"CUDA_{lib}_LIBRARY"] = str(cuda / f"lib{lib}.so")
     if not _has_nlohmann():
-        si.presets["nlohmann_json_DIR"] = str(root / "nlohmann_json")
+        si.nlohmann = _nlohmann_stand_in(cache)
+        si.presets["nlohmann_json_DIR"] = str(si.nlohmann)
     return si
 
 
@@ -421,34 +396,26 @@ def _ld_so() -> str:
     raise EnvironmentMissing("no ld.so found (expected /lib64/ld-linux-x86-64.so.2)")
 
 
-def ld_list(path: Path, env: dict | None = None) -> tuple[dict[str, str | None], str]:
-    """NEEDED name -> resolved path (None when `not found`), via `ld.so --list`."""
-    r = _run([_ld_so(), "--list", str(path)], env=env or {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"})
-    out: dict[str, str | None] = {}
-    for line in (r.stdout + r.stderr).splitlines():
-        m = re.match(r"\s*(\S+) => (not found|(\S+))", line)
-        if m:
-            out[m.group(1)] = None if m.group(2) == "not found" else m.group(3)
-        m = re.search(r"error while loading shared libraries: (\S+): cannot open shared object file", line)
-        if m:  # the loader gave up at this library; it is as unresolved as a `not found`
-            out[m.group(1)] = None
-    return out, r.stdout + r.stderr
+def loader_list(path: Path, si: "StandIns", allowed: list[str]) -> dict:
+    """`ld.so --list` with stub libraries for the allowed-missing names on LD_LIBRARY_PATH.
 
-
-def readelf_dynamic(path: Path) -> dict:
-    r = _run(["readelf", "-d", str(path)])
-    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", r.stdout)
-    runpath = re.findall(r"\((?:RUNPATH|RPATH)\)\s+Library r(?:un)?path: \[([^\]]*)\]", r.stdout)
-    soname = re.findall(r"\(SONAME\)\s+Library soname: \[([^\]]+)\]", r.stdout)
-    return {"needed": needed, "runpath": runpath[0] if runpath else "", "soname": soname[0] if soname else ""}
-
-
-def is_elf(path: Path) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return f.read(4) == b"\x7fELF"
-    except OSError:
-        return False
+    Without them the loader stops at the first library it cannot open (the driver, on a build
+    machine) and never lists the rest; with them it lists the whole closure when everything else
+    resolves, or stops at the first really missing library. A second implementation beside
+    resolve_closure: the two must agree."""
+    stubs = [n for n in allowed if (si.driver / n).is_file()]
+    if len(stubs) != len(allowed):
+        return {"ran": False, "lines": [], "missing": []}
+    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    with tempfile.TemporaryDirectory(prefix="lp-ldlist-") as d:
+        for n in stubs:
+            os.symlink(si.driver / n, Path(d) / n)
+        env["LD_LIBRARY_PATH"] = d
+        r = _run([_ld_so(), "--list", str(path)], env=env)
+    text = r.stdout + r.stderr
+    missing = set(re.findall(r"^\s*(\S+) => not found", text, re.M))
+    missing |= set(re.findall(r"error while loading shared libraries: (\S+): cannot open", text))
+    return {"ran": True, "lines": text.strip().splitlines(), "missing": sorted(missing)}
 
 
 # ---------------------------------------------------------------------------------- the runner
@@ -550,15 +517,42 @@ class ProbeRunner:
         r = _run(cmd, cwd=bdir, env=self.env, shell=True)
         out = r.stdout + r.stderr
         missing_hdr = re.search(r"fatal error: (\S+): No such file or directory", out)
-        if r.returncode != 0 and missing_hdr and self.cfg.get("substitute_kernel"):
-            # This machine lacks a header of that TU (e.g. cuBLAS on a PyPI-only CUDA): compile the
-            # same command line with a substitute kernel. Which SASS is emitted depends on the
-            # command line only, which is what an arch fix changes.
+        allowed_hdrs = set(self.cfg.get("substitute_for", []))
+        if r.returncode != 0 and missing_hdr and self.cfg.get("substitute_kernel") \
+                and os.path.basename(missing_hdr.group(1)) in allowed_hdrs:
+            # This machine lacks a header the toolkit ships outside the compiler (cuBLAS on a
+            # PyPI-only CUDA, named in [stand_ins] substitute_for): compile the same command line
+            # with a substitute kernel. Which SASS is emitted depends on the command line only,
+            # which is what an arch fix changes. Any other missing header is the tree's fault (a
+            # patch that breaks an include) and fails the probe.
+            # first: with empty stand-ins for exactly the named headers, the real TU must
+            # preprocess, so every other include it has (the tree's own) still resolves
+            stub_inc = bdir / "lucepatch-probe-headers"
+            stub_inc.mkdir(exist_ok=True)
+            for h in sorted(allowed_hdrs):
+                (stub_inc / h).write_text(f"/* lucepatch probe: empty stand-in for {h} (preprocessing check only) */\n")
+            pre = re.sub(r"\s-o\s+\S+", f" -o {shlex.quote(str(bdir / ('lucepatch-probe-' + spec.name + '.ii')))}", cmd, count=1)
+            pre = re.sub(r"\s-c\s", " -E ", pre, count=1)
+            pre = re.sub(r"\s-(MD|MMD)(?=\s)|\s-M[TF]\s+\S+", "", pre)  # nvcc refuses -MD with -E
+            src_tok = next(t for t in shlex.split(cmd) if t.endswith(tu))
+            pre = pre.replace(src_tok, f"-I{shlex.quote(str(stub_inc))} {src_tok}", 1)
+            rp = _run(pre, cwd=bdir, env=self.env, shell=True)
+            if rp.returncode != 0:
+                res.status = FAIL
+                res.first_error, res.error_count = summarize_errors(rp.stdout + rp.stderr)
+                res.detail = (f"{tu} does not preprocess even with {', '.join(sorted(allowed_hdrs))} stood in: "
+                              f"{res.first_error or 'preprocessor failed'}")
+                res.evidence["log_excerpt"] = excerpt(rp.stdout + rp.stderr)
+                return
             sub = bdir / f"lucepatch-probe-{spec.name}.cu"
             sub.write_text(self.cfg["substitute_kernel"])
             src_tok = next(t for t in shlex.split(cmd) if t.endswith(tu))
             cmd = cmd.replace(src_tok, str(sub))
-            res.evidence["tu_substituted"] = f"{tu} needs {missing_hdr.group(1)}, absent here; same command, substitute kernel"
+            res.evidence["tu_substituted"] = {"tu": tu, "missing_header": missing_hdr.group(1),
+                                              "stood_in": sorted(allowed_hdrs), "preprocessed": True,
+                                              "why": "absent from this toolkit; the real TU preprocesses with empty "
+                                                     "stand-ins for these headers; SASS from the same command line "
+                                                     "with a substitute kernel"}
             r = _run(cmd, cwd=bdir, env=self.env, shell=True)
             out = r.stdout + r.stderr
         if r.returncode != 0:
@@ -598,7 +592,7 @@ class ProbeRunner:
     def _link(self, spec, bdir, res, extra_flags: list[str]) -> tuple[bool, str]:
         target_name = spec.data["target"]
         cmds = self.commands(bdir, target_name)
-        src = self.si.root / "src"
+        src = self.si.src
         driver_tu = self.cfg.get("driver_tu", "")
         compiles = [c for c in cmds if " -c " in c and re.search(r"\s-o\s+\S+", c)]
         others = [c for c in cmds if c not in compiles]
@@ -653,6 +647,16 @@ class ProbeRunner:
             res.status = FAIL
             res.detail = f"link of {spec.data['target']} failed: {count} error line(s)"
 
+    def copy_runtime(self, bdir: Path, binary: Path, app: Path) -> list[str]:
+        """What a runtime stage does: the binary and every *.so* of the build tree in one folder."""
+        shutil.copy2(binary, app / binary.name)
+        copied = []
+        for p in sorted(bdir.rglob("*.so*")):
+            if p.is_file() and is_elf(p) and not (app / p.name).exists():
+                shutil.copy2(p, app / p.name, follow_symlinks=True)
+                copied.append(p.name)
+        return copied
+
     def _probe_runpath(self, spec, bdir, res):
         ok, out = self._link(spec, bdir, res, list(spec.data.get("link_flags", [])))
         if not ok:
@@ -662,33 +666,38 @@ class ProbeRunner:
         app = self.work / f"copied-{spec.name}-{bdir.name}" / "app"
         shutil.rmtree(app.parent, ignore_errors=True)
         app.mkdir(parents=True)
-        shutil.copy2(binary, app / binary.name)
-        copied = []
-        for p in sorted(bdir.rglob("*.so*")):
-            if p.is_file() and is_elf(p) and not (app / p.name).exists():
-                shutil.copy2(p, app / p.name, follow_symlinks=True)
-                copied.append(p.name)
-        dyn = readelf_dynamic(app / binary.name)
-        res.evidence["readelf"] = dyn
-        res.evidence["copied"] = copied
-        # the build tree must not help: move it away while ld.so resolves
+        res.evidence["copied"] = self.copy_runtime(bdir, binary, app)
+        dyn = elf.dynamic(app / binary.name)
+        res.evidence["dynamic"] = dyn.to_json()
+        allowed = list(spec.data.get("allowed_missing", []))
+        # the build tree must not help: move it away while the closure is resolved
         moved = bdir.with_name(bdir.name + ".moved")
         os.rename(bdir, moved)
         try:
-            resolved, raw = ld_list(app / binary.name)
+            closure = elf.resolve_closure([app / binary.name], allowed_missing=allowed)
+            loader = loader_list(app / binary.name, self.si, allowed)
         finally:
             os.rename(moved, bdir)
-        res.evidence["ld_so_list"] = raw.strip().splitlines()[:40]
-        allowed = set(spec.data.get("allowed_missing", []))
-        missing = [n for n, p in resolved.items() if p is None and n not in allowed]
-        if missing:
+        res.evidence["closure"] = closure.to_json()
+        res.evidence["ld_so_list"] = loader["lines"][:60]
+        walk_missing = sorted({n for names in closure.missing.values() for n in names})
+        # the loader still stops at the first library it cannot open (now a real one): it must
+        # name one the walk found missing, and find nothing missing exactly when the walk does
+        if loader["ran"] and (not set(loader["missing"]) <= set(walk_missing)
+                              or bool(loader["missing"]) != bool(walk_missing)):
+            raise _ProbeFail(f"the closure walk ({', '.join(walk_missing) or 'nothing missing'}) and ld.so with stub "
+                             f"driver libraries ({', '.join(loader['missing']) or 'nothing missing'}) disagree")
+        runpath = dyn.runpath or dyn.rpath or "(none)"
+        if closure.missing:
             res.status = FAIL
-            lines = [f"{n} => not found" for n in missing]
-            res.detail = f"after copy, RUNPATH {dyn['runpath'] or '(none)'}: " + "; ".join(lines)
+            lines = closure.lines()
+            res.detail = f"after copy, RUNPATH {runpath}: " + "; ".join(lines)
             res.first_error, res.error_count = lines[0], len(lines)
         else:
             res.status = PASS
-            res.detail = f"after copy, every NEEDED resolves (RUNPATH {dyn['runpath']}; allowed missing: {', '.join(sorted(allowed)) or 'none'})"
+            res.detail = (f"after copy, all {len(closure.objects)} objects of the closure resolve "
+                          f"({len(closure.to_json()['needed_names'])} NEEDED names; RUNPATH {runpath}; "
+                          f"absent as allowed: {', '.join(closure.absent_allowed) or 'none'})")
 
 
 class _ProbeFail(Exception):

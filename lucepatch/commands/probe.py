@@ -37,10 +37,10 @@ def command(ctx, target, source, profile, baseline, both, only, as_json):
             verdict = "not applicable" if r.status == "n/a" else ("proven" if r.as_declared else "NOT PROVEN") if r.variant == "patched" else \
                 ("fails as declared" if r.as_declared else ("UNEXPECTED PASS" if r.status == "pass" else "fails differently"))
             shown = r.first_error if r.variant == "baseline" and r.first_error else r.detail
-            rows.append([r.spec.fix, r.spec.name, r.variant, r.status, verdict, f"{r.seconds:.1f}s",
-                         str(r.error_count), shown[:140]])
+            rows.append([r.spec.fix, r.spec.name, r.variant, r.status, verdict, "substituted" if r.substituted else "",
+                         f"{r.seconds:.1f}s", str(r.error_count), shown[:140]])
     title = f"probe {t.name} {t.version} profile {runs[0].profile}: " + \
         ", ".join(f"{r.variant} {r.seconds:.0f}s" for r in runs)
-    report.table(title, ["fix", "probe", "variant", "status", "verdict", "time", "errors", "first error / evidence"],
+    report.table(title, ["fix", "probe", "variant", "status", "verdict", "TU", "time", "errors", "first error / evidence"],
                  rows, to_stdout=not as_json)
     return 0 if ok else EXIT_CHECK_FAILED
