@@ -93,6 +93,10 @@ def test_lucebox_content():
     assert pod["spec"]["schedulerName"] == "hami-scheduler"
     assert d["metadata"]["labels"]["team"] == "ml"
     dflt = _by_kind(ALL["lucebox-defaults"], "Deployment")[0]["spec"]["template"]
+    (init,) = dflt["spec"]["initContainers"]  # the download runs before the server's startup probe
+    assert {"name": "DOWNLOAD_ONLY", "value": "1"} in init["env"]
+    assert init["image"] == dflt["spec"]["containers"][0]["image"]
+    assert init["volumeMounts"] == dflt["spec"]["containers"][0]["volumeMounts"]
     assert "annotations" not in dflt["metadata"]
     assert "CUDA_DEVICE_MEMORY_LIMIT_0" not in {e["name"] for e in dflt["spec"]["containers"][0]["env"]}
     assert dflt["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] == "lucebox-models"

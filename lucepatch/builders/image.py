@@ -26,6 +26,7 @@ import jinja2
 
 from lucepatch import __version__, report
 from lucepatch.builders.probe import AppliedTree, prepare_tree, resolve_profile, sub_target
+from lucepatch.builders.superbuild import plan_for
 from lucepatch.errors import CheckFailed, EnvironmentMissing, UsageError
 from lucepatch.target import Target
 
@@ -101,6 +102,11 @@ def template_vars(target: Target, profile: dict, *, labels: dict, builder_image:
     if not binaries and not b.get("artifacts"):
         raise UsageError(f"target {target.name}: [build] binaries (or targets) is empty in {target.toml_path}")
     model = dict(target.raw.get("model", {}))
+    # the same plan as the native `build TARGET --profile P` (builders/superbuild.py); the arch
+    # list becomes the CUDA_ARCHITECTURES build argument, defaulting to the profile's
+    plan = plan_for(target, profile) if binaries else None
+    arch_arg = bool(plan and plan.arch_variable and any(a.startswith(f"-D{plan.arch_variable}=") for a in plan.cmake_args))
+    cmake_args = plan.args("${CUDA_ARCHITECTURES}") if arch_arg else list(profile.get("cmake_args", []))
     return {
         "lucepatch_version": __version__, "target": target.name, "version": target.version,
         "profile": profile["name"],
@@ -110,13 +116,14 @@ def template_vars(target: Target, profile: dict, *, labels: dict, builder_image:
         "runtime_packages": profile.get("runtime_packages", DEFAULT_RUNTIME_PACKAGES),
         "cuda_stub": profile.get("cuda_stub", True),
         "generator": profile.get("generator", "Ninja"),
-        "cmake_args": list(profile.get("cmake_args", [])),
+        "cmake_args": cmake_args,
+        "cuda_archs": ";".join(plan.cuda_archs) if arch_arg else "",
         "build_targets": list(b.get("targets") or binaries),
-        "binaries": binaries,
+        "binaries": binaries, "share": list(b.get("share", [])),
         "artifacts": b.get("artifacts", {}),
         "source_dir": b.get("source_dir", ".").strip("/") or ".",
         "submodules": [{"name": s.get("name") or Path(s["path"]).name, "path": s["path"]} for s in target.submodules],
-        "jobs": jobs or os.cpu_count() or 2,
+        "jobs": jobs,  # None: the builder's nproc at build time (BUILD_JOBS overrides)
         "uid": int(profile.get("uid", 10001)), "user": profile.get("user", target.name.replace(".", "-")),
         "model_dir": profile.get("model_dir", "/models"),
         "port": int(b.get("port", 8080)), "health_path": b.get("health_path", "/health"),
@@ -132,6 +139,9 @@ def _env() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
                              keep_trailing_newline=True, trim_blocks=False, lstrip_blocks=False)
     # a Dockerfile double-quoted word: backslash and quote escaped, no newlines
+    # a shell word in a RUN line: bare when safe, else double-quoted (so ${BUILD_ARG}s still expand)
+    env.filters["sh"] = lambda v: str(v) if re.fullmatch(r"[A-Za-z0-9_@%+=:,./-]+", str(v)) else \
+        '"' + str(v).replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`") + '"'
     env.filters["dq"] = lambda v: '"' + " ".join(str(v).split()).replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
     return env
 
@@ -429,7 +439,7 @@ def build_image(target: Target, source: Path, profile_name: str | None, cache: P
         ev_sha = hashlib.sha256(json.dumps(evidence, sort_keys=True).encode()).hexdigest()
     t0 = time.monotonic()
     with contextlib.ExitStack() as stack:
-        tree = prepare_tree(target, source, variant, cache, stack)
+        tree = prepare_tree(target, source, variant, cache, stack, nested=True)
         revision = tree.repos[0]["base"]
         labels = labels_for(target, profile, revision=revision, evidence_sha256=ev_sha, variant=variant)
         v = template_vars(target, profile, labels=labels, builder_image=builder_image, runtime_image=runtime_image,

@@ -216,8 +216,34 @@ class AppliedTree:
         return {"variant": self.variant, "repos": self.repos}
 
 
-def prepare_tree(target: Target, source: Path, variant: str, cache: Path, stack: contextlib.ExitStack) -> AppliedTree:
-    """Superproject + every submodule with their series applied, in private work areas."""
+def nested_submodules(sub_src: Path, base: str) -> list[dict]:
+    """Submodules of a submodule (BSA's csrc/cutlass): path, pinned commit, and whether the
+    user's checkout has it initialised at that commit."""
+    gm = sub_src / ".gitmodules"
+    if not gm.is_file():
+        return []
+    r = subprocess.run(["git", "config", "-f", str(gm), "--get-regexp", r"^submodule\..*\.path$"],
+                       capture_output=True, text=True)
+    out = []
+    for line in r.stdout.splitlines():
+        path = line.split(None, 1)[1].strip()
+        ls = subprocess.run(["git", "-C", str(sub_src), "ls-tree", base, path], capture_output=True, text=True).stdout.split()
+        pinned = ls[2] if len(ls) >= 3 and ls[1] == "commit" else ""
+        d = sub_src / path
+        have = ""
+        if (d / ".git").exists():
+            have = subprocess.run(["git", "-C", str(d), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+        state = "absent" if not have else ("initialised" if have == pinned else f"initialised at {have[:12]}, pinned {pinned[:12]}")
+        out.append({"path": path, "pinned": pinned, "head": have, "state": state})
+    return out
+
+
+def prepare_tree(target: Target, source: Path, variant: str, cache: Path, stack: contextlib.ExitStack, *,
+                 nested: bool = False) -> AppliedTree:
+    """Superproject + every submodule with their series applied, in private work areas.
+
+    nested: also copy the working trees of nested submodules (BSA's csrc/cutlass) from the user's
+    checkout where initialised (full builds need them; probes do not, and skip the copy)."""
     repos = []
     work = stack.enter_context(WorkArea(cache, f"probe-{target.name}-{variant}"))
     patches = target.variant_patches(variant)
@@ -246,8 +272,19 @@ def prepare_tree(target: Target, source: Path, variant: str, cache: Path, stack:
             shutil.rmtree(dest)
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.symlink_to(sres.workdir, target_is_directory=True)
-        repos.append({"name": st.name, "path": sub["path"], "base": sres.base, "head": sres.head,
-                      "patches": [p.name for p in spatches]})
+        entry = {"name": st.name, "path": sub["path"], "base": sres.base, "head": sres.head,
+                 "patches": [p.name for p in spatches]}
+        if nested:
+            entry["nested"] = nested_submodules(sub_src, sres.base)
+            for n in entry["nested"]:
+                if n["head"]:
+                    ndest = sres.workdir / n["path"]
+                    shutil.rmtree(ndest, ignore_errors=True)
+                    shutil.copytree(sub_src / n["path"], ndest, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+                else:
+                    report.progress(f"note: {sub['path']}/{n['path']} is not initialised in {source} "
+                                    f"(git -C {sub_src} submodule update --init {n['path']}); builds that need it fall back")
+        repos.append(entry)
     return AppliedTree(res.workdir, variant, repos)
 
 

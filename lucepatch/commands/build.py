@@ -28,6 +28,9 @@ from lucepatch.target import load_target
 @click.option("--no-preflight", is_flag=True, help="Skip the probes that otherwise run first and refuse a build known to fail.")
 @click.option("--builder-image", default=None, help="Override the profile's builder base image.")
 @click.option("--runtime-image", default=None, help="Override the profile's runtime base image.")
+@click.option("--keep-build", is_flag=True, help="Profile builds: keep the build tree and its sources (a later re-link there).")
+@click.option("--cuda-archs", default=None, metavar="LIST", help="Profile builds: CUDA arch list instead of the profile's (e.g. '120;90').")
+@click.option("--summary", type=click.Path(dir_okay=False), default=None, help="Profile builds: write the build summary JSON here.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="With --dry-run: write the rendered files here.")
 @click.option("--from", "from_image", default=None, metavar="IMAGE",
               help="build hami-device-plugin: the HAMi device-plugin image to rebuild with the patched libvgpu.so.")
@@ -38,7 +41,7 @@ from lucepatch.target import load_target
 @json_option
 @click.pass_context
 def command(ctx, target, source, baseline, both, jobs, as_image, profile, repo, save, push, dry_run, no_preflight,
-            builder_image, runtime_image, out_dir, from_image, lib, evidence_path, as_json):
+            builder_image, runtime_image, keep_build, cuda_archs, summary, out_dir, from_image, lib, evidence_path, as_json):
     """Build TARGET's artifacts (e.g. libvgpu.so) or, with --image, its container image.
 
     `build hami-device-plugin --from IMAGE` rebuilds HAMi's device-plugin image with the patched
@@ -84,6 +87,10 @@ def command(ctx, target, source, baseline, both, jobs, as_image, profile, repo, 
         report.table(f"build {t.name} {t.version} --image", ["", ""], rows, to_stdout=not as_json)
         return 0
     variants = ["baseline", "patched"] if both else (["baseline"] if baseline else ["patched"])
+    if t.profiles and not t.build.get("artifacts"):  # a superproject built per profile (Lucebox)
+        from lucepatch.commands import build_superproject
+        return build_superproject.run(ws, t, src, cache(ctx), variants, profile, jobs, keep_build, cuda_archs,
+                                      summary, as_json)
     results = service.build_native(t, src, variants, cache(ctx), jobs=jobs)
     if as_json:
         report.emit_json("build", {"workspace": ws.to_json(), "target": t.name, "version": t.version,

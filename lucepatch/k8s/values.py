@@ -53,8 +53,11 @@ LUCEBOX = {
     "port": Value(8080, "Server port (dflash_server listens on 0.0.0.0:8080 once the model is loaded)."),
     "health_path": Value("/health", "HTTP path of the startup and readiness probes."),
     "startup_period_seconds": Value(10, "startupProbe periodSeconds."),
+    "model_download_init": Value(True, "Fetch the models in an init container (the image's entrypoint with "
+                                       "DOWNLOAD_ONLY=1) so the download is outside the startup probe's budget."),
     "startup_failure_threshold": Value(180, "startupProbe failureThreshold: period x threshold = time allowed for "
-                                            "model download + load + first-boot JIT (default 30 min)."),
+                                            "model load + first-boot JIT (default 30 min; the download runs "
+                                            "before, in the init container, unless model_download_init is off)."),
     "readiness_period_seconds": Value(10, "readinessProbe periodSeconds."),
     "cpu_request": Value("4", "CPU request."),
     "cpu_limit": Value(None, "CPU limit; null = none."),

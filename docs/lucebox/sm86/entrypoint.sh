@@ -4,9 +4,18 @@
 #   HF_ENDPOINT  mirror or hub (default https://huggingface.co)
 #   HF_TOKEN     read here at run time only (gated draft repos); never logged, never on a command line
 #   MODEL_DIR TARGET_REPO TARGET_FILE DRAFT_REPO HF_REVISION SERVER_BIN PORT   (see the image's ENV)
-#   SKIP_DOWNLOAD=1  use what is in MODEL_DIR as is
+#   SKIP_DOWNLOAD=1  use what is in MODEL_DIR as is;  DOWNLOAD_ONLY=1  fetch, then exit 0 (an init
+#                    container, so the download is outside the server's health start period)
+#   DRAFT_FILE       a draft file inside MODEL_DIR/draft to use instead of the search below
+#   STALL_SECONDS    abort a download that moves < 1 KiB/s for this long (default 120); the .part
+#                    file is kept and the next start resumes it (curl -C -)
+#   PROGRESS_SECONDS how often download progress is logged (default 30)
+#   DOWNLOAD_RETRIES curl retries within one start, each resuming where the last stopped (default 3)
+# The draft passed to the server is a file, found in MODEL_DIR/draft as upstream's scripts
+# (server/scripts/run.py resolve_draft) do: the first of dflash-draft-*.gguf, then *.gguf, then
+# model.safetensors, searched recursively, in sorted path order.
 # Exit codes: 2 bad configuration, 3 access denied / not found, 4 disk full, 5 integrity (size,
-# sha256, GGUF magic), 6 network.
+# sha256, GGUF magic), 6 network (also a stalled download: run again to resume).
 set -eu
 HF_ENDPOINT="${HF_ENDPOINT:-https://huggingface.co}"; HF_ENDPOINT="${HF_ENDPOINT%/}"
 REV="${HF_REVISION:-main}"
@@ -44,15 +53,29 @@ denied() { # status repo
   esac
 }
 
-check_magic() { # path kind
+check_magic() { # path kind [file to remove when it is not GGUF]
   [ "$2" = gguf ] || return 0
   magic=$(head -c 4 "$1" | tr -c 'A-Za-z0-9' '?')
   if [ "$magic" != "GGUF" ]; then
     hint=""
     # safetensors: 8-byte little-endian header length, then '{'
     if [ "$(head -c 9 "$1" | tail -c 1)" = "{" ]; then hint=" - this is a safetensors file, not GGUF (the server would fail with invalid magic characters '$magic')"; fi
+    [ -z "${3:-}" ] || rm -f "$3"
     die 5 "invalid magic '$magic' in $1: expected 'GGUF'$hint; point TARGET_FILE at a .gguf file"
   fi
+}
+
+size_of() { wc -c <"$1" 2>/dev/null | tr -d ' ' || echo 0; }
+
+# log bytes so far every PROGRESS_SECONDS while curl runs (container logs have no progress bar)
+progress() { # file total pid
+  while kill -0 "$3" 2>/dev/null; do
+    sleep "${PROGRESS_SECONDS:-30}"
+    kill -0 "$3" 2>/dev/null || break
+    have=$(size_of "$1")
+    if [ -n "$2" ] && [ "$2" -gt 0 ]; then say "progress: $(basename "$1" .part) $have/$2 bytes ($((have * 100 / $2))%)"
+    else say "progress: $(basename "$1" .part) $have bytes"; fi
+  done
 }
 
 fetch() { # repo file dest kind
@@ -62,37 +85,64 @@ fetch() { # repo file dest kind
   denied "$META_STATUS" "$repo/$file"
   case "$META_STATUS" in 2??|30?) ;; *) die 6 "HTTP ${META_STATUS:-?} for $repo/$file" ;; esac
   dir=$(dirname "$dest"); mkdir -p "$dir" || die 2 "cannot create $dir (is the volume writable by uid $(id -u)?)"
+  # a stable .part name: an interrupted download (stall, restart, OOM kill) resumes from it
+  part="$dest.part"
+  have=0; [ -f "$part" ] && have=$(size_of "$part")
   if [ -n "$META_SIZE" ]; then
     avail=$(df -Pk "$dir" | awk 'NR==2 {print $4}')
-    if [ -n "$avail" ] && [ $((META_SIZE / 1024 + 1)) -gt "$avail" ]; then
-      die 4 "disk full: $repo/$file needs $META_SIZE bytes, $dir has $((avail * 1024)) free"
+    if [ -n "$avail" ] && [ $(((META_SIZE - have) / 1024 + 1)) -gt "$avail" ]; then
+      die 4 "disk full: $repo/$file needs $META_SIZE bytes ($have already in $part), $dir has $((avail * 1024)) free"
     fi
   fi
-  tmp="$dest.part.$$"
-  trap 'rm -f "$tmp"' EXIT INT TERM
-  say "downloading $repo/$file (${META_SIZE:-?} bytes) to $dest"
-  set +e
-  hf_curl -fsSL --retry 3 -o "$tmp" "$HF_ENDPOINT/$repo/resolve/$REV/$file" 2>"$tmp.err"
-  rc=$?
-  set -e
-  if [ $rc -ne 0 ]; then
-    err=$(tail -n 1 "$tmp.err" 2>/dev/null); rm -f "$tmp" "$tmp.err"
-    case "$rc" in
-      23) die 4 "disk full while writing $dest ($err)" ;;
-      22) case "$err" in *401*|*403*) denied 403 "$repo/$file" ;; esac; die 6 "download of $repo/$file failed: $err" ;;
-      *) die 6 "download of $repo/$file failed (curl $rc): $err" ;;
-    esac
+  if [ -n "$META_SIZE" ] && [ "$have" = "$META_SIZE" ]; then
+    say "complete: $part ($have bytes), verifying"
+  else
+    if [ "$have" -gt 0 ]; then say "resuming $repo/$file at byte $have of ${META_SIZE:-?}"
+    else say "downloading $repo/$file (${META_SIZE:-?} bytes) to $dest"; fi
+    set +e
+    hf_curl -fsSL --retry "${DOWNLOAD_RETRIES:-3}" -C - --speed-limit 1024 --speed-time "${STALL_SECONDS:-120}" -o "$part" \
+      "$HF_ENDPOINT/$repo/resolve/$REV/$file" 2>"$part.err" &
+    cpid=$!
+    progress "$part" "$META_SIZE" "$cpid" &
+    ppid=$!
+    wait "$cpid"; rc=$?
+    kill "$ppid" 2>/dev/null; wait "$ppid" 2>/dev/null
+    set -e
+    if [ $rc -ne 0 ]; then
+      err=$(tail -n 1 "$part.err" 2>/dev/null); rm -f "$part.err"
+      case "$rc" in
+        23) die 4 "disk full while writing $part ($err); free space and start again to resume" ;;
+        28) die 6 "download of $repo/$file stalled (< 1 KiB/s for ${STALL_SECONDS:-120}s) at $(size_of "$part") bytes; start again to resume from $part" ;;
+        33) rm -f "$part"; die 6 "$HF_ENDPOINT does not resume downloads (no byte ranges); start again to download $repo/$file from the beginning" ;;
+        22) case "$err" in *401*|*403*) denied 403 "$repo/$file" ;; *416*) rm -f "$part"; die 6 "the hub refused to resume $part ($err): removed it, start again" ;; esac
+            die 6 "download of $repo/$file failed: $err (kept $part to resume)" ;;
+        *) die 6 "download of $repo/$file failed (curl $rc): $err (kept $part to resume)" ;;
+      esac
+    fi
+    rm -f "$part.err"
   fi
-  rm -f "$tmp.err"
-  got=$(wc -c <"$tmp" | tr -d ' ')
-  if [ -n "$META_SIZE" ] && [ "$got" != "$META_SIZE" ]; then rm -f "$tmp"; die 5 "size mismatch for $repo/$file: got $got bytes, the hub says $META_SIZE"; fi
+  got=$(size_of "$part")
+  if [ -n "$META_SIZE" ] && [ "$got" != "$META_SIZE" ]; then rm -f "$part"; die 5 "size mismatch for $repo/$file: got $got bytes, the hub says $META_SIZE"; fi
   if [ -n "$META_SHA" ]; then
-    sum=$(sha256sum "$tmp" | cut -d' ' -f1)
-    [ "$sum" = "$META_SHA" ] || { rm -f "$tmp"; die 5 "checksum mismatch for $repo/$file: sha256 $sum, the hub says $META_SHA"; }
+    sum=$(sha256sum "$part" | cut -d' ' -f1)
+    [ "$sum" = "$META_SHA" ] || { rm -f "$part"; die 5 "checksum mismatch for $repo/$file: sha256 $sum, the hub says $META_SHA"; }
   fi
-  check_magic "$tmp" "$kind"
-  mv -f "$tmp" "$dest"
-  trap - EXIT INT TERM
+  check_magic "$part" "$kind" "$part"
+  mv -f "$part" "$dest"
+}
+
+# the draft file inside a folder, as upstream's resolve_draft: patterns in order, recursive,
+# sorted by path components (Python sorts Path objects part by part: '/' sorts first)
+resolve_draft() { # dir
+  if [ -n "${DRAFT_FILE:-}" ]; then
+    f="$1/$DRAFT_FILE"; [ -f "$f" ] || die 2 "DRAFT_FILE=$DRAFT_FILE is not a file in $1"; echo "$f"; return 0
+  fi
+  [ -f "$1" ] && { echo "$1"; return 0; }
+  for pat in 'dflash-draft-*.gguf' '*.gguf' 'model.safetensors'; do
+    f=$(find "$1" -type f -name "$pat" 2>/dev/null | tr '/' '\001' | LC_ALL=C sort | tr '\001' '/' | head -n 1)
+    [ -n "$f" ] && { echo "$f"; return 0; }
+  done
+  return 1
 }
 
 if [ "${SKIP_DOWNLOAD:-0}" != 1 ]; then
@@ -115,5 +165,13 @@ if [ "${SKIP_DOWNLOAD:-0}" != 1 ]; then
     printf '%s\n' "$DRAFT_REPO@$REV" >"$marker"
   fi
 fi
+if [ "${DOWNLOAD_ONLY:-0}" = 1 ]; then say "download complete: $MODEL_DIR"; exit 0; fi
+target_path="$MODEL_DIR/target/${TARGET_FILE:-}"
+[ -f "$target_path" ] || die 2 "no target model at $target_path (set TARGET_FILE, or unset SKIP_DOWNLOAD)"
+draft=""
+if [ -d "$MODEL_DIR/draft" ] || [ -n "${DRAFT_REPO:-}" ]; then
+  draft=$(resolve_draft "$MODEL_DIR/draft") || die 2 "no DFlash draft under $MODEL_DIR/draft: expected dflash-draft-*.gguf, *.gguf or model.safetensors (check DRAFT_REPO, or set DRAFT_FILE)"
+  say "draft: $draft"
+fi
 say "starting $SERVER_BIN on 0.0.0.0:$PORT"
-exec "$SERVER_BIN" "$MODEL_DIR/target/${TARGET_FILE}" --draft "$MODEL_DIR/draft" --host 0.0.0.0 --port "$PORT" "$@"
+exec "$SERVER_BIN" "$target_path" ${draft:+--draft "$draft"} --host 0.0.0.0 --port "$PORT" "$@"

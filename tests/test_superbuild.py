@@ -1,0 +1,76 @@
+"""`lucepatch build TARGET --profile P`: the native superproject build on the cudaproj fixture (CUDA
+parts on, nvcc, no GPU): payload, sha256, SASS per library and object against the profile, the
+closure, the cache, and the baseline failing at its F1 compile in seconds."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from lucepatch.builders import probe as P
+from lucepatch.builders import superbuild as S
+from lucepatch.target import load_target_dir
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests" / "fixtures" / "cudaproj"))
+import make_fixture  # noqa: E402
+
+
+@pytest.fixture
+def fx(tmp_path):
+    f = make_fixture.make(tmp_path)
+    toml = f["tdir"] / "target.toml"
+    text = toml.read_text().replace('targets = ["cudaproj_server"]\nbinaries = ["cudaproj_server"]',
+                                    'targets = ["cudaproj_server", "kern", "gpu_app"]\n'
+                                    'binaries = ["cudaproj_server", "gpu_app"]\nshare = ["src"]')
+    toml.write_text(text)
+    # the devel-image layout of the probes (stubs/libcuda.so only): what a driver-less builder has
+    f["si"] = P.make_stand_ins(tmp_path / "cache", {"driver_symbols": ["cuMemCreate"]})
+    return f
+
+
+def test_patched_build_payload_sass_closure_and_cache(fx, tmp_path):
+    t = load_target_dir(fx["tdir"])
+    b = S.build_superproject(t, fx["upstream"], "test", tmp_path / "cache", extra_cmake_args=fx["si"].cmake_args())
+    assert b.ok, b.failure
+    assert {"bin/cudaproj_server", "bin/gpu_app", "lib/libkern.so", "lib/libgpu.so", "lib/libcore.so",
+            "src/server.c"} <= set(b.files)
+    assert all(len(s) == 64 for s in b.files.values())
+    lib = b.sass["libraries"]["lib/libkern.so"]
+    assert lib["sass"] == ["sm_75"] and not lib["missing"] and not lib["unexpected"] and lib["fatbins"] >= 1
+    assert b.sass["expected"] == ["sm_75"] and b.sass["ok"]
+    assert b.sass["objects"]["kern"] == {"sm_75": 1}  # read per object of the build tree
+    assert any("sm_75" in flags for flags in b.arch_flags["kern"])
+    assert b.closure["ok"] and b.closure["absent_allowed"] == ["libcuda.so.1"]
+    assert b.steps_total >= 6 and b.steps_done == b.steps_total
+    again = S.build_superproject(t, fx["upstream"], "test", tmp_path / "cache", extra_cmake_args=fx["si"].cmake_args())
+    assert again.cached and again.key == b.key and again.files == b.files
+
+
+def test_baseline_fails_at_f1_and_arch_override_is_checked(fx, tmp_path):
+    t = load_target_dir(fx["tdir"])
+    base = S.build_superproject(t, fx["upstream"], "test", tmp_path / "cache", variant="baseline",
+                                extra_cmake_args=fx["si"].cmake_args())
+    assert not base.ok and base.failure["phase"] == "build"
+    assert "Unsupported gpu architecture 'compute_60'" in base.failure["first_error"]
+    assert base.steps_done < base.steps_total and Path(base.log).is_file()
+
+
+def test_cli_build_profile_table_and_summary(fx, tmp_path, cli):
+    summary = tmp_path / "summary.json"
+    args = ["--workspace", fx["ws"], "--cache-dir", tmp_path / "cache", "build", "cudaproj", "--source", fx["upstream"],
+            "--profile", "test", "--summary", summary]
+    from lucepatch.builders.toolchain import cuda_home
+    r = cli(*args)
+    if (cuda_home() / "lib64" / "stubs" / "libcuda.so").is_file():  # a full toolkit
+        assert r.code == 0, r.out + r.err
+        doc = json.loads(summary.read_text())
+        assert doc["builds"][0]["ok"] and "lib/libkern.so" in r.out and "sm_75" in r.out
+    else:
+        # a PyPI-only toolkit has no stubs/libcuda.so, so no CUDA::cuda_driver: one clear configure failure
+        assert r.code == 1 and "FAILED" in r.out and "configure" in r.out
+        assert "CUDA::cuda_driver" in r.out
+        assert not json.loads(summary.read_text())["builds"][0]["ok"]
