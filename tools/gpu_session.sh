@@ -3,7 +3,7 @@
 # Run from the repo root on the GPU machine with .whl/ and .upstream/hami-core carried:
 #   bash tools/gpu_session.sh <step...>
 #   steps: env traces async-sched all all-a all-b all-serial vmm-refs overhead bench-verify multi-device
-#          pool-alloc
+#          pool-alloc lucebox-build
 #   plan (issue 4): smoke = `env async-sched`; full = `all vmm-refs overhead bench-verify traces`;
 #   reserve = `all-serial` (if parallel runs misbehave on the GPU); 2-GPU machine: `multi-device`.
 #   issue 12: `pool-alloc` (~1.5 min on 1x H200: 2 builds + 85 processes under the sequential
@@ -74,6 +74,20 @@ for step in "$@"; do
       python3 bench/hook_overhead.py --source $SRC --driver real --repeats ${REPEATS:-5} --json "$OUT/hook-overhead.h200.json" 2>&1 | tee "$OUT/overhead.log" ;;
     bench-verify)
       python3 bench/verify.py --source $SRC --driver real --json "$OUT/bench-verify.h200.json" 2>&1 | tee "$OUT/bench-verify.log" ;;
+    lucebox-build)
+      # issue 17 item 3 (~7-8 min on 16 cores): needs .upstream/lucebox-carry from
+      # `python3 tools/carry_lucebox.py pack` (a few MB: trees without history + nlohmann .deb).
+      # 1) probes (baseline + patched) and a cold full patched sm120-cuda13 build, same -j, one run;
+      # 2) the unpatched tree fails at F1 in seconds; 3) F6 dropped in the same tree + re-link.
+      C=.upstream/lucebox-carry; W=/tmp/lbx-src; rm -rf $W /tmp/nlohmann
+      python3 tools/carry_lucebox.py unpack $C $W 2>&1 | tee "$OUT/lucebox-carry.log" &&
+      dpkg -x $C/nlohmann-json3-dev_*.deb /tmp/nlohmann &&
+      export LUCEPATCH_CARRIED_TREES=$C/trees.json CMAKE_PREFIX_PATH=/tmp/nlohmann/usr &&
+      python3 bench/probe.py --source $W --profile sm120-cuda13 --both --measure-full "$OUT/lucebox-full-build.sm120-cuda13.json" \
+        >"$OUT/bench-probe.h200.json" 2>"$OUT/bench-probe.h200.log"; tail -3 "$OUT/bench-probe.h200.log"
+      lp build lucebox --source $W --profile sm120-cuda13 --baseline --summary "$OUT/lucebox-baseline-build.json" \
+        2>&1 | tee "$OUT/lucebox-baseline-build.log" | tail -12
+      python3 tools/lucebox_f6_relink.py "$OUT/lucebox-full-build.sm120-cuda13.json" "$OUT/lucebox-f6-relink.json" 2>&1 | tail -12 ;;
     *)
       echo "unknown step $step" >&2 ;;
   esac

@@ -388,10 +388,13 @@ def closure_check(client, image: str, roots: list[str], allowed: list[str] | Non
         miss = sorted(n for n in bad | set(unlisted) if n not in allowed)
         if miss:
             unresolved[f] = miss
+    resolved = {n: p for lines in listing.values() for l in lines
+                for n, p in re.findall(r"^\s*(\S+) => (/\S+)", l) if not p.startswith(STUB_DIR)}
     stubbed = sorted({n for f, lines in listing.items() for l in lines
                       for n in re.findall(r"^\s*(\S+) => " + re.escape(STUB_DIR), l)})
     return {"elf_count": len(listing), "allowed_missing": allowed, "unresolved": unresolved,
             "needed_names": sorted({n for v in needed.values() for n in v}), "absent_allowed": stubbed,
+            "resolved": dict(sorted(resolved.items())),
             "method": "image ld.so --list with stub driver libraries + pyelftools NEEDED cross-check",
             "ok": bool(listing) and not unresolved and set(needed) == set(listing)}
 

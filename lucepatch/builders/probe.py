@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.util
+import json
 import os
 import re
 import shlex
@@ -238,6 +239,32 @@ def nested_submodules(sub_src: Path, base: str) -> list[dict]:
     return out
 
 
+def carried_bases(source: Path, repos: list[tuple[str, str]]) -> dict[str, str]:
+    """Bases for checkouts carried without history (tools/carry_lucebox.sh; a machine with no network).
+
+    With LUCEPATCH_CARRIED_TREES=<manifest.json>, each repository of `source` is a one-commit copy of
+    the pinned tree made by that tool; its HEAD is used as the base once HEAD^{tree} equals the tree
+    the manifest recorded for that pinned commit (so the content is exactly what was carried)."""
+    path = os.environ.get("LUCEPATCH_CARRIED_TREES")
+    if not path:
+        return {}
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"LUCEPATCH_CARRIED_TREES={path}: {exc}")
+    out = {}
+    for rel, pinned in repos:
+        ent = doc.get(rel)
+        if not ent or ent.get("pinned") != pinned:
+            raise CheckFailed(f"{path} records no carried tree of {rel} at {pinned[:12]}: re-run tools/carry_lucebox.sh")
+        repo = Path(source) / rel
+        tree = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD^{tree}"], capture_output=True, text=True).stdout.strip()
+        if tree != ent["tree"]:
+            raise CheckFailed(f"{repo}: tree {tree[:12]} is not the carried copy of {pinned[:12]} (tree {ent['tree'][:12]})")
+        out[rel] = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    return out
+
+
 def prepare_tree(target: Target, source: Path, variant: str, cache: Path, stack: contextlib.ExitStack, *,
                  nested: bool = False) -> AppliedTree:
     """Superproject + every submodule with their series applied, in private work areas.
@@ -245,9 +272,10 @@ def prepare_tree(target: Target, source: Path, variant: str, cache: Path, stack:
     nested: also copy the working trees of nested submodules (BSA's csrc/cutlass) from the user's
     checkout where initialised (full builds need them; probes do not, and skip the copy)."""
     repos = []
+    carried = carried_bases(source, [(".", target.base)] + [(s["path"], s["base"]) for s in target.submodules])
     work = stack.enter_context(WorkArea(cache, f"probe-{target.name}-{variant}"))
     patches = target.variant_patches(variant)
-    res = apply_series(target, source, patches, work)
+    res = apply_series(target, source, patches, work, base=carried.get("."))
     if res.conflicts:
         raise CheckFailed(f"{target.name} {variant}: {', '.join(o.patch.name for o in res.conflicts)} "
                           f"do(es) not apply on {res.base[:12]}; run lucepatch check {target.name}")
@@ -261,7 +289,7 @@ def prepare_tree(target: Target, source: Path, variant: str, cache: Path, stack:
                                      f"git -C {source} submodule update --init {sub['path']}")
         swork = stack.enter_context(WorkArea(cache, f"probe-{st.name}-{variant}"))
         spatches = st.variant_patches(variant)
-        sres = apply_series(st, sub_src, spatches, swork)
+        sres = apply_series(st, sub_src, spatches, swork, base=carried.get(sub["path"]))
         if sres.conflicts:
             raise CheckFailed(f"{st.name} {variant}: {', '.join(o.patch.name for o in sres.conflicts)} "
                               f"do(es) not apply on {sres.base[:12]}")
