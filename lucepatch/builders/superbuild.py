@@ -33,6 +33,7 @@ from lucepatch import elf, report
 from lucepatch.builders import toolchain
 from lucepatch.builders.probe import prepare_tree, resolve_profile, summarize_errors
 from lucepatch.errors import EnvironmentMissing, UsageError
+from lucepatch.files import sha256_file
 from lucepatch.target import Target
 
 ALLOWED_MISSING = ["libcuda.so.1", "libnvidia-ml.so.1"]  # the host driver's, mounted at run time
@@ -204,7 +205,7 @@ def _fingerprint(needs: list[str]) -> dict:
         fp["nvcc"] = out[-1] if out else "unknown"
     for h in needs:
         p = toolchain.cuda_include() / h
-        fp[h] = toolchain.file_sha256(p) if p.is_file() else "absent"
+        fp[h] = sha256_file(p) if p.is_file() else "absent"
     return fp
 
 
@@ -265,7 +266,7 @@ def build_superproject(target: Target, source: Path, profile_name: str | None, c
         manifest = out / "manifest.json"
         if manifest.is_file() and not keep_build:
             m = json.loads(manifest.read_text())
-            if all((out / "app" / f).is_file() and toolchain.file_sha256(out / "app" / f) == s for f, s in m["files"].items()):
+            if all((out / "app" / f).is_file() and sha256_file(out / "app" / f) == s for f, s in m["files"].items()):
                 for k in ("configure_s", "build_s", "steps_total", "steps_done", "files", "sass", "arch_flags", "closure"):
                     setattr(res, k, m[k])
                 res.ok, res.cached, res.jobs, res.log = True, True, m["jobs"], m.get("log")
@@ -328,7 +329,7 @@ def build_superproject(target: Target, source: Path, profile_name: str | None, c
         app = staging / "app"
         _payload(plan, root, bdir, app)
         missing = [b for b in plan.binaries if not (app / "bin" / b).is_file()]
-        res.files = {str(p.relative_to(app)): toolchain.file_sha256(p)
+        res.files = {str(p.relative_to(app)): sha256_file(p)
                      for p in sorted(app.rglob("*")) if p.is_file() and not p.is_symlink()}
         res.sass = sass_report(app, bdir, plan.cuda_archs)
         roots = [app / "bin" / b for b in plan.binaries if (app / "bin" / b).is_file()] + _real_elfs(app / "lib")
