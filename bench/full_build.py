@@ -1,11 +1,10 @@
-"""Measure one full single-arch Lucebox build (the figure bench/probe.py compares probes against) and
-store it in bench/full_build.json with machine, commit and date.
+"""Measure one cold full single-arch Lucebox build (the figure bench/probe.py compares probes
+against when it cannot measure both in one run) and store it in bench/full_build.json.
 
-What it runs: the patched tree (superproject + submodule series, as `probe` applies them), cmake with
-the profile's arguments, `cmake --build --target dflash_server test_dflash`. It needs a complete CUDA
-toolkit (cuBLAS headers and libraries included: a CUDA devel image or a full local install) — the
-PyPI-only toolkit of the lucepatch CI machine lacks cublas_v2.h, so ggml-cuda cannot compile there.
-The measurement takes 35-45 min on 2 cores (docs/field-notes.md §4); it is never part of CI.
+It is `lucepatch build lucebox --profile P` (lucepatch/builders/superbuild.py) in a fresh cache:
+the patched trees with their submodule series, the profile's cmake arguments, -j = cores. It needs
+a full CUDA toolkit (cuBLAS headers included); never part of CI. To get the ratio from one machine
+in one run, prefer `python bench/probe.py --both --measure-full SUMMARY.json`.
 
 Usage: python bench/full_build.py --source LUCEBOX_CHECKOUT [--profile sm120-cuda13] [-j N]
 """
@@ -13,22 +12,20 @@ Usage: python bench/full_build.py --source LUCEBOX_CHECKOUT [--profile sm120-cud
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
-import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lucepatch.builders.probe import prepare_tree, resolve_profile  # noqa: E402
-from lucepatch.builders.toolchain import cuda_home  # noqa: E402
+from lucepatch.builders.superbuild import build_superproject  # noqa: E402
+from lucepatch.errors import LucepatchError  # noqa: E402
 from lucepatch.target import load_target_dir  # noqa: E402
-from lucepatch.workspace import resolve_cache  # noqa: E402
 
 OUT = ROOT / "bench" / "full_build.json"
 
@@ -42,30 +39,21 @@ def main() -> int:
     if not a.source:
         print("full_build: pass --source or set LUCEPATCH_SRC_LUCEBOX", file=sys.stderr)
         return 3
-    home = cuda_home()
-    if not any((home / d / "cublas_v2.h").is_file() for d in ("include", "targets/x86_64-linux/include")):
-        print(f"full_build: {home} has no cublas_v2.h: a full build of ggml-cuda is impossible here "
-              "(install the CUDA toolkit with cuBLAS, or run inside nvidia/cuda:13.0.0-devel)", file=sys.stderr)
-        return 3
     t = load_target_dir(ROOT / "patches" / "lucebox")
-    pname, prof = resolve_profile(t, a.profile)
-    with contextlib.ExitStack() as stack:
-        tree = prepare_tree(t, Path(a.source), "patched", resolve_cache(None), stack)
-        bdir = tree.root.parent / "full-build"
-        t0 = time.monotonic()
-        subprocess.run(["cmake", "-G", "Ninja", "-S", str(tree.root / "server"), "-B", str(bdir), *prof["cmake_args"]], check=True)
-        t1 = time.monotonic()
-        r = subprocess.run(["cmake", "--build", str(bdir), "-j", str(a.jobs), "--target", *t.build["targets"]])
-        t2 = time.monotonic()
-        steps = subprocess.run(["ninja", "-C", str(bdir), "-t", "commands", *t.build["targets"]],
-                               capture_output=True, text=True).stdout.count("\n")
-    doc = {"profile": pname, "commit": tree.repos[0]["base"], "submodules": tree.repos[1:], "ok": r.returncode == 0,
-           "configure_s": round(t1 - t0, 1), "build_s": round(t2 - t1, 1), "total_s": round(t2 - t0, 1),
-           "steps": steps, "jobs": a.jobs, "machine": f"{platform.node()} {os.cpu_count()} cpu {platform.processor()}",
-           "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "source": "measured by bench/full_build.py"}
+    try:
+        b = build_superproject(t, Path(a.source), a.profile, Path(tempfile.mkdtemp(prefix="lp-full-build-")), jobs=a.jobs)
+    except LucepatchError as exc:
+        print(f"full_build: {exc}", file=sys.stderr)
+        return exc.exit_code if hasattr(exc, "exit_code") else 3
+    d = b.to_json()
+    doc = {"profile": b.profile, "commit": b.repos[0]["base"], "submodules": b.repos[1:], "ok": b.ok,
+           "configure_s": d["configure_s"], "build_s": d["build_s"], "total_s": d["total_s"],
+           "steps": b.steps_total, "jobs": b.jobs, "machine": f"{platform.node()} {os.cpu_count()} cpu",
+           "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "source": "measured by bench/full_build.py",
+           "sass_ok": b.sass.get("ok"), "closure_ok": b.closure.get("ok"), "failure": b.failure}
     OUT.write_text(json.dumps(doc, indent=2) + "\n")
     print(json.dumps(doc, indent=2))
-    return 0 if r.returncode == 0 else 1
+    return 0 if b.ok else 1
 
 
 if __name__ == "__main__":

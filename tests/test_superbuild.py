@@ -5,6 +5,7 @@ closure, the cache, and the baseline failing at its F1 compile in seconds."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -74,3 +75,24 @@ def test_cli_build_profile_table_and_summary(fx, tmp_path, cli):
         assert r.code == 1 and "FAILED" in r.out and "configure" in r.out
         assert "CUDA::cuda_driver" in r.out
         assert not json.loads(summary.read_text())["builds"][0]["ok"]
+
+
+def test_dropping_the_driver_fix_in_a_kept_tree_fails_the_relink_in_seconds(fx, tmp_path):
+    """The fixture's F6-like fix reverted in the kept patched build tree: only links re-run, and
+    they fail with the undefined driver symbol where no libcuda.so.1 exists (a devel image)."""
+    t = load_target_dir(fx["tdir"])
+    b = S.build_superproject(t, fx["upstream"], "test", tmp_path / "cache", keep_build=True,
+                             extra_cmake_args=fx["si"].cmake_args())
+    assert b.ok and Path(b.build_dir, "CMakeCache.txt").is_file() and Path(b.source_root, "CMakeLists.txt").is_file()
+    f6 = fx["tdir"] / "fix-cmake-propagate-the-driver-dependency.patch"
+    assert f6.is_file(), sorted(p.name for p in fx["tdir"].iterdir())
+    out = S.relink_dropping(Path(b.build_dir), Path(b.source_root), f6, ["gpu_app"])
+    assert out["rc"] != 0 and out["undefined"] == ["cuMemCreate"], out
+    assert "libcuda.so.1, needed by libgpu.so" in out["not_found_warning"]
+    # re-configure + what the changed usage requirements touch (gpu_app.c loses the CUDA include
+    # dir it inherited): the CUDA and core objects are not compiled again
+    rebuilt = [l for l in out["log_tail"] if "Building" in l]
+    assert rebuilt and not any("kern.cu" in l or "core.c" in l for l in rebuilt), rebuilt
+    # the fix is back in place: the same tree links again
+    again = subprocess.run(["cmake", "--build", b.build_dir, "--target", "gpu_app"], capture_output=True, text=True)
+    assert again.returncode == 0, again.stdout[-500:]

@@ -122,7 +122,7 @@ def sass_report(app: Path, build_dir: Path | None, cuda_archs: list[str]) -> dic
     objects: dict[str, dict[str, int]] = {}
     if build_dir and build_dir.is_dir():
         for o in sorted(build_dir.rglob("*.o")):
-            if not o.is_file():
+            if not o.is_file() or re.search(r"/CMakeFiles/\d[^/]*/", str(o)):  # CMake's compiler checks
                 continue
             try:
                 code = elf.gpu_code(o)
@@ -349,3 +349,37 @@ def build_superproject(target: Target, source: Path, profile_name: str | None, c
             manifest.write_text(json.dumps(res.to_json() | {"inputs": key_doc}, indent=1))
         res.out = out
         return res
+
+
+# ---------------------------------------------------------------------------------- drop a fix
+MASK_DRIVER = ("libs=$(ldconfig -p 2>/dev/null | awk '/libcuda\\.so\\.1 /{print $NF}'); "
+               "libs=\"$libs $(ls /usr/local/cuda*/compat/libcuda.so.1 2>/dev/null)\"; : > /tmp/lucepatch-empty-driver; "
+               "for f in $libs; do [ -e \"$f\" ] && mount --bind /tmp/lucepatch-empty-driver \"$f\"; done; ")
+
+
+def relink_dropping(build_dir: Path, repo_dir: Path, patch: Path, targets: list[str]) -> dict:
+    """Revert `patch` in a kept build's sources (`repo_dir`: the repository it applies to), rebuild
+    `targets` in the same build tree (only what the change invalidates: re-configure + links),
+    then put the patch back. Where the machine has a libcuda.so.1 (a GPU host), the rebuild runs
+    in a private mount namespace with each one covered by an empty file: what a driver-less
+    builder (a CUDA devel image) sees. Returns the rebuild's verdict and its undefined symbols."""
+    r = subprocess.run(["git", "apply", "-R", str(patch)], cwd=repo_dir, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise UsageError(f"cannot revert {patch.name} in {repo_dir}: {r.stderr.strip()[:200]}")
+    try:
+        build = f"cmake --build {shlex.quote(str(build_dir))} --target {' '.join(shlex.quote(t) for t in targets)}"
+        has_driver = "libcuda.so.1 " in subprocess.run(["sh", "-c", "ldconfig -p 2>/dev/null"], capture_output=True,
+                                                        text=True).stdout
+        cmd = ["unshare", "-m", "sh", "-c", MASK_DRIVER + build] if has_driver else ["sh", "-c", build]
+        t0 = time.monotonic()
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        seconds = time.monotonic() - t0
+    finally:
+        subprocess.run(["git", "apply", str(patch)], cwd=repo_dir, capture_output=True)
+    log = p.stdout + p.stderr
+    first, count = summarize_errors(log)
+    return {"patch": patch.name, "targets": targets, "rc": p.returncode, "seconds": round(seconds, 1),
+            "driver_masked": has_driver, "steps_rerun": len(re.findall(r"^\[\d+/\d+\]", log, re.M)),
+            "undefined": sorted(set(re.findall(r"undefined reference to `([A-Za-z_0-9]+)'", log))),
+            "not_found_warning": next((l.strip() for l in log.splitlines() if "libcuda.so.1, needed by" in l), ""),
+            "first_error": first, "error_lines": count, "log_tail": log.splitlines()[-25:]}
