@@ -50,8 +50,16 @@ def main() -> int:
     total = time.monotonic() - t0
     if a.measure_full:
         from lucepatch.builders.superbuild import build_superproject  # noqa: PLC0415
-        fb = build_superproject(t, Path(a.source), a.profile, Path(tempfile.mkdtemp(prefix="lp-bench-full-")),
-                                jobs=os.cpu_count(), keep_build=True)
+        from lucepatch.errors import LucepatchError  # noqa: PLC0415
+        try:
+            fb = build_superproject(t, Path(a.source), a.profile, Path(tempfile.mkdtemp(prefix="lp-bench-full-")),
+                                    jobs=os.cpu_count(), keep_build=True)
+        except LucepatchError as exc:  # e.g. no cuBLAS headers: say so, keep the probe figures
+            print(f"probe bench: full build not possible here: {exc}", file=sys.stderr)
+            out["full_build_ok"] = False
+            out["full_build_error"] = str(exc)
+            print(json.dumps(out | {"probe_s": round(total, 1)}, indent=2))
+            return 3
         doc = fb.to_json()
         Path(a.measure_full).write_text(json.dumps(doc, indent=1) + "\n")
         full = {"total_s": doc["total_s"], "source": f"measured in this run: cold `build lucebox --profile {a.profile}` "

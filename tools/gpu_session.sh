@@ -81,7 +81,8 @@ for step in "$@"; do
       # 2) the unpatched tree fails at F1 in seconds; 3) F6 dropped in the same tree + re-link.
       C=.upstream/lucebox-carry; W=/tmp/lbx-src; rm -rf $W /tmp/nlohmann
       python3 tools/carry_lucebox.py unpack $C $W 2>&1 | tee "$OUT/lucebox-carry.log" &&
-      dpkg -x $C/nlohmann-json3-dev_*.deb /tmp/nlohmann &&
+      { dpkg -x $C/nlohmann-json3-dev_*.deb /tmp/nlohmann 2>/dev/null ||
+        { mkdir -p /tmp/nlohmann && cd /tmp/nlohmann && ar x "$OLDPWD"/$C/nlohmann-json3-dev_*.deb && tar -xf data.tar.* && cd "$OLDPWD"; }; } &&
       export LUCEPATCH_CARRIED_TREES=$C/trees.json CMAKE_PREFIX_PATH=/tmp/nlohmann/usr &&
       python3 bench/probe.py --source $W --profile sm120-cuda13 --both --measure-full "$OUT/lucebox-full-build.sm120-cuda13.json" \
         >"$OUT/bench-probe.h200.json" 2>"$OUT/bench-probe.h200.log"; tail -3 "$OUT/bench-probe.h200.log"
