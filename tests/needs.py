@@ -39,6 +39,7 @@ INSTALL = {
     "cmake": "apt-get install cmake",
     "nm": "apt-get install binutils",
     "unshare": "apt-get install util-linux",
+    "curl": "apt-get install curl",
     "/usr/local/cuda/include/cuda.h": "the CUDA toolkit headers under /usr/local/cuda",
 }
 

@@ -4,14 +4,19 @@ stops at the absent driver library before it reaches the library that was delete
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from lucepatch import elf
 from lucepatch.builders import probe as P
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import needs  # noqa: E402
+
+pytestmark = pytest.mark.needs("gcc")
 
 
 def _cc(*args):
@@ -77,9 +82,8 @@ def test_ld_so_conf_includes(tmp_path):
     assert elf.ld_so_conf_dirs(conf) == ["/opt/a", "/opt/b", "/opt/c"]
 
 
+@pytest.mark.needs("nvcc")
 def test_gpu_code_per_fatbin_of_a_shared_library(tmp_path):
-    if not shutil.which("nvcc"):
-        pytest.skip("no-tool: nvcc")
     for n, arch in (("a", "75"), ("b", "120")):
         (tmp_path / f"{n}.cu").write_text(f"__global__ void k{n}(float *p) {{ p[0] = {arch}; }}\n")
         subprocess.run(["nvcc", "-c", "-Xcompiler", "-fPIC", f"--generate-code=arch=compute_{arch},code=sm_{arch}",

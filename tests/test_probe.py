@@ -202,6 +202,7 @@ def test_real_lucebox_substitution_only_for_cublas_headers(tmp_path):
         assert res.substituted and sub["missing_header"].endswith("cublas_v2.h") and sub["preprocessed"]
 
 
+@pytest.mark.needs("cmake", "ninja", "nvcc")
 @pytest.mark.parametrize("broken", [False, True])
 def test_substitution_only_for_the_named_headers(tmp_path, cli, broken):
     """A TU whose only missing header is a named cuBLAS one is substituted (and says so); a patch

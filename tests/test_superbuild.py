@@ -20,6 +20,9 @@ sys.path.insert(0, str(REPO / "tests" / "fixtures" / "cudaproj"))
 import make_fixture  # noqa: E402
 
 
+pytestmark = pytest.mark.needs("cmake", "ninja", "nvcc", "gcc")
+
+
 @pytest.fixture
 def fx(tmp_path):
     f = make_fixture.make(tmp_path)
