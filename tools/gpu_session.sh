@@ -89,7 +89,8 @@ for step in "$@"; do
       lp build lucebox --source $W --profile sm120-cuda13 --baseline --summary "$OUT/lucebox-baseline-build.json" \
         2>&1 | tee "$OUT/lucebox-baseline-build.log" | tail -12
       python3 tools/lucebox_f6_relink.py "$OUT/lucebox-full-build.sm120-cuda13.json" "$OUT/lucebox-f6-relink.json" 2>&1 | tail -12
-      python3 tools/lucebox_summary_md.py "$OUT" >"$OUT/full-build-sm120-cuda13.md"; cat "$OUT/full-build-sm120-cuda13.md" ;;
+      mkdir -p "$OUT/commit" && python3 tools/lucebox_summary_md.py "$OUT" "$OUT/commit" >"$OUT/commit/full-build-sm120-cuda13.h200.md"
+      cat "$OUT/commit/full-build-sm120-cuda13.h200.md" ;;
     *)
       echo "unknown step $step" >&2 ;;
   esac

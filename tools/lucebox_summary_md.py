@@ -1,6 +1,7 @@
 """Render the GPU step's outputs as the committed full-build summary (docs/lucebox/), paths masked.
 
-  python3 tools/lucebox_summary_md.py OUTDIR > full-build-sm120-cuda13.md
+  python3 tools/lucebox_summary_md.py OUTDIR [COMMIT_DIR] > full-build-sm120-cuda13.md
+COMMIT_DIR: also write the four JSON files there with cache and work paths masked (what to commit).
 OUTDIR holds lucebox-full-build.sm120-cuda13.json, bench-probe.h200.json, lucebox-baseline-build.json
 and lucebox-f6-relink.json (tools/gpu_session.sh lucebox-build). Prints markdown.
 """
@@ -21,7 +22,8 @@ def load(d: Path, name: str):
 
 
 def mask(s: str) -> str:
-    return re.sub(r"/tmp/[^\s\"',)]*?/(superbuilds|work|logs)/", r"<cache>/\1/", str(s))
+    s = re.sub(r"/tmp/[^\s\"',)]*?/(superbuilds|work|logs|probe-standins)/", r"<cache>/\1/", str(s))
+    return re.sub(r"/tmp/lbx-src\b", "<carried-source>", s)
 
 
 def main() -> int:
@@ -48,7 +50,9 @@ def main() -> int:
         cl = full["closure"]
         out += ["", f"Closure: ok = {cl['ok']}, {cl['objects']} objects, absent as allowed: {cl['absent_allowed']}, "
                 f"missing: {cl['missing'] or 'none'}.", ""]
-    if bench:
+    if bench and "ratio" not in bench:
+        out += [f"Probe/full ratio not measured: {bench.get('full_build_error', 'the full build did not run')}", ""]
+    elif bench:
         out += [f"Probes vs full build, one run on one machine: probes {bench['probe_s']} s, full build "
                 f"{bench['full_build_s']} s, ratio {bench['ratio']:.1%} (goal <= 12.5 %: {'met' if bench['met'] else 'NOT met'}).", ""]
         out += [f"- {r['variant']}: {r['seconds']} s, ok = {r['ok']}, per fix {r['probes']}" for r in bench["runs"]]
@@ -64,6 +68,13 @@ def main() -> int:
                 f"{len(relink['undefined'])} undefined: {', '.join(relink['undefined'])}", "",
                 f"`{mask(relink['not_found_warning'])}`", ""]
     print(mask("\n".join(out)))
+    if len(sys.argv) > 2:
+        dest = Path(sys.argv[2])
+        dest.mkdir(parents=True, exist_ok=True)
+        for name in ("lucebox-full-build.sm120-cuda13.json", "bench-probe.h200.json", "lucebox-baseline-build.json",
+                     "lucebox-f6-relink.json"):
+            if (d / name).is_file():
+                (dest / name).write_text(mask((d / name).read_text()))
     return 0
 
 
