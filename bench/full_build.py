@@ -55,9 +55,9 @@ def main() -> int:
         t0 = time.monotonic()
         subprocess.run(["cmake", "-G", "Ninja", "-S", str(tree.root / "server"), "-B", str(bdir), *prof["cmake_args"]], check=True)
         t1 = time.monotonic()
-        r = subprocess.run(["cmake", "--build", str(bdir), "-j", str(a.jobs), "--target", *t.build["targets"]])
+        r = subprocess.run(["cmake", "--build", str(bdir), "-j", str(a.jobs), "--target", *t.build.targets])
         t2 = time.monotonic()
-        steps = subprocess.run(["ninja", "-C", str(bdir), "-t", "commands", *t.build["targets"]],
+        steps = subprocess.run(["ninja", "-C", str(bdir), "-t", "commands", *t.build.targets],
                                capture_output=True, text=True).stdout.count("\n")
     doc = {"profile": pname, "commit": tree.repos[0]["base"], "submodules": tree.repos[1:], "ok": r.returncode == 0,
            "configure_s": round(t1 - t0, 1), "build_s": round(t2 - t1, 1), "total_s": round(t2 - t0, 1),

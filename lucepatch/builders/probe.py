@@ -28,11 +28,12 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lucepatch import git, report
+from lucepatch import elf, git, report
 from lucepatch.builders import toolchain
 from lucepatch.engine.apply import WorkArea, apply_series
 from lucepatch.errors import CheckFailed, EnvironmentMissing, UsageError
 from lucepatch.target import Target
+from lucepatch.target_sections import Submodule
 
 KINDS = ("compile", "link", "runpath", "targets")
 PASS, FAIL, ERROR, NA = "pass", "fail", "error", "n/a"
@@ -68,34 +69,16 @@ def find_cuobjdump() -> str | None:
     return None
 
 
-def _sections(data: bytes) -> dict[str, bytes]:
-    if data[:4] != b"\x7fELF" or data[4] != 2:
-        raise ValueError("not an ELF64 file")
-    shoff = struct.unpack_from("<Q", data, 0x28)[0]
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
-    secs = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
-    stroff = secs[shstrndx][4]
-    out = {}
-    for s in secs:
-        end = data.index(b"\0", stroff + s[0])
-        name = data[stroff + s[0]:end].decode(errors="replace")
-        if s[1] != 8:  # SHT_NOBITS has no bytes
-            out[name] = data[s[4]:s[4] + s[5]]
-    return out
-
-
 def parse_fatbin_sections(path: Path) -> GpuCode:
-    data = Path(path).read_bytes()
     code = GpuCode(tool="lucepatch fatbin reader")
+    # the sections come from pyelftools; the fatbin container inside them is NVIDIA's format
     try:
-        sections = _sections(data)
-    except (ValueError, struct.error, IndexError) as exc:
-        # what the compiler wrote is not an ELF64 object (or a truncated one): the probe fails
+        sections = elf.sections(path, {".nv_fatbin", "__nv_relfatbin"})
+    except UsageError as exc:
+        # what the compiler wrote is not an ELF object (or a truncated one): the probe fails
         # with that, it is not a lucepatch bug
-        raise _ProbeFail(f"{Path(path).name} is not a readable ELF64 object ({exc or type(exc).__name__})")
-    for name, blob in sections.items():
-        if name not in (".nv_fatbin", "__nv_relfatbin", ".nvFatBinSegment") or name == ".nvFatBinSegment":
-            continue
+        raise _ProbeFail(f"{Path(path).name} is not a readable ELF64 object ({exc})")
+    for _name, blob in sections.items():
         p = 0
         while p + 16 <= len(blob):
             magic, _ver, hsize, fsize = struct.unpack_from("<IHHQ", blob, p)
@@ -211,7 +194,7 @@ def load_probes(target: Target) -> tuple[list[ProbeSpec], dict]:
 
 
 def resolve_profile(target: Target, name: str | None) -> tuple[str, dict]:
-    profiles = target.profiles or target.raw.get("profiles", {})
+    profiles = target.profiles
     if not profiles:
         raise UsageError(f"target {target.name} defines no [profiles.*] in {target.toml_path}")
     if name is None:
@@ -225,11 +208,10 @@ def resolve_profile(target: Target, name: str | None) -> tuple[str, dict]:
         if cur not in profiles:
             raise UsageError(f"profile {chain[-1]!r} inherits unknown profile {cur!r}")
         chain.append(cur)
-        cur = profiles[cur].get("inherits")
+        cur = profiles[cur].inherits
     merged: dict = {}
     for pname in reversed(chain):
-        p = profiles[pname]
-        for k, v in p.items():
+        for k, v in profiles[pname].settings().items():
             if k == "cmake_args":
                 merged["cmake_args"] = merged.get("cmake_args", []) + list(v)
             elif k != "inherits":
@@ -239,17 +221,16 @@ def resolve_profile(target: Target, name: str | None) -> tuple[str, dict]:
     return name, merged
 
 
-def sub_target(target: Target, sub: dict) -> Target:
+def sub_target(target: Target, sub: Submodule) -> Target:
     """A Target-like object for one [[submodule]]: its own base and series under series_dir."""
     for key in ("path", "base", "series_dir"):
-        if not sub.get(key):
-            raise UsageError(f"{target.toml_path}: a [[submodule]] lacks {key}")
-    sdir = (target.dir / sub["series_dir"]).resolve()
+        if not getattr(sub, key):
+            raise UsageError(f"{target.toml_path}: a [[submodule]] has an empty {key}")
+    sdir = (target.dir / sub.series_dir).resolve()
     if not sdir.is_relative_to(target.dir.resolve()):
-        raise UsageError(f"{target.toml_path}: series_dir {sub['series_dir']!r} leaves the target folder")
-    name = sub.get("name") or Path(sub["path"]).name
-    return Target(name=f"{target.name}.{name}", dir=sdir, upstream=sub.get("url", ""), branch=sub.get("branch", "main"),
-                  base=sub["base"], version=target.version, raw=sub)
+        raise UsageError(f"{target.toml_path}: series_dir {sub.series_dir!r} leaves the target folder")
+    return Target(name=f"{target.name}.{sub.label}", dir=sdir, upstream=sub.url, branch=sub.branch,
+                  base=sub.base, version=target.version, raw=sub.to_json())
 
 
 # ---------------------------------------------------------------------------------- the tree
@@ -276,24 +257,24 @@ def prepare_tree(target: Target, source: Path, variant: str, cache: Path, stack:
                   "patches": [p.name for p in patches]})
     for sub in target.submodules:
         st = sub_target(target, sub)
-        sub_src = Path(source) / sub["path"]
+        sub_src = Path(source) / sub.path
         if not (sub_src / ".git").exists():
-            raise EnvironmentMissing(f"submodule {sub['path']} of {source} is not initialised: run "
-                                     f"git -C {source} submodule update --init {sub['path']}")
+            raise EnvironmentMissing(f"submodule {sub.path} of {source} is not initialised: run "
+                                     f"git -C {source} submodule update --init {sub.path}")
         swork = stack.enter_context(WorkArea(cache, f"probe-{st.name}-{variant}"))
         spatches = st.variant_patches(variant)
         sres = apply_series(st, sub_src, spatches, swork)
         if sres.conflicts:
             raise CheckFailed(f"{st.name} {variant}: {', '.join(o.patch.name for o in sres.conflicts)} "
                               f"do(es) not apply on {sres.base[:12]}")
-        dest = res.workdir / sub["path"]
+        dest = res.workdir / sub.path
         if dest.is_symlink() or dest.is_file():
             dest.unlink()
         elif dest.is_dir():
             shutil.rmtree(dest)
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.symlink_to(sres.workdir, target_is_directory=True)
-        repos.append({"name": st.name, "path": sub["path"], "base": sres.base, "head": sres.head,
+        repos.append({"name": st.name, "path": sub.path, "base": sres.base, "head": sres.head,
                       "patches": [p.name for p in spatches]})
     return AppliedTree(res.workdir, variant, repos)
 
@@ -435,29 +416,13 @@ def ld_list(path: Path, env: dict | None = None) -> tuple[dict[str, str | None],
     return out, r.stdout + r.stderr
 
 
-def readelf_dynamic(path: Path) -> dict:
-    r = _run(["readelf", "-d", str(path)])
-    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", r.stdout)
-    runpath = re.findall(r"\((?:RUNPATH|RPATH)\)\s+Library r(?:un)?path: \[([^\]]*)\]", r.stdout)
-    soname = re.findall(r"\(SONAME\)\s+Library soname: \[([^\]]+)\]", r.stdout)
-    return {"needed": needed, "runpath": runpath[0] if runpath else "", "soname": soname[0] if soname else ""}
-
-
-def is_elf(path: Path) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return f.read(4) == b"\x7fELF"
-    except OSError:
-        return False
-
-
 # ---------------------------------------------------------------------------------- the runner
 class ProbeRunner:
     def __init__(self, target: Target, tree: AppliedTree, profile: dict, stand_ins: StandIns, stand_cfg: dict,
                  work: Path, *, jobs: int | None = None):
         self.target, self.tree, self.profile, self.si, self.cfg = target, tree, profile, stand_ins, stand_cfg
         self.work = work
-        self.src = tree.root / target.build.get("source_dir", ".")
+        self.src = tree.root / (target.build.source_dir if target.build else ".")
         self.configured: dict[tuple, tuple[Path, str, int]] = {}
         self.env = {k: v for k, v in os.environ.items() if k not in ("CUDAARCHS", "CMAKE_CUDA_ARCHITECTURES")}
         # devel images export LIBRARY_PATH=<cuda>/lib64/stubs; it does not resolve indirect NEEDED entries
@@ -665,11 +630,11 @@ class ProbeRunner:
         shutil.copy2(binary, app / binary.name)
         copied = []
         for p in sorted(bdir.rglob("*.so*")):
-            if p.is_file() and is_elf(p) and not (app / p.name).exists():
+            if p.is_file() and elf.is_elf(p) and not (app / p.name).exists():
                 shutil.copy2(p, app / p.name, follow_symlinks=True)
                 copied.append(p.name)
-        dyn = readelf_dynamic(app / binary.name)
-        res.evidence["readelf"] = dyn
+        dyn = elf.dynamic(app / binary.name).to_json()
+        res.evidence["readelf"] = dyn  # the key predates pyelftools (readelf -d); committed evidence uses it
         res.evidence["copied"] = copied
         # the build tree must not help: move it away while ld.so resolves
         moved = bdir.with_name(bdir.name + ".moved")
@@ -730,8 +695,7 @@ def run_probes(target: Target, source: Path, profile_name: str | None, variant: 
         if unknown:
             raise UsageError(f"unknown probe(s) {', '.join(unknown)}; known: {', '.join(s.name for s in specs)}")
         specs = [s for s in specs if s.name in only or s.fix in only]
-    for tool, remedy in (("cmake", "install cmake"), ("ninja", "install ninja (apt-get install ninja-build)"),
-                         ("readelf", "install binutils")):
+    for tool, remedy in (("cmake", "install cmake"), ("ninja", "install ninja (apt-get install ninja-build)")):
         toolchain.require(tool, remedy)
     if not (shutil.which("nvcc") or os.access(toolchain.cuda_home() / "bin" / "nvcc", os.X_OK)):
         raise EnvironmentMissing("nvcc not found: install the CUDA toolkit (or pip install nvidia-cuda-nvcc) and set CUDA_HOME")

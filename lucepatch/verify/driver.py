@@ -7,12 +7,14 @@ from this choice.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from lucepatch.errors import EnvironmentMissing, UsageError
+from lucepatch.files import sha256_file
 from lucepatch.verify.fakecuda import FAKE_DEVICE_NAME_PREFIX, build_fakecuda
 
 _PROBE = r"""
@@ -47,6 +49,22 @@ def real_gpu_available() -> tuple[bool, str]:
     return r.returncode == 0, (r.stdout.strip() or r.stderr.strip())[:200]
 
 
+def driver_identity(requested: str, cache: Path) -> dict:
+    """Driver kind and version of what runs would use (the CI gate's cache key): the simulated
+    driver by its bytes, a real one by nvidia-smi's GPU name and driver version."""
+    drv = choose_driver(requested, cache)
+    ident = {"chosen": drv.chosen}
+    if drv.chosen == "fake" and drv.fake_dir is not None:
+        lib = Path(drv.fake_dir) / "libcuda.so.1"
+        ident["libcuda"] = sha256_file(lib) if lib.is_file() else str(drv.fake_dir)
+    else:
+        smi = shutil.which("nvidia-smi")
+        if smi:
+            ident["driver"] = subprocess.run([smi, "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                                             capture_output=True, text=True).stdout.strip()
+    return ident
+
+
 def choose_driver(requested: str, cache: Path) -> DriverChoice:
     if requested not in ("auto", "real", "fake"):
         raise UsageError(f"--driver {requested!r}: use auto, real or fake")
@@ -66,8 +84,6 @@ def classify_driver(libcuda_sha256: str | None, gpu_name: str | None, fake_dir: 
     if gpu_name and gpu_name.startswith(FAKE_DEVICE_NAME_PREFIX):
         return "fake"
     if libcuda_sha256 and fake_dir is not None:
-        from lucepatch.files import sha256_file
-
         fake = fake_dir / "libcuda.so.1"
         if fake.is_file() and sha256_file(fake) == libcuda_sha256:
             return "fake"

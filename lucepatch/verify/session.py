@@ -9,7 +9,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lucepatch import report
+from lucepatch import elf, report
 from lucepatch.files import sha256_file
 from lucepatch.errors import UsageError
 from lucepatch.target import Target
@@ -37,9 +37,8 @@ def variant_from_file(name: str, path: str | Path) -> Variant:
     p = Path(path)
     if not p.is_file():
         raise UsageError(f"--{'baseline-lib' if name == 'baseline' else 'lib'} {p} is not a file")
-    with open(p, "rb") as f:
-        if f.read(4) != b"\x7fELF":
-            raise UsageError(f"{p} is not an ELF shared library")
+    if not elf.is_elf(p):
+        raise UsageError(f"{p} is not an ELF shared library")
     return Variant(name, p.resolve(), {"from": "file", "path": str(p.resolve())})
 
 
