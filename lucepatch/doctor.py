@@ -67,8 +67,9 @@ def check_git() -> Item:
     if not shutil.which("git"):
         it.detail = "not on PATH"
         return it
-    _, out = _run(["git", "--version"])
-    v = _vtuple(out)
+    from lucepatch import git
+
+    v = _vtuple(git.version())
     it.version = ".".join(map(str, v))
     it.ok = v >= MIN_GIT
     it.detail = "merge-tree --write-tree available" if it.ok else f"older than {'.'.join(map(str, MIN_GIT))}: no merge-tree --write-tree"

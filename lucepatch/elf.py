@@ -1,14 +1,16 @@
-"""ELF reads with pyelftools: dynamic section, GPU code in fatbins, and the shared-library closure.
+"""Every ELF read lucepatch makes, through pyelftools: is it ELF, its dynamic section (NEEDED,
+RUNPATH/RPATH, SONAME), its defined dynamic symbols, section contents (the CUDA fatbin), and the
+constant a tiny exported function returns (HAMi-core's shared-region version), the GPU code of
+every embedded fatbin (SASS/PTX per translation unit), and the shared-library closure resolved the
+way glibc's loader does (breadth first, RPATH/LD_LIBRARY_PATH/RUNPATH/ld.so.conf/default dirs,
+$ORIGIN, class and machine must match, an already loaded SONAME satisfies a NEEDED).
 
-dynamic()        NEEDED / RUNPATH / RPATH / SONAME / class / machine of one file
-gpu_code()       SASS and PTX per embedded fatbin (one fatbin = one translation unit's device code)
-resolve_closure  every NEEDED of every object reachable from the roots, resolved the way glibc's
-                 loader does (breadth first, RPATH/LD_LIBRARY_PATH/RUNPATH/ld.so.conf/default dirs,
-                 $ORIGIN, class and machine must match, an already loaded SONAME satisfies a NEEDED)
+Why a closure walk and not `ld.so --list` alone: the loader stops at the first library it cannot
+open (glibc 2.36: "error while loading shared libraries"), so a binary whose driver library is
+absent on a build machine never shows what comes after it in load order.
 
-Why not `ld.so --list`: it stops at the first library it cannot open (glibc 2.36: "error while
-loading shared libraries"), so a binary whose driver library is absent on a build machine never
-shows what comes after it in load order — a missing libggml-base.so would go unseen.
+One module so that no caller parses ELF structures by hand; a file that is not ELF, or is
+truncated, is a UsageError naming it.
 """
 
 from __future__ import annotations
@@ -17,61 +19,141 @@ import glob
 import os
 import re
 import struct
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.dynamic import DynamicSection
-from elftools.elf.elffile import ELFFile
+from lucepatch.errors import UsageError
+
+# pyelftools is imported where an ELF is parsed, not here: `is_elf` (all that verify needs, also on
+# the GPU machine's minimal wheel set) stays dependency-free.
+
+MAGIC = b"\x7fELF"
 
 FATBIN_MAGIC = 0xBA55ED50
 FATBIN_SECTIONS = (".nv_fatbin", "__nv_relfatbin")
 DEFAULT_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib")
 
 
-def is_elf(path: Path) -> bool:
+def is_elf(path: str | os.PathLike) -> bool:
+    """True when the file starts with the ELF magic (cheap: callers use it to pick files)."""
     try:
         with open(path, "rb") as f:
-            return f.read(4) == b"\x7fELF"
+            return f.read(4) == MAGIC
     except OSError:
         return False
 
 
+@contextmanager
+def open_elf(path: str | os.PathLike):
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
+    if not is_elf(path):
+        raise UsageError(f"{path} is not an ELF file")
+    with open(path, "rb") as f:
+        try:
+            yield ELFFile(f)
+        except (ELFError, struct.error, ValueError) as exc:  # truncated or corrupt headers
+            raise UsageError(f"{path} is not a readable ELF file ({exc}); pass the built library")
+
+
 @dataclass
 class Dynamic:
-    needed: list[str] = field(default_factory=list)
-    runpath: str = ""
-    rpath: str = ""
-    soname: str = ""
+    needed: list[str]
+    runpath: str  # RUNPATH, else RPATH, else ""
+    soname: str
+    # what the loader's search order distinguishes (RPATH is inherited, RUNPATH is not)
+    dt_runpath: str = ""
+    dt_rpath: str = ""
     elfclass: int = 0
     machine: str = ""
     nodeflib: bool = False
 
     def to_json(self) -> dict:
-        return {"needed": self.needed, "runpath": self.runpath or self.rpath, "soname": self.soname}
+        return {"needed": self.needed, "runpath": self.runpath, "soname": self.soname}
 
 
-def dynamic(path: Path) -> Dynamic:
-    """The dynamic section of an ELF file (empty lists for a static or relocatable file)."""
-    with open(path, "rb") as f:
-        elf = ELFFile(f)
-        d = Dynamic(elfclass=elf.elfclass, machine=elf["e_machine"])
+def dynamic(path: str | os.PathLike) -> Dynamic:
+    """NEEDED entries (in order), RUNPATH (or RPATH) and SONAME of the dynamic section."""
+    from elftools.elf.dynamic import DynamicSection
+
+    needed, runpath, rpath, soname, nodeflib = [], "", "", "", False
+    with open_elf(path) as elf:
+        elfclass, machine = elf.elfclass, elf["e_machine"]
         for sec in elf.iter_sections():
             if not isinstance(sec, DynamicSection):
                 continue
             for tag in sec.iter_tags():
-                t = tag.entry.d_tag
-                if t == "DT_NEEDED":
-                    d.needed.append(tag.needed)
-                elif t == "DT_RUNPATH":
-                    d.runpath = tag.runpath
-                elif t == "DT_RPATH":
-                    d.rpath = tag.rpath
-                elif t == "DT_SONAME":
-                    d.soname = tag.soname
-                elif t == "DT_FLAGS_1" and tag.entry.d_val & 0x800:  # DF_1_NODEFLIB
-                    d.nodeflib = True
-        return d
+                if tag.entry.d_tag == "DT_NEEDED":
+                    needed.append(tag.needed)
+                elif tag.entry.d_tag == "DT_RUNPATH":
+                    runpath = tag.runpath
+                elif tag.entry.d_tag == "DT_RPATH":
+                    rpath = tag.rpath
+                elif tag.entry.d_tag == "DT_SONAME":
+                    soname = tag.soname
+                elif tag.entry.d_tag == "DT_FLAGS_1" and tag.entry.d_val & 0x800:  # DF_1_NODEFLIB
+                    nodeflib = True
+    return Dynamic(needed, runpath or rpath, soname, runpath, rpath, elfclass, machine, nodeflib)
+
+
+def defined_dynamic_symbols(path: str | os.PathLike) -> dict[str, int]:
+    """Defined symbols of .dynsym (what `nm -D --defined-only` lists) -> st_value; version
+    suffixes are not part of the names."""
+    from elftools.elf.sections import SymbolTableSection
+
+    out: dict[str, int] = {}
+    with open_elf(path) as elf:
+        for sec in elf.iter_sections():
+            if not isinstance(sec, SymbolTableSection) or sec["sh_type"] != "SHT_DYNSYM":
+                continue
+            for sym in sec.iter_symbols():
+                if sym.name and sym["st_shndx"] != "SHN_UNDEF":
+                    out.setdefault(sym.name, sym["st_value"])
+    return out
+
+
+def sections(path: str | os.PathLike, names: set[str] | None = None) -> dict[str, bytes]:
+    """Contents of the sections (those in `names`, or all) that occupy bytes in the file."""
+    out = {}
+    with open_elf(path) as elf:
+        for sec in elf.iter_sections():
+            if (names is None or sec.name in names) and sec["sh_type"] != "SHT_NOBITS":
+                out[sec.name] = sec.data()
+    return out
+
+
+def returned_constant(path: str | os.PathLike, symbol: str) -> int | None:
+    """The constant an exported `int f(void) { return N; }` returns, from its first instructions;
+    None when the symbol is absent (e.g. a -fvisibility=hidden build) or the code is not that shape.
+
+    pyelftools locates the code (symbol value -> the segment holding it -> file offset); the
+    instruction test, the part no ELF library does, is lines/libfacts.returned_immediate.
+    """
+    from elftools.elf.sections import SymbolTableSection
+
+    with open_elf(path) as elf:
+        value = None
+        for sec in elf.iter_sections():
+            if isinstance(sec, SymbolTableSection) and sec["sh_type"] == "SHT_DYNSYM":
+                for sym in sec.get_symbol_by_name(symbol) or []:
+                    if sym["st_shndx"] != "SHN_UNDEF":
+                        value = sym["st_value"]
+        if value is None:
+            return None
+        code = None
+        for seg in elf.iter_segments():
+            if seg["p_type"] == "PT_LOAD" and seg["p_vaddr"] <= value < seg["p_vaddr"] + seg["p_filesz"]:
+                start = value - seg["p_vaddr"]
+                code = seg.data()[start:start + 32]
+                break
+        machine = elf["e_machine"]
+    if code is None:
+        return None
+    from lucepatch.lines.libfacts import MACHINES, returned_immediate  # the one instruction decoder
+
+    return returned_immediate(code, MACHINES.get(machine, ""))
 
 
 # ---------------------------------------------------------------------------------- GPU code
@@ -127,42 +209,9 @@ def gpu_code(path: Path) -> GpuCode:
     code (sm_120a: FP4 MMA) and family code (sm_120f) are told by the entry's flags; cuobjdump
     prints sm_120a for the first and plain sm_120 for the second."""
     code = GpuCode()
-    with open(path, "rb") as f:
-        try:
-            elf = ELFFile(f)
-            for sec in elf.iter_sections():
-                if sec.name in FATBIN_SECTIONS and sec["sh_type"] != "SHT_NOBITS":
-                    _parse_fatbins(sec.data(), code)
-        except (ELFError, struct.error, IndexError, ValueError, EOFError) as exc:
-            raise ValueError(f"not an ELF file, or a truncated one: {exc or type(exc).__name__}")
+    for blob in sections(path, set(FATBIN_SECTIONS)).values():  # UsageError: not (readable) ELF
+        _parse_fatbins(blob, code)
     return code
-
-
-def defined_symbols(path: Path, pattern: str) -> list[str]:
-    """Names of the symbols (dynamic and static tables) matching `pattern` (regex)."""
-    rx = re.compile(pattern)
-    out: set[str] = set()
-    with open(path, "rb") as f:
-        elf = ELFFile(f)
-        for sec in elf.iter_sections():
-            if sec["sh_type"] in ("SHT_SYMTAB", "SHT_DYNSYM"):
-                for sym in sec.iter_symbols():
-                    if sym.name and rx.search(sym.name):
-                        out.add(sym.name)
-    return sorted(out)
-
-
-def undefined_symbols(path: Path, pattern: str = "") -> list[str]:
-    rx = re.compile(pattern or ".")
-    out: set[str] = set()
-    with open(path, "rb") as f:
-        elf = ELFFile(f)
-        for sec in elf.iter_sections():
-            if sec["sh_type"] in ("SHT_SYMTAB", "SHT_DYNSYM"):
-                for sym in sec.iter_symbols():
-                    if sym.name and sym["st_shndx"] == "SHN_UNDEF" and rx.search(sym.name):
-                        out.add(sym.name)
-    return sorted(out)
 
 
 # ---------------------------------------------------------------------------------- closure
@@ -252,7 +301,7 @@ def resolve_closure(roots: list[Path], *, allowed_missing: list[str] = (), ld_li
         if path not in info:
             try:
                 info[path] = dynamic(Path(path))
-            except (ELFError, OSError, ValueError):
+            except (UsageError, OSError):
                 return None
         return info[path]
 
@@ -267,16 +316,16 @@ def resolve_closure(roots: list[Path], *, allowed_missing: list[str] = (), ld_li
         if "/" in name:
             return name if fits(name, me) else None
         dirs: list[str] = []
-        if not me.runpath:
+        if not me.dt_runpath:
             cur: str | None = requester
             while cur:
                 d = info[cur]
-                if d.rpath and not d.runpath:
-                    dirs += _split(d.rpath, os.path.dirname(cur))
+                if d.dt_rpath and not d.dt_runpath:
+                    dirs += _split(d.dt_rpath, os.path.dirname(cur))
                 cur = loader_of.get(cur)
         dirs += [e for e in ld_library_path.split(":") if e]
-        if me.runpath:
-            dirs += _split(me.runpath, os.path.dirname(requester))
+        if me.dt_runpath:
+            dirs += _split(me.dt_runpath, os.path.dirname(requester))
         if not me.nodeflib:
             dirs += sysdirs
         for d in dirs:

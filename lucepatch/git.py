@@ -1,16 +1,23 @@
 """The only place that runs git.
 
-GitPython gives us repository objects (open_repo); the plumbing on the hot paths (apply, patch-id,
-read-tree, hash-object, format-patch) runs the git CLI here, with explicit argument lists (never a
-shell), a fixed environment (no pager, no editor, stable identity for commits lucepatch creates
-when the patch gives none) and stdin as bytes. `env` values of None remove a variable (the user's
-own identity and clock for what lucepatch writes into their checkout: stash, reflog).
+Repository objects — refs, HEAD and branches, config, remotes, commits — are read with GitPython
+(`repo_at`, `try_resolve`, `head`, `current_branch`, `subject`, `remote_url`, `config_identity`,
+...; kept open, they answer without a process per question: bench/git_objects.py). The plumbing
+that has no GitPython API or is a hot path (apply --cached, read-tree, write-tree, commit-tree/
+hash-object, patch-id, format-patch, batched log/ls-files) runs the git CLI through `run`, with
+explicit argument lists (never a shell), a fixed environment (no pager, no editor, stable identity
+for commits lucepatch creates when the patch gives none) and stdin as bytes. `env` values of None
+remove a variable (the user's own identity and clock for what lucepatch writes into their
+checkout: stash, reflog).
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+import threading
+from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +26,7 @@ from pathlib import Path
 os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
 
 import git as gitpython  # noqa: E402
-from git.exc import InvalidGitRepositoryError, NoSuchPathError  # noqa: E402
+from git.exc import GitCommandNotFound, InvalidGitRepositoryError, NoSuchPathError  # noqa: E402
 
 from lucepatch.errors import EnvironmentMissing, ToolFailed, UsageError
 
@@ -143,30 +150,144 @@ def open_repo(path: Path | str, what: str = "--source") -> gitpython.Repo:
     return repo
 
 
+_OPEN: "OrderedDict[str, tuple[gitpython.Repo, threading.Lock]]" = OrderedDict()
+_OPEN_LOCK = threading.Lock()
+MAX_OPEN = 4  # repositories kept open (each holds git cat-file helper processes)
+
+
+@contextmanager
+def repo_at(repo_dir: Path | str):
+    """A GitPython Repo for reading repository objects (refs, config, remotes, commits). No hook
+    runs, nothing is written. The last few are kept open: GitPython then answers from its running
+    `git cat-file` helpers instead of one git process per question (bench/git_objects.py); one
+    thread at a time uses a Repo (its helper pipes are not shared)."""
+    key = os.path.realpath(repo_dir)
+    with _OPEN_LOCK:
+        entry = _OPEN.pop(key, None)
+        if entry is not None and not os.path.isdir(entry[0].git_dir):  # the folder was removed
+            entry[0].close()
+            entry = None
+        if entry is None:
+            try:
+                entry = (gitpython.Repo(str(repo_dir)), threading.Lock())
+            except (InvalidGitRepositoryError, NoSuchPathError):
+                raise UsageError(f"{repo_dir} is not a git checkout; pass the path of one")
+            except GitCommandNotFound:
+                raise EnvironmentMissing("git not found on PATH: install git (apt-get install git) or fix PATH")
+        _OPEN[key] = entry
+        while len(_OPEN) > MAX_OPEN:
+            _, (old, old_lock) = _OPEN.popitem(last=False)
+            if old_lock.acquire(blocking=False):  # in use elsewhere: its owner's Repo is collected later
+                old.close()
+                old_lock.release()
+    repo, lock = entry
+    with lock:
+        try:
+            yield repo
+        except GitCommandNotFound:  # its helper process could not start (git left PATH)
+            with _OPEN_LOCK:
+                _OPEN.pop(key, None)
+            raise EnvironmentMissing("git not found on PATH: install git (apt-get install git) or fix PATH")
+
+
+def _reads_objects(repo: gitpython.Repo) -> bool:
+    """GitPython reads SHA-1 object databases only; a SHA-256 repository
+    (extensions.objectFormat = sha256) is read through the git CLI instead."""
+    ok = getattr(repo, "_lucepatch_sha1", None)
+    if ok is None:
+        fmt = repo.config_reader("repository").get_value("extensions", "objectformat", "sha1")
+        ok = repo._lucepatch_sha1 = str(fmt).lower() == "sha1"
+    return ok
+
+
+def _commit(repo: gitpython.Repo, ref: str):
+    """The commit `ref` names, or None (GitPython's rev-parse: names, abbreviated ids, ~ and ^)."""
+    if not _reads_objects(repo):
+        return None
+    try:
+        obj = repo.rev_parse(ref)
+        while obj.type == "tag":  # annotated tags peel to what they point at
+            obj = obj.object
+        return obj if obj.type == "commit" else None
+    except (gitpython.BadName, gitpython.BadObject, ValueError, IndexError, KeyError):
+        return None
+
+
 def resolve_commit(repo_dir: Path | str, ref: str, *, what: str = "base commit", remedy: str = "") -> str:
-    res = run(repo_dir, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", check=False)
-    if res.status != 0:
+    sha = try_resolve(repo_dir, ref)
+    if sha is None:
         hint = remedy or "fetch it (git fetch --unshallow / the right remote) or pass --fetch"
         raise EnvironmentMissing(f"{what} {ref} is not in the checkout {repo_dir}; {hint}")
-    return res.stdout.strip()
+    return sha
 
 
 def try_resolve(repo_dir: Path | str, ref: str) -> str | None:
-    res = run(repo_dir, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", check=False)
+    if not ref or ref.startswith("-"):
+        return None
+    with repo_at(repo_dir) as repo:
+        c = _commit(repo, ref)
+        if c is not None:
+            return c.hexsha
+    # what GitPython's rev-parse does not implement (e.g. @{upstream}, :/text): ask git itself
+    res = run(repo_dir, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}", check=False)
     return res.stdout.strip() if res.status == 0 else None
 
 
 def head(repo_dir: Path | str) -> str:
+    with repo_at(repo_dir) as repo:
+        if _reads_objects(repo):
+            return repo.head.commit.hexsha
     return run(repo_dir, "rev-parse", "HEAD").stdout.strip()
 
 
 def current_branch(repo_dir: Path | str) -> str | None:
-    res = run(repo_dir, "symbolic-ref", "--short", "-q", "HEAD", check=False)
-    return res.stdout.strip() or None
+    with repo_at(repo_dir) as repo:
+        return None if repo.head.is_detached else repo.head.reference.name
 
 
 def branch_exists(repo_dir: Path | str, branch: str) -> bool:
-    return run(repo_dir, "show-ref", "--verify", "--quiet", f"refs/heads/{branch}", check=False).status == 0
+    with repo_at(repo_dir) as repo:
+        return any(h.name == branch for h in repo.heads)
+
+
+def tree_of(repo_dir: Path | str, rev: str = "HEAD") -> str:
+    with repo_at(repo_dir) as repo:
+        c = _commit(repo, rev)
+        if c is not None:
+            return c.tree.hexsha
+    return run(repo_dir, "rev-parse", f"{rev}^{{tree}}").stdout.strip()
+
+
+def subject(repo_dir: Path | str, rev: str) -> str:
+    """First line of the commit message of `rev`."""
+    with repo_at(repo_dir) as repo:
+        c = _commit(repo, rev)
+        if c is not None:
+            return c.summary
+    res = run(repo_dir, "log", "-1", "--format=%s", rev, check=False)
+    return res.stdout.strip() if res.status == 0 else ""
+
+
+def remote_url(repo_dir: Path | str, name: str) -> str | None:
+    """The (first) URL of remote `name`, or None when there is no such remote."""
+    with repo_at(repo_dir) as repo:
+        try:
+            return next(iter(repo.remote(name).urls), None)
+        except ValueError:  # no such remote
+            return None
+
+
+def is_shallow(repo_dir: Path | str) -> bool:
+    with repo_at(repo_dir) as repo:
+        return Path(repo.common_dir, "shallow").is_file()  # a worktree shares it
+
+
+def version() -> str:
+    """`git --version` ("git version 2.39.5"), or "" when git cannot run."""
+    try:
+        return run(".", "--version", check=False).stdout.strip()
+    except EnvironmentMissing:
+        return ""
 
 
 def patch_id(diff: bytes) -> str | None:
@@ -176,13 +297,12 @@ def patch_id(diff: bytes) -> str | None:
     return first[0] if first else None
 
 
-def tree_of(repo_dir: Path | str, rev: str = "HEAD") -> str:
-    return run(repo_dir, "rev-parse", f"{rev}^{{tree}}").stdout.strip()
-
-
 def config_identity(repo_dir: Path | str) -> tuple[str, str] | None:
-    name = run(repo_dir, "config", "user.name", check=False).stdout.strip()
-    email = run(repo_dir, "config", "user.email", check=False).stdout.strip()
+    """user.name and user.email as git would use them for this repository (all config levels)."""
+    with repo_at(repo_dir) as repo:
+        reader = repo.config_reader()
+        name = str(reader.get_value("user", "name", default="")).strip()
+        email = str(reader.get_value("user", "email", default="")).strip()
     if name and email:
         return name, email
     return None
@@ -190,7 +310,11 @@ def config_identity(repo_dir: Path | str) -> tuple[str, str] | None:
 
 def commit_time(repo_dir: Path | str, rev: str) -> str:
     """Committer time of `rev`, seconds since the epoch (SOURCE_DATE_EPOCH of reproducible builds)."""
-    return str(gitpython.Repo(str(repo_dir)).commit(rev).committed_date)
+    with repo_at(repo_dir) as repo:
+        c = _commit(repo, rev)
+        if c is not None:
+            return str(c.committed_date)
+    return run(repo_dir, "log", "-1", "--format=%ct", rev).stdout.strip()
 
 
 __all__ = [name for name in dir() if not name.startswith("_")]

@@ -35,23 +35,23 @@ class Finding:
         return self.__dict__.copy()
 
 
-def whitespace_errors(diff: bytes) -> list[str]:
+def whitespace_errors(patch) -> list[str]:
+    """Trailing whitespace and space-before-tab in the lines a patch adds (its unidiff hunks: a
+    line adding `++ x` is content, not a `+++` header)."""
     out = []
-    path = "?"
-    for n, line in enumerate(diff.decode("utf-8", "replace").split("\n"), 1):
-        if line.startswith("+++ "):
-            path = line[4:].split("\t")[0]
-            path = path[2:] if path.startswith("b/") else path
-            continue
-        if not line.startswith("+") or line.startswith("+++"):
-            continue
-        body = line[1:]
-        if body.endswith("\r"):  # CRLF content is the file's own convention
-            body = body[:-1]
-        if body != body.rstrip(" \t"):
-            out.append(f"{path}: trailing whitespace in added line {body.strip()[:40]!r}")
-        elif re.match(r"^\t* +\t", body):
-            out.append(f"{path}: space before tab in indent {body.strip()[:40]!r}")
+    for pf in patch.patchset:
+        path = pf.path
+        for hunk in pf:
+            for line in hunk:
+                if not line.is_added:
+                    continue
+                body = line.value.rstrip("\n")
+                if body.endswith("\r"):  # CRLF content is the file's own convention
+                    body = body[:-1]
+                if body != body.rstrip(" \t"):
+                    out.append(f"{path}: trailing whitespace in added line {body.strip()[:40]!r}")
+                elif re.match(r"^\t* +\t", body):
+                    out.append(f"{path}: space before tab in indent {body.strip()[:40]!r}")
     return out
 
 
@@ -85,7 +85,7 @@ def lint_target(ws, name: str, *, pending_days: int, now: float) -> list[Finding
             continue
         try:
             p = parse_patch(path, n)
-            _ = p.patch_id, p.files
+            _ = p.patch_id
             check_patch_shape(p)
             check_patch_paths(p)
         except LucepatchError as exc:
@@ -110,7 +110,7 @@ def lint_target(ws, name: str, *, pending_days: int, now: float) -> list[Finding
         for pr in p.trailer_all("Probe"):
             if pr.strip() not in probes and pr.strip() not in probes.get("probe", {}):
                 add(ERROR, n, "trailer", f"Probe {pr.strip()!r} is not an entry of {probes_file}")
-        for w in whitespace_errors(p.diff):
+        for w in whitespace_errors(p):
             add(ERROR, n, "whitespace", w)
         if status == "Pending" and p.date:
             try:

@@ -76,14 +76,22 @@ class Patch:
         return pid
 
     @cached_property
-    def files(self) -> list[str]:
-        """Paths the diff touches (both sides of renames), parsed with unidiff."""
+    def patchset(self) -> PatchSet:
+        """The diff parsed with unidiff: files, their header lines (modes, renames), hunks and
+        lines — what lint, import and the safety checks read (hunk lines are content, never headers)."""
         try:
             ps = PatchSet(self.diff.decode("utf-8", errors="surrogateescape"))
         except UnidiffParseError as exc:
             raise UsageError(f"patch {self.path} has an unparseable diff ({exc}); regenerate it with git format-patch")
+        if not len(ps):
+            raise UsageError(f"patch {self.path} holds no file diff; regenerate it with git format-patch")
+        return ps
+
+    @cached_property
+    def files(self) -> list[str]:
+        """Paths the diff touches (both sides of renames), as unidiff reads them."""
         paths = []
-        for pf in ps:
+        for pf in self.patchset:
             for p in (pf.source_file, pf.target_file):
                 if p and p != "/dev/null":
                     p = p[2:] if p[:2] in ("a/", "b/") else p

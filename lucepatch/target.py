@@ -10,6 +10,7 @@ from pathlib import Path
 
 from lucepatch.errors import UsageError
 from lucepatch.series import Patch, compute_patch_ids, parse_patch, read_series, series_hash
+from lucepatch.target_sections import BuildConfig, ModelConfig, PrConfig, Profile, Submodule, parse_sections
 from lucepatch.workspace import Workspace
 
 VARIANTS = ("baseline", "patched")
@@ -26,11 +27,12 @@ class Target:
     base: str
     version: str
     description: str = ""
-    build: dict = field(default_factory=dict)
-    profiles: dict = field(default_factory=dict)
-    submodules: list[dict] = field(default_factory=list)
-    pr: dict = field(default_factory=dict)
-    raw: dict = field(default_factory=dict)
+    build: BuildConfig | None = None  # None: the target has no [build] table
+    profiles: dict[str, Profile] = field(default_factory=dict)
+    submodules: list[Submodule] = field(default_factory=list)
+    pr: PrConfig = field(default_factory=PrConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    raw: dict = field(default_factory=dict)  # the document as read (provenance only; use the typed fields)
 
     @property
     def toml_path(self) -> Path:
@@ -110,15 +112,47 @@ def load_target_dir(tdir: Path) -> Target:
         raise UsageError(f"{toml_path}: version {data['version']!r} must be MAJOR.MINOR.PATCH")
     if not re.match(r"^[0-9a-f]{7,64}$", data["base"]):
         raise UsageError(f"{toml_path}: base {data['base']!r} must be a commit id (hex)")
-    for key in ("build", "profiles", "pr"):
-        if key in data and not isinstance(data[key], dict):
-            raise UsageError(f"{toml_path}: [{key}] must be a table")
     return Target(
         name=data["name"], dir=tdir, upstream=data["upstream"], branch=data.get("branch", "main"),
         base=data["base"], version=data["version"], description=data.get("description", ""),
-        build=data.get("build", {}), profiles=data.get("profiles", {}),
-        submodules=data.get("submodule", []), pr=data.get("pr", {}), raw=data,
+        raw=data, **parse_sections(data, str(toml_path)),
     )
+
+
+def update_target_toml(path: Path, **keys) -> None:
+    """Set top-level keys of a target.toml (e.g. base=..., version=...) with tomlkit, keeping its
+    comments, key order and formatting; written atomically, and only when the result still loads
+    as a target (a bad value is a UsageError and the file is left as it was)."""
+    import tomlkit
+
+    from lucepatch.trailers import write_atomic
+
+    path = Path(path)
+    doc = tomlkit.parse(path.read_text(encoding="utf-8"))
+    for key, value in keys.items():
+        doc[key] = value
+    _write_checked(path, tomlkit.dumps(doc), write_atomic)
+
+
+def write_target_toml(path: Path, data: dict) -> None:
+    """A new target.toml from `data` (top-level keys, then tables), rendered by tomlkit."""
+    import tomlkit
+
+    from lucepatch.trailers import write_atomic
+
+    _write_checked(Path(path), tomlkit.dumps(data), write_atomic)
+
+
+def _write_checked(path: Path, text: str, write_atomic) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:  # validate the exact bytes before they replace the file
+        probe = Path(d) / path.parent.name
+        probe.mkdir()
+        (probe / "target.toml").write_text(text, encoding="utf-8")
+        load_target_dir(probe)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, text.encode("utf-8"))
 
 
 def list_targets(ws: Workspace) -> list[str]:

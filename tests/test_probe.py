@@ -144,7 +144,7 @@ def test_real_lucebox_absorbed_records_are_in_the_pinned_bases():
     t = load_target_dir(REPO / "patches" / "lucebox")
     repos = [(t.dir / "absorbed", Path(src), t.base)]
     for s in t.submodules:
-        repos.append((t.dir / s["series_dir"] / "absorbed", Path(src) / s["path"], s["base"]))
+        repos.append((t.dir / s.series_dir / "absorbed", Path(src) / s.path, s.base))
     n = 0
     for adir, repo, base in repos:
         for pf in sorted(adir.glob("*.patch")):

@@ -3,7 +3,7 @@
 # Run from the repo root on the GPU machine with .whl/ and .upstream/hami-core carried:
 #   bash tools/gpu_session.sh <step...>
 #   steps: env traces async-sched all all-a all-b all-serial vmm-refs overhead bench-verify multi-device
-#          pool-alloc lucebox-build
+#          pool-alloc run-cost main-job lucebox-build
 #   plan (issue 4): smoke = `env async-sched`; full = `all vmm-refs overhead bench-verify traces`;
 #   reserve = `all-serial` (if parallel runs misbehave on the GPU); 2-GPU machine: `multi-device`.
 #   issue 12: `pool-alloc` (~1.5 min on 1x H200: 2 builds + 85 processes under the sequential
@@ -12,6 +12,8 @@
 #   processes, ~11.5 min: past the 10-minute call limit; `pr --evidence` combines the two per
 #   reproducer); 2-GPU machine: `multi-device pool-alloc traces`.
 # DRIVER=fake runs the same steps on the simulated driver (how they are proven off the GPU).
+#   issue 13: call 1 = `env run-cost` (~4 min: a cold HAMi build, then ~2.5 min measuring);
+#   call 2 = `bench-verify main-job` (~4 min: a cold patched build, fixed 20, sequential, the main job).
 # verify runs in parallel (private mount namespace + tmpfs /tmp/vgpulock per run) when root and
 # unshare(1) works, serially otherwise; the evidence's execution.mode says which.
 # Everything it writes goes under $OUT (or ./gpu-out when OUT is unset).
@@ -26,6 +28,7 @@ export PYTHONPATH=$PYPATH PYTHONUNBUFFERED=1 LUCEPATCH_CACHE=${LUCEPATCH_CACHE:-
 SRC=${SRC:-.upstream/hami-core}
 DRIVER=${DRIVER:-real}
 if [ "$DRIVER" = real ]; then TAG=h200; else TAG=$DRIVER; fi
+now() { python3 -c 'import time; print(time.time())'; }
 lp() { python3 -m lucepatch "$@"; }
 for step in "$@"; do
   echo "=== $step $(date -u +%T)"
@@ -73,7 +76,22 @@ for step in "$@"; do
     overhead)
       python3 bench/hook_overhead.py --source $SRC --driver real --repeats ${REPEATS:-5} --json "$OUT/hook-overhead.h200.json" 2>&1 | tee "$OUT/overhead.log" ;;
     bench-verify)
-      python3 bench/verify.py --source $SRC --driver real --json "$OUT/bench-verify.h200.json" 2>&1 | tee "$OUT/bench-verify.log" ;;
+      # fixed 20 vs the sequential rule on the main job, same cache as the other steps (warm after one run)
+      LUCEPATCH_BENCH_CACHE=$LUCEPATCH_CACHE python3 bench/verify.py --source $SRC --driver $DRIVER --rounds ${ROUNDS:-1} \
+        --json "$OUT/bench-verify.$TAG.json" 2>&1 | tee "$OUT/bench-verify.log" ;;
+    run-cost)
+      # where a run's time goes: bare cuInit, + context, + NVML, + HAMi init, the runner; x1 and x16
+      { nvidia-smi --query-gpu=name,driver_version,persistence_mode,compute_mode --format=csv || true;
+        nproc; } 2>&1 | tee "$OUT/run-cost-env.txt"
+      python3 bench/run_cost.py --source $SRC --driver $DRIVER --serial 5 --count 32 --jobs 16 \
+        --json "$OUT/run-cost.$TAG.json" 2>&1 | tee "$OUT/run-cost.log" ;;
+    main-job)
+      # the main job as a user runs it (sequential rule, default --runs 20 as the maximum), timed
+      s0=$(now)
+      lp verify --reproducer async-sched --source $SRC --driver $DRIVER \
+        --evidence "$OUT/async-sched.sequential.$TAG.json" 2>&1 | tee "$OUT/verify-main-job.log"
+      python3 -c "import sys; print(f'main job wall: {float(sys.argv[2]) - float(sys.argv[1]):.2f} s')" "$s0" "$(now)" \
+        | tee -a "$OUT/verify-main-job.log" ;;
     lucebox-build)
       # issue 17 item 3 (~7-8 min on 16 cores): needs .upstream/lucebox-carry from
       # `python3 tools/carry_lucebox.py pack` (a few MB: trees without history + nlohmann .deb).

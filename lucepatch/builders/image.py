@@ -29,6 +29,7 @@ from lucepatch.builders.probe import AppliedTree, prepare_tree, resolve_profile,
 from lucepatch.builders.superbuild import plan_for
 from lucepatch.errors import CheckFailed, EnvironmentMissing, UsageError
 from lucepatch.target import Target
+from lucepatch.target_sections import BuildConfig
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates" / "docker"
 LABEL_PREFIX = "org.lucepatch."
@@ -68,7 +69,7 @@ def patch_labels(target: Target, variant: str = "patched") -> dict[str, str]:
     for t in repos:
         for p in t.variant_patches(variant):
             ids.append(f"{t.name}:{p.slug}={p.patch_id[:12]}")
-    subs = [f"{s['path']}@{s['base'][:12]}" for s in target.submodules]
+    subs = [f"{s.path}@{s.base[:12]}" for s in target.submodules]
     return {"patches": ",".join(ids), "submodules": ",".join(subs)}
 
 
@@ -97,16 +98,16 @@ def labels_for(target: Target, profile: dict, *, revision: str | None = None, ev
 def template_vars(target: Target, profile: dict, *, labels: dict, builder_image: str | None = None,
                   runtime_image: str | None = None, jobs: int | None = None, ccache: bool = False,
                   verbose: bool = False) -> dict:
-    b = target.build
-    binaries = list(b.get("binaries") or b.get("targets") or [])
-    if not binaries and not b.get("artifacts"):
+    b = target.build or BuildConfig()
+    binaries = list(b.binaries or b.targets)
+    if not binaries and not b.artifacts:
         raise UsageError(f"target {target.name}: [build] binaries (or targets) is empty in {target.toml_path}")
-    model = dict(target.raw.get("model", {}))
+    model = target.model
     # the same plan as the native `build TARGET --profile P` (builders/superbuild.py); the arch
     # list becomes the CUDA_ARCHITECTURES build argument, defaulting to the profile's
-    plan = plan_for(target, profile) if binaries else None
+    plan = plan_for(target, profile) if binaries and target.build else None
     arch_arg = bool(plan and plan.arch_variable and any(a.startswith(f"-D{plan.arch_variable}=") for a in plan.cmake_args))
-    cmake_args = plan.args("${CUDA_ARCHITECTURES}") if arch_arg else list(profile.get("cmake_args", []))
+    cmake_args = plan.args("${CUDA_ARCHITECTURES}") if arch_arg else list(profile.get("cmake_args") or [])
     return {
         "lucepatch_version": __version__, "target": target.name, "version": target.version,
         "profile": profile["name"],
@@ -118,19 +119,19 @@ def template_vars(target: Target, profile: dict, *, labels: dict, builder_image:
         "generator": profile.get("generator", "Ninja"),
         "cmake_args": cmake_args,
         "cuda_archs": ";".join(plan.cuda_archs) if arch_arg else "",
-        "build_targets": list(b.get("targets") or binaries),
-        "binaries": binaries, "share": list(b.get("share", [])),
-        "artifacts": b.get("artifacts", {}),
-        "source_dir": b.get("source_dir", ".").strip("/") or ".",
-        "submodules": [{"name": s.get("name") or Path(s["path"]).name, "path": s["path"]} for s in target.submodules],
+        "build_targets": list(b.targets or binaries),
+        "binaries": binaries, "share": list(b.share),
+        "artifacts": dict(b.artifacts),
+        "source_dir": b.source_dir.strip("/") or ".",
+        "submodules": [{"name": s.label, "path": s.path} for s in target.submodules],
         "jobs": jobs,  # None: the builder's nproc at build time (BUILD_JOBS overrides)
         "uid": int(profile.get("uid", 10001)), "user": profile.get("user", target.name.replace(".", "-")),
         "model_dir": profile.get("model_dir", "/models"),
-        "port": int(b.get("port", 8080)), "health_path": b.get("health_path", "/health"),
+        "port": b.port, "health_path": b.health_path,
         "health_start_period": profile.get("health_start_period", "30m"),
-        "model": {"target_repo": model.get("target_repo", ""), "target_file": model.get("target_file", ""),
-                  "draft_repo": model.get("draft_repo", "")},
-        "server_draft_flag": b.get("server_draft_flag", "--draft"),
+        "model": {"target_repo": model.target_repo, "target_file": model.target_file,
+                  "draft_repo": model.draft_repo},
+        "server_draft_flag": b.server_draft_flag,
         "labels": labels, "ccache": ccache, "verbose": verbose,
     }
 
@@ -147,7 +148,7 @@ def _env() -> jinja2.Environment:
 
 
 def render(target: Target, vars_: dict) -> dict[str, str]:
-    name = target.build.get("image_template") or target.name
+    name = (target.build.image_template if target.build else None) or target.name
     path = TEMPLATES / f"{name}.Dockerfile.j2"
     if not path.is_file():
         known = sorted(p.name.split(".")[0] for p in TEMPLATES.glob("*.Dockerfile.j2"))
@@ -161,11 +162,11 @@ def render(target: Target, vars_: dict) -> dict[str, str]:
 
 def image_profile(target: Target, name: str | None) -> tuple[str, dict]:
     """The target's profile; a target without [profiles] gets `default` from its [build] table."""
-    if target.profiles or target.raw.get("profiles"):
+    if target.profiles:
         return resolve_profile(target, name)
     if name not in (None, "default"):
         raise UsageError(f"target {target.name} has no profiles; drop --profile or use default")
-    prof = {"name": "default", "cmake_args": list(target.build.get("configure_args", [])),
+    prof = {"name": "default", "cmake_args": list(target.build.configure_args if target.build else []),
             "builder_packages": ["cmake", "make", "ca-certificates"], "generator": "'Unix Makefiles'"}
     prof["hash"] = hashlib.sha256(repr(sorted((k, repr(v)) for k, v in prof.items())).encode()).hexdigest()[:16]
     return "default", prof
@@ -194,13 +195,13 @@ def make_context(tree: AppliedTree, target: Target, files: dict[str, str], ctx: 
                  ccache_dir: Path | None = None) -> Path:
     shutil.rmtree(ctx, ignore_errors=True)
     ctx.mkdir(parents=True)
-    sub_paths = {os.path.normpath(s["path"]) for s in target.submodules}
+    sub_paths = {os.path.normpath(s.path) for s in target.submodules}
     _copy_tree(tree.root, ctx / "src", sub_paths)
     for s in target.submodules:
-        name = s.get("name") or Path(s["path"]).name
-        real = (tree.root / s["path"]).resolve()
+        name = s.label
+        real = (tree.root / s.path).resolve()
         _copy_tree(real, ctx / "submodules" / name, set())
-        (ctx / "src" / s["path"]).mkdir(parents=True, exist_ok=True)
+        (ctx / "src" / s.path).mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
         (ctx / name).write_text(text)
     if "entrypoint.sh" in files:

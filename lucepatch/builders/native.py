@@ -68,13 +68,15 @@ def build_variant(target: Target, source: Path, variant: str, cache: Path, *, jo
     (builders/reproducible.py) and cached by content: a second call with the same inputs returns
     the cached artifacts, and a build in another cache folder gives the same bytes."""
     cfg = target.build
-    if cfg.get("system", "cmake") != "cmake":
-        raise UsageError(f"target {target.name}: build system {cfg.get('system')!r} is not supported by `build` (cmake only)")
-    if not cfg.get("artifacts"):
+    if cfg is None:
+        raise UsageError(f"target {target.name} has no [build] table in {target.toml_path}; it cannot be built natively")
+    if cfg.system != "cmake":
+        raise UsageError(f"target {target.name}: build system {cfg.system!r} is not supported by `build` (cmake only)")
+    if not cfg.artifacts:
         raise UsageError(f"target {target.name}: [build.artifacts] is empty in {target.toml_path}")
     toolchain.require("cmake", "install cmake (apt-get install cmake)")
     toolchain.require("cc", "install a C compiler (apt-get install gcc)")
-    needs = list(cfg.get("needs", []))
+    needs = list(cfg.needs)
     patches = target.variant_patches(variant)
     stubs = build_fakecuda(cache / "fakecuda")
 
@@ -89,7 +91,7 @@ def build_variant(target: Target, source: Path, variant: str, cache: Path, *, jo
                                  "SOURCE_DATE_EPOCH": git.commit_time(work.repo, series.base)})
         key_doc = {
             # the stubs enter by content (their folder name is their hash), not by where the cache is
-            "target": target.name, "tree": series.tree, "build": cfg,
+            "target": target.name, "tree": series.tree, "build": cfg.to_json(),
             "recipe": dataclasses.replace(recipe, link_dirs=["$STUBS"]).to_json(),
             "toolchain": toolchain.fingerprint(needs), "stubs": stubs.name,
         }
@@ -124,7 +126,7 @@ def build_variant(target: Target, source: Path, variant: str, cache: Path, *, jo
             shas = {}
             art_dir = staging / "artifacts"
             art_dir.mkdir()
-            for name, rel in cfg["artifacts"].items():
+            for name, rel in cfg.artifacts.items():
                 src = bdir / rel
                 if not src.is_file():
                     raise CheckFailed(f"{target.name} {variant}: the build did not produce {rel}")
@@ -132,7 +134,7 @@ def build_variant(target: Target, source: Path, variant: str, cache: Path, *, jo
                 os.chmod(art_dir / name, 0o755)
                 shas[name] = sha256_file(art_dir / name)
             shutil.rmtree(bdir)
-            arts = {name: out / "artifacts" / name for name in cfg["artifacts"]}
+            arts = {name: out / "artifacts" / name for name in cfg.artifacts}
             (staging / "recipe.sh").write_text(recipe.shell())
             (staging / "manifest.json").write_text(json.dumps({
                 "key": key, "inputs": key_doc, "variant": variant, "commit": series.head,

@@ -35,6 +35,7 @@ from lucepatch.elf import GpuCode, is_elf
 from lucepatch.engine.apply import WorkArea, apply_series
 from lucepatch.errors import CheckFailed, EnvironmentMissing, UsageError
 from lucepatch.target import Target
+from lucepatch.target_sections import Submodule
 
 KINDS = ("compile", "link", "runpath", "targets")
 PASS, FAIL, ERROR, NA = "pass", "fail", "error", "n/a"
@@ -76,7 +77,7 @@ def list_gpu_code(path: Path) -> GpuCode:
     """SASS/PTX of an object, read from its fatbin entry headers (lucepatch.elf)."""
     try:
         return elf.gpu_code(path)
-    except ValueError as exc:
+    except UsageError as exc:
         # what the compiler wrote is not an ELF64 object (or a truncated one): the probe fails
         # with that, it is not a lucepatch bug
         raise _ProbeFail(f"{Path(path).name} is not a readable ELF64 object ({exc})")
@@ -165,7 +166,7 @@ def load_probes(target: Target) -> tuple[list[ProbeSpec], dict]:
 
 
 def resolve_profile(target: Target, name: str | None) -> tuple[str, dict]:
-    profiles = target.profiles or target.raw.get("profiles", {})
+    profiles = target.profiles
     if not profiles:
         raise UsageError(f"target {target.name} defines no [profiles.*] in {target.toml_path}")
     if name is None:
@@ -179,11 +180,10 @@ def resolve_profile(target: Target, name: str | None) -> tuple[str, dict]:
         if cur not in profiles:
             raise UsageError(f"profile {chain[-1]!r} inherits unknown profile {cur!r}")
         chain.append(cur)
-        cur = profiles[cur].get("inherits")
+        cur = profiles[cur].inherits
     merged: dict = {}
     for pname in reversed(chain):
-        p = profiles[pname]
-        for k, v in p.items():
+        for k, v in profiles[pname].settings().items():
             if k == "cmake_args":
                 merged["cmake_args"] = merged.get("cmake_args", []) + list(v)
             elif k != "inherits":
@@ -193,17 +193,16 @@ def resolve_profile(target: Target, name: str | None) -> tuple[str, dict]:
     return name, merged
 
 
-def sub_target(target: Target, sub: dict) -> Target:
+def sub_target(target: Target, sub: Submodule) -> Target:
     """A Target-like object for one [[submodule]]: its own base and series under series_dir."""
     for key in ("path", "base", "series_dir"):
-        if not sub.get(key):
-            raise UsageError(f"{target.toml_path}: a [[submodule]] lacks {key}")
-    sdir = (target.dir / sub["series_dir"]).resolve()
+        if not getattr(sub, key):
+            raise UsageError(f"{target.toml_path}: a [[submodule]] has an empty {key}")
+    sdir = (target.dir / sub.series_dir).resolve()
     if not sdir.is_relative_to(target.dir.resolve()):
-        raise UsageError(f"{target.toml_path}: series_dir {sub['series_dir']!r} leaves the target folder")
-    name = sub.get("name") or Path(sub["path"]).name
-    return Target(name=f"{target.name}.{name}", dir=sdir, upstream=sub.get("url", ""), branch=sub.get("branch", "main"),
-                  base=sub["base"], version=target.version, raw=sub)
+        raise UsageError(f"{target.toml_path}: series_dir {sub.series_dir!r} leaves the target folder")
+    return Target(name=f"{target.name}.{sub.label}", dir=sdir, upstream=sub.url, branch=sub.branch,
+                  base=sub.base, version=target.version, raw=sub.to_json())
 
 
 # ---------------------------------------------------------------------------------- the tree
@@ -272,7 +271,7 @@ def prepare_tree(target: Target, source: Path, variant: str, cache: Path, stack:
     nested: also copy the working trees of nested submodules (BSA's csrc/cutlass) from the user's
     checkout where initialised (full builds need them; probes do not, and skip the copy)."""
     repos = []
-    carried = carried_bases(source, [(".", target.base)] + [(s["path"], s["base"]) for s in target.submodules])
+    carried = carried_bases(source, [(".", target.base)] + [(s.path, s.base) for s in target.submodules])
     work = stack.enter_context(WorkArea(cache, f"probe-{target.name}-{variant}"))
     patches = target.variant_patches(variant)
     res = apply_series(target, source, patches, work, base=carried.get("."))
@@ -283,24 +282,24 @@ def prepare_tree(target: Target, source: Path, variant: str, cache: Path, stack:
                   "patches": [p.name for p in patches]})
     for sub in target.submodules:
         st = sub_target(target, sub)
-        sub_src = Path(source) / sub["path"]
+        sub_src = Path(source) / sub.path
         if not (sub_src / ".git").exists():
-            raise EnvironmentMissing(f"submodule {sub['path']} of {source} is not initialised: run "
-                                     f"git -C {source} submodule update --init {sub['path']}")
+            raise EnvironmentMissing(f"submodule {sub.path} of {source} is not initialised: run "
+                                     f"git -C {source} submodule update --init {sub.path}")
         swork = stack.enter_context(WorkArea(cache, f"probe-{st.name}-{variant}"))
         spatches = st.variant_patches(variant)
-        sres = apply_series(st, sub_src, spatches, swork, base=carried.get(sub["path"]))
+        sres = apply_series(st, sub_src, spatches, swork, base=carried.get(sub.path))
         if sres.conflicts:
             raise CheckFailed(f"{st.name} {variant}: {', '.join(o.patch.name for o in sres.conflicts)} "
                               f"do(es) not apply on {sres.base[:12]}")
-        dest = res.workdir / sub["path"]
+        dest = res.workdir / sub.path
         if dest.is_symlink() or dest.is_file():
             dest.unlink()
         elif dest.is_dir():
             shutil.rmtree(dest)
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.symlink_to(sres.workdir, target_is_directory=True)
-        entry = {"name": st.name, "path": sub["path"], "base": sres.base, "head": sres.head,
+        entry = {"name": st.name, "path": sub.path, "base": sres.base, "head": sres.head,
                  "patches": [p.name for p in spatches]}
         if nested:
             entry["nested"] = nested_submodules(sub_src, sres.base)
@@ -310,7 +309,7 @@ def prepare_tree(target: Target, source: Path, variant: str, cache: Path, stack:
                     shutil.rmtree(ndest, ignore_errors=True)
                     shutil.copytree(sub_src / n["path"], ndest, symlinks=True, ignore=shutil.ignore_patterns(".git"))
                 else:
-                    report.progress(f"note: {sub['path']}/{n['path']} is not initialised in {source} "
+                    report.progress(f"note: {sub.path}/{n['path']} is not initialised in {source} "
                                     f"(git -C {sub_src} submodule update --init {n['path']}); builds that need it fall back")
         repos.append(entry)
     return AppliedTree(res.workdir, variant, repos)
@@ -489,7 +488,7 @@ class ProbeRunner:
                  work: Path, *, jobs: int | None = None):
         self.target, self.tree, self.profile, self.si, self.cfg = target, tree, profile, stand_ins, stand_cfg
         self.work = work
-        self.src = tree.root / target.build.get("source_dir", ".")
+        self.src = tree.root / (target.build.source_dir if target.build else ".")
         self.configured: dict[tuple, tuple[Path, str, int]] = {}
         self.env = {k: v for k, v in os.environ.items() if k not in ("CUDAARCHS", "CMAKE_CUDA_ARCHITECTURES")}
         # devel images export LIBRARY_PATH=<cuda>/lib64/stubs; it does not resolve indirect NEEDED entries
@@ -804,8 +803,7 @@ def run_probes(target: Target, source: Path, profile_name: str | None, variant: 
         if unknown:
             raise UsageError(f"unknown probe(s) {', '.join(unknown)}; known: {', '.join(s.name for s in specs)}")
         specs = [s for s in specs if s.name in only or s.fix in only]
-    for tool, remedy in (("cmake", "install cmake"), ("ninja", "install ninja (apt-get install ninja-build)"),
-                         ("readelf", "install binutils")):
+    for tool, remedy in (("cmake", "install cmake"), ("ninja", "install ninja (apt-get install ninja-build)")):
         toolchain.require(tool, remedy)
     if not (shutil.which("nvcc") or os.access(toolchain.cuda_home() / "bin" / "nvcc", os.X_OK)):
         raise EnvironmentMissing("nvcc not found: install the CUDA toolkit (or pip install nvidia-cuda-nvcc) and set CUDA_HOME")

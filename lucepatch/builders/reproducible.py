@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucepatch.errors import CheckFailed
+from lucepatch.target_sections import BuildConfig
 
 SRC, BUILD = "$SRC", "$BUILD"  # placeholders in the recorded recipe
 RECIPE_VERSION = 2  # part of the build cache key: builds made by an older recipe are not reused
@@ -85,16 +86,15 @@ class Recipe:
         return "\n".join(lines) + "\n"
 
 
-def recipe_for(build_cfg: dict, *, c_flags: list[str], link_dirs: list[str], env: dict[str, str]) -> Recipe:
-    rep = build_cfg.get("reproducible", {})
-    return Recipe(configure_args=[*build_cfg.get("configure_args", []), *rep.get("configure_args", [])],
-                  c_flags=c_flags, link_dirs=link_dirs, targets=list(build_cfg.get("targets", [])),
-                  env=env, unset_env=list(rep.get("unset_env", [])))
+def recipe_for(build_cfg: BuildConfig, *, c_flags: list[str], link_dirs: list[str], env: dict[str, str]) -> Recipe:
+    rep = build_cfg.reproducible
+    return Recipe(configure_args=[*build_cfg.configure_args, *rep.configure_args], c_flags=c_flags,
+                  link_dirs=link_dirs, targets=list(build_cfg.targets), env=env, unset_env=list(rep.unset_env))
 
 
-def check_stamps(build_cfg: dict, build_dir: Path, commit: str, *, where: str) -> None:
+def check_stamps(build_cfg: BuildConfig, build_dir: Path, commit: str, *, where: str) -> None:
     """After configure: no declared stamp file may name the commit being built."""
-    for rel in build_cfg.get("reproducible", {}).get("stamp_files", []):
+    for rel in build_cfg.reproducible.stamp_files:
         f = build_dir / rel
         if not f.is_file():
             raise CheckFailed(f"{where}: configure did not generate the stamp file {rel} that [build.reproducible] "

@@ -72,19 +72,19 @@ class Plan:
 
 def plan_for(target: Target, profile: dict, *, cuda_archs: list[str] | None = None) -> Plan:
     b = target.build
-    binaries = list(b.get("binaries") or b.get("targets") or [])
+    binaries = list(b.binaries or b.targets)
     if not binaries:
         raise UsageError(f"target {target.name}: [build] binaries (or targets) is empty in {target.toml_path}")
-    archs = [str(a) for a in (cuda_archs if cuda_archs is not None else profile.get("cuda_archs", []))]
-    var = b.get("arch_variable", "")
-    args = list(profile.get("cmake_args", []))
+    archs = [str(a) for a in (cuda_archs if cuda_archs is not None else (profile.get("cuda_archs") or []))]
+    var = b.arch_variable
+    args = list(profile.get("cmake_args") or [])
     if var and cuda_archs is not None:
         pre = f"-D{var}="
         args = [a for a in args if not a.startswith(pre)] + [pre + ";".join(archs)]
     if DISCONNECTED not in args:
         args.append(DISCONNECTED)
-    return Plan(b.get("source_dir", ".").strip("/") or ".", args, list(b.get("targets") or binaries), binaries,
-                list(b.get("share", [])), archs, var, str(profile.get("generator", "Ninja")).strip("'"))
+    return Plan(b.source_dir.strip("/") or ".", args, list(b.targets or binaries), binaries,
+                list(b.share), archs, var, str(profile.get("generator") or "Ninja").strip("'"))
 
 
 # ---------------------------------------------------------------------------------- reports
@@ -216,7 +216,7 @@ def require_tools(target: Target, plan: Plan) -> None:
         if not shutil.which("nvcc"):
             raise EnvironmentMissing("nvcc not found: install the CUDA toolkit and put its bin/ on PATH")
         inc = toolchain.cuda_include()
-        for h in target.build.get("needs_headers", []):
+        for h in target.build.needs_headers:
             if not (inc / h).is_file():
                 raise EnvironmentMissing(f"{h} not found in {inc}: a full build of {target.name} needs it "
                                          f"(a CUDA devel image or toolkit with cuBLAS; the probes need none)")
@@ -259,7 +259,7 @@ def build_superproject(target: Target, source: Path, profile_name: str | None, c
         tree = prepare_tree(target, source, variant, cache, stack, nested=True)
         repos = [dict(r, tree=_tree_id(tree.root / r["path"])) for r in tree.repos]
         key_doc = {"target": target.name, "variant": variant, "repos": [(r["path"], r["tree"]) for r in repos],
-                   "plan": plan.to_json(), "toolchain": _fingerprint(list(target.build.get("needs_headers", [])))}
+                   "plan": plan.to_json(), "toolchain": _fingerprint(list(target.build.needs_headers))}
         key = hashlib.sha256(json.dumps(key_doc, sort_keys=True).encode()).hexdigest()[:24]
         out = cache / "superbuilds" / key
         res = SuperBuild(target.name, pname, variant, key, plan, repos, ok=False, out=out, jobs=jobs)

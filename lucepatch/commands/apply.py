@@ -6,8 +6,8 @@ import click
 
 from lucepatch import report
 from lucepatch.commands._common import cache, json_option, require_source, source_option, workspace
-from lucepatch.engine import checkout as co
-from lucepatch.engine.apply import CONFLICT, WorkArea, apply_series
+from lucepatch.engine.apply import CONFLICT
+from lucepatch.engine.onto import apply_onto_checkout
 from lucepatch.errors import EXIT_CHECK_FAILED, UsageError
 from lucepatch.target import load_target
 
@@ -48,28 +48,9 @@ def command(ctx, target, source, partial, force, stash, fetch, as_json):
     only when every patch applied (or --partial)."""
     ws, t = load_checked(ctx, target)
     src = require_source(source, t.name)
-    co.open_checkout(src)
-    branch = t.branch_name
-    journals = cache(ctx) / "switch"
-    co.check_no_switch_running(src, journals)
-    co.require_switchable(src, branch, force=force, allow_dirty=stash)
-    co.require_writable_git_dir(src)
-    with WorkArea(cache(ctx), f"apply-{t.name}") as work:
-        result = apply_series(t, src, t.patches, work, checkout=False, fetch=fetch)
-        conflicts = len(result.conflicts)
-        switched = False
-        info = {"stashed": False, "restored": None}
-        if conflicts == 0 or partial:
-            clash = co.untracked_collisions(src, work.repo, result.base, result.head)
-            if clash:
-                raise UsageError(f"untracked file {src / clash[0]} would be overwritten by the series; "
-                                 "move it away or commit it first")
-            overlap = co.stash_overlap(src, work.repo, result.base, result.head) if stash else []
-            if overlap:
-                raise UsageError(f"your uncommitted change to {src / overlap[0]} overlaps a file the series changes; "
-                                 "commit it (or move it away) instead of --stash")
-            info = co.switch(src, work.repo, branch, stash=stash, journal_dir=journals)
-            switched = True
+    applied = apply_onto_checkout(t, src, cache(ctx), partial=partial, force=force, stash=stash, fetch=fetch)
+    result, branch, switched, info = applied.result, applied.branch, applied.switched, applied.stash
+    conflicts = len(result.conflicts)
     if as_json:
         report.emit_json("apply", {"workspace": ws.to_json(), "target": t.name, "version": t.version,
                                     "branch": branch, "switched": switched, "stash": info, **result.to_json()})

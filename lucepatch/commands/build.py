@@ -87,7 +87,7 @@ def command(ctx, target, source, baseline, both, jobs, as_image, profile, repo, 
         report.table(f"build {t.name} {t.version} --image", ["", ""], rows, to_stdout=not as_json)
         return 0
     variants = ["baseline", "patched"] if both else (["baseline"] if baseline else ["patched"])
-    if t.profiles and not t.build.get("artifacts"):  # a superproject built per profile (Lucebox)
+    if t.profiles and not t.build.artifacts:  # a superproject built per profile (Lucebox)
         from lucepatch.commands import build_superproject
         return build_superproject.run(ws, t, src, cache(ctx), variants, profile, jobs, keep_build, cuda_archs,
                                       summary, as_json)

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import click
 
-from lucepatch import git, report
+from lucepatch import api, report
 from lucepatch.commands._common import cache, json_option, require_source, source_option
 from lucepatch.commands.apply import load_checked, print_outcomes
-from lucepatch.engine.apply import WorkArea, apply_series
 from lucepatch.errors import EXIT_CHECK_FAILED
 
 
@@ -21,10 +20,8 @@ from lucepatch.errors import EXIT_CHECK_FAILED
 def command(ctx, target, source, onto, fetch, as_json):
     """Report, patch by patch, whether TARGET's series applies; the checkout is not touched."""
     ws, t = load_checked(ctx, target)
-    src = require_source(source, t.name)
-    git.open_repo(src)
-    with WorkArea(cache(ctx), f"check-{t.name}") as work:
-        result = apply_series(t, src, t.patches, work, base=onto, checkout=False, fetch=fetch)
+    src = api.source(t, require_source(source, t.name))
+    result = api.check(t, src, cache(ctx), onto=onto, fetch=fetch)
     if as_json:
         report.emit_json("check", {"workspace": ws.to_json(), "target": t.name, "version": t.version,
                                     "onto": onto or t.base, **result.to_json()})

@@ -53,7 +53,8 @@ def command(ctx, target, source, rev_range, independent, first_parent, jobs, new
             "mode": "independent" if independent else "cumulative", "patches": [p.name for p in t.patches],
             "commits": [{"commit": c, "subject": s, "cells": row, "compatible": res.compatible(i)}
                         for i, (c, s, row) in enumerate(zip(res.commits, res.subjects, res.cells))],
-            "distinct_states": res.states, "newest_compatible": newest, "seconds": round(elapsed, 3)})
+            "distinct_states": res.states, "evaluation": res.stats, "newest_compatible": newest,
+            "seconds": round(elapsed, 3)})
     if newest_compatible:
         if not as_json:
             click.echo(newest or "")

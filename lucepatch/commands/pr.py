@@ -6,11 +6,9 @@ from pathlib import Path
 
 import click
 
-from lucepatch import git, report
+from lucepatch import api, report
 from lucepatch.commands._common import cache, json_option, require_source, source_option, workspace
 from lucepatch.target import load_target
-from lucepatch.upstream.pr import prepare_pr
-from lucepatch.verify.reproducer import list_reproducers
 
 
 @click.command("pr")
@@ -42,15 +40,11 @@ def command(ctx, target, source, out_dir, evidence_paths, no_evidence, patch_nam
     """
     ws = workspace(ctx)
     t = load_target(ws, target)
-    src = require_source(source, t.name)
-    git.open_repo(src)
-    repros = {r.name: r for r in list_reproducers(ws)}
-    res = prepare_pr(t, src, cache(ctx), Path(out_dir), patch_names=patch_names.split(",") if patch_names else None,
-                     upstream_ref=upstream_ref, signoff=signoff,
-                     evidence_path=[Path(e) for e in evidence_paths] or None, no_evidence=no_evidence,
-                     draft=draft, repro_hashes={n: r.hash for n, r in repros.items()}, template=template,
-                     push=push, branch=branch, revise=Path(revise) if revise else None, ai_use=ai_use,
-                     reproducers=repros, workspace=ws.path)
+    src = api.source(t, require_source(source, t.name))
+    res = api.write_pr(ws, t, src, cache(ctx), Path(out_dir), patches=patch_names.split(",") if patch_names else None,
+                       evidence=[Path(e) for e in evidence_paths], no_evidence=no_evidence, upstream_ref=upstream_ref,
+                       signoff=signoff, draft=draft, template=template, push=push, branch=branch,
+                       revise=Path(revise) if revise else None, ai_use=ai_use)
     if as_json:
         report.emit_json("pr", {"workspace": ws.to_json(), "target": t.name, **res.to_json()})
     report.progress(f"workspace {ws.describe()}")

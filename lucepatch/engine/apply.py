@@ -148,12 +148,11 @@ def resolve_base(source: Path, ref: str, target_name: str, *, fetch: bool = Fals
     sha = git.try_resolve(source, ref)
     if sha is None and fetch:
         git.run(source, "fetch", "--quiet", "origin", check=False)
-        if git.run(source, "rev-parse", "--is-shallow-repository", check=False).stdout.strip() == "true":
+        if git.is_shallow(source):
             git.run(source, "fetch", "--quiet", "--unshallow", "origin", check=False)
         sha = git.try_resolve(source, ref)
     if sha is None:
-        shallow = git.run(source, "rev-parse", "--is-shallow-repository", check=False).stdout.strip() == "true"
-        why = " (the checkout is a shallow clone)" if shallow else ""
+        why = " (the checkout is a shallow clone)" if git.is_shallow(source) else ""
         raise EnvironmentMissing(f"base commit {ref} of {target_name} is not in the checkout {source}{why}; {remedy}")
     return sha
 

@@ -29,6 +29,7 @@ APPLIED_3WAY = "applied-3way"
 ALREADY_UPSTREAM = "already-upstream"
 CONFLICT = "conflict"
 STATUSES = (APPLIED, APPLIED_3WAY, ALREADY_UPSTREAM, CONFLICT)
+PURE_CONFIG = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
 
 _CORRUPT = re.compile(r"corrupt patch|patch with only garbage|No valid patches|unrecognized input|"
                       r"patch fragment without header|git diff header lacks|bad git-diff|"
@@ -42,7 +43,9 @@ class IndexEngine:
     def __init__(self, repo: Path, index_file: Path, env: dict | None = None):
         self.repo = Path(repo)
         self.index = Path(index_file)
-        self.env = {"GIT_INDEX_FILE": str(self.index), "GIT_OPTIONAL_LOCKS": "0", **(env or {})}
+        # the user's global/system git config must not change what a patch does (apply.whitespace=fix,
+        # apply.ignoreWhitespace): every verb and CI gets the same answer
+        self.env = {"GIT_INDEX_FILE": str(self.index), "GIT_OPTIONAL_LOCKS": "0", **PURE_CONFIG, **(env or {})}
         self._tree: str | None = None  # tree of the index when known, None when it must be written
 
     def git(self, *args: str, check: bool = True, stdin: bytes | None = None, env: dict | None = None):

@@ -28,7 +28,7 @@ from lucepatch.engine.core import ALREADY_UPSTREAM, CONFLICT, IndexEngine
 from lucepatch.engine.safety import MAX_PATCH_BYTES, check_patch_paths, check_patch_shape
 from lucepatch.errors import UsageError
 from lucepatch.series import Patch, parse_patch, read_series_entries
-from lucepatch.target import list_targets, load_target, load_target_dir
+from lucepatch.target import list_targets, load_target, write_target_toml
 from lucepatch.workspace import Workspace, resolve_source
 
 FP_FORM = re.compile(rb"^From 0{40} Mon Sep 17 00:00:00 2001\n")
@@ -101,7 +101,7 @@ def normalise_quilt(src: Path, work: WorkArea, base: str, qdir: Path) -> list[tu
             raise UsageError(f"quilt patch {path} holds no diff")
         probe = Patch(path=path, name=name, raw=diff.encode("utf-8", "surrogateescape"),
                       diff=diff.encode("utf-8", "surrogateescape"))
-        check_patch_shape(probe)
+        check_patch_shape(probe)  # before unidiff reads it: CRLF headers get their own message
         check_patch_paths(probe)
         f = d / f"{i:04d}.diff"
         f.write_bytes(probe.diff)
@@ -204,7 +204,7 @@ def import_patches(ws: Workspace, target: str, cache: Path, *, from_path: str | 
             f = staged / name
             f.write_bytes(data)
             p = parse_patch(f, name)
-            _ = p.patch_id, p.files
+            _ = p.patch_id
             check_patch_shape(p)
             check_patch_paths(p)
             parsed.append((name, data, p))
@@ -225,11 +225,9 @@ def import_patches(ws: Workspace, target: str, cache: Path, *, from_path: str | 
         if create:
             if not re.match(r"^[a-z0-9][a-z0-9._-]*$", target):
                 raise UsageError(f"target name {target!r} must be lowercase letters, digits, '.', '_' or '-'")
-            tdir.mkdir(parents=True, exist_ok=True)
-            (tdir / "target.toml").write_text(
-                f'name = "{target}"\nupstream = "{upstream_url or "https://example.invalid/" + target}"\n'
-                f'branch = "main"\nbase = "{base}"\nversion = "1.0.0"\n')
-            load_target_dir(tdir)
+            write_target_toml(tdir / "target.toml", {
+                "name": target, "upstream": upstream_url or "https://example.invalid/" + target, "branch": "main",
+                "base": base, "version": "1.0.0"})
         for final, data, action in plan:
             if data is not None:
                 tmp = tdir / (final + ".lucepatch-tmp")

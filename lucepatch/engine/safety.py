@@ -16,14 +16,19 @@ from __future__ import annotations
 import re
 from pathlib import PurePosixPath
 
+from unidiff import PatchSet
+from unidiff.errors import UnidiffParseError
+
 from lucepatch import git
 from lucepatch.errors import UsageError
 from lucepatch.series import Patch
 
 MAX_PATCH_BYTES = 32 * 1024 * 1024
 
-_HDR = re.compile(r"^(?:(?:rename|copy) (?:from|to) |--- |\+\+\+ )(.*)$")
+_RENAME = re.compile(r"^(?:rename|copy) (?:from|to) (.*)$")
 _DIFFGIT = re.compile(r"^diff --git (.*)$")
+_GITLINK = re.compile(r"^(?:(?:new file mode|new mode|deleted file mode|old mode) 160000|index [0-9a-f]+\.\.[0-9a-f]+ 160000)")
+_NEW_SYMLINK = re.compile(r"^(?:new file mode|new mode) 120000")
 
 
 def _unquote(p: str) -> str:
@@ -43,28 +48,52 @@ def _strip_prefix(p: str) -> str:
     return p[2:] if p[:2] in ("a/", "b/") else p
 
 
+def _header_paths(ps: PatchSet) -> list[str]:
+    """Every path the headers of a parsed diff name, as git reads them (C-quoting undone, a/ b/
+    removed): the `diff --git` pair, rename/copy from/to, and ---/+++. unidiff finds the headers,
+    so a hunk line such as a removed `-- ../x` comment is content, never a path."""
+    out: list[str] = []
+
+    def add(p: str) -> None:
+        if p and p != "/dev/null" and p not in out:
+            out.append(p)
+
+    for pf in ps:
+        for line in pf.patch_info or ():  # None for a traditional diff (no header lines)
+            line = str(line).rstrip("\n")
+            m = _RENAME.match(line)
+            if m:
+                add(_unquote(m.group(1)))
+                continue
+            m = _DIFFGIT.match(line)
+            if m:
+                rest = m.group(1).rstrip("\r")
+                if rest.startswith('"'):
+                    add(_strip_prefix(_unquote(rest.split('" ', 1)[0] + '"')))
+                else:
+                    add(_strip_prefix(rest.split(" b/", 1)[0] if " b/" in rest else rest.split(" ", 1)[0]))
+        for name in (pf.source_file, pf.target_file):
+            raw = _unquote(name or "")
+            add(raw if raw == "/dev/null" else _strip_prefix(raw))
+    return out
+
+
+def _parse(diff: bytes, name: str = "diff") -> PatchSet:
+    try:
+        return PatchSet(diff.decode("utf-8", "surrogateescape"))
+    except UnidiffParseError as exc:
+        raise UsageError(f"patch {name} has an unparseable diff ({exc}); regenerate it with git format-patch")
+
+
 def diff_paths(diff: bytes) -> list[str]:
     """Every path a diff names, as git would read it (prefix a/ b/ removed)."""
-    out: list[str] = []
-    for line in diff.decode("utf-8", "surrogateescape").split("\n"):
-        m = _HDR.match(line)
-        if m:
-            raw = _unquote(m.group(1))
-            if raw == "/dev/null":
-                continue
-            p = raw if line.startswith(("rename", "copy")) else _strip_prefix(raw)
-        else:
-            m = _DIFFGIT.match(line)
-            if not m:
-                continue
-            rest = m.group(1).rstrip("\r")
-            if rest.startswith('"'):
-                p = _strip_prefix(_unquote(rest.split('" ', 1)[0] + '"'))
-            else:
-                p = _strip_prefix(rest.split(" b/", 1)[0] if " b/" in rest else rest.split(" ", 1)[0])
-        if p not in out:
-            out.append(p)
-    return out
+    return _header_paths(_parse(diff))
+
+
+def _header_lines(ps: PatchSet):
+    for pf in ps:
+        for line in pf.patch_info or ():
+            yield pf, str(line).rstrip("\r\n")
 
 
 def check_patch_shape(patch: Patch) -> None:
@@ -102,7 +131,7 @@ def check_patch_paths(patch: Patch, repo_dir=None, *, symlinks: set[str] | None 
     """Refuse unsafe paths in one patch; returns the paths it names."""
     symlinks = symlinks or set()
     gitlinks = gitlinks or set()
-    paths = diff_paths(patch.diff)
+    paths = _header_paths(patch.patchset)
     for raw in paths:
         p = PurePosixPath(raw)
         if raw.startswith("/") or p.is_absolute():
@@ -123,9 +152,7 @@ def check_patch_paths(patch: Patch, repo_dir=None, *, symlinks: set[str] | None 
         if raw in gitlinks:
             raise UsageError(f"patch {patch.path} changes the gitlink (submodule pointer) {raw}; "
                              "carry submodule changes as a submodule series")
-    text = patch.diff.decode("utf-8", "replace")
-    if re.search(r"^(?:new file mode|new mode|deleted file mode|old mode) 160000", text, re.M) or \
-            re.search(r"^index [0-9a-f]+\.\.[0-9a-f]+ 160000", text, re.M):
+    if any(_GITLINK.match(line) for _pf, line in _header_lines(patch.patchset)):
         raise UsageError(f"patch {patch.path} changes a gitlink (submodule pointer); carry submodule changes as a submodule series")
     return paths
 
@@ -135,11 +162,8 @@ def check_series_safety(patches: list[Patch], repo_dir, base: str) -> None:
     symlinks, gitlinks = _tree_special_paths(repo_dir, base)
     for p in patches:
         check_patch_shape(p)
-        paths = check_patch_paths(p, repo_dir, symlinks=symlinks, gitlinks=gitlinks)
+        check_patch_paths(p, repo_dir, symlinks=symlinks, gitlinks=gitlinks)
         # symlinks this patch creates count for the later ones
-        text = p.diff.decode("utf-8", "replace")
-        for block in re.split(r"^(?=diff --git )", text, flags=re.M):
-            if re.search(r"^(?:new file mode|new mode) 120000", block, re.M):
-                bp = diff_paths(block.encode("utf-8", "surrogateescape"))
-                symlinks.update(bp[-1:])
-        del paths
+        for pf, line in _header_lines(p.patchset):
+            if _NEW_SYMLINK.match(line):
+                symlinks.update(_header_paths([pf])[-1:])

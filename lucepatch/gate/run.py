@@ -12,26 +12,7 @@ from lucepatch.errors import EXIT_CHECK_FAILED, from_exception
 from lucepatch.gate.result import FAIL, SKIP, WARN, Step, TargetResult
 from lucepatch.gate.steps import check_on, named_scenarios, step_build_and_verify, step_lint, step_probes
 from lucepatch.target import Target
-
-
-def _driver_identity(driver: str, cache: Path) -> dict:
-    """Driver kind and version for the cache key (what the runs will use)."""
-    from lucepatch.verify.driver import choose_driver
-
-    drv = choose_driver(driver, cache)
-    ident = {"chosen": drv.chosen}
-    if drv.chosen == "fake" and drv.fake_dir is not None:
-        lib = Path(drv.fake_dir) / "libcuda.so.1"
-        ident["libcuda"] = hashlib.sha256(lib.read_bytes()).hexdigest() if lib.is_file() else str(drv.fake_dir)
-    else:
-        import shutil
-        import subprocess
-
-        smi = shutil.which("nvidia-smi")
-        if smi:
-            ident["driver"] = subprocess.run([smi, "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                                             capture_output=True, text=True).stdout.strip()
-    return ident
+from lucepatch.verify.driver import driver_identity
 
 
 def cache_key(t: Target, ws, src: Path, upstream_head: str | None, driver_ident: dict, runs: int) -> str:
@@ -66,7 +47,7 @@ def _timed(fn):
 def gate_target(ws, t: Target, src: Path, cache: Path, *, upstream_head: str | None, driver: str, runs: int,
                 use_cache: bool, evidence_dir: Path | None, probes: bool = True) -> TargetResult:
     git.open_repo(src)
-    key = cache_key(t, ws, src, upstream_head, _driver_identity(driver, cache), runs)
+    key = cache_key(t, ws, src, upstream_head, driver_identity(driver, cache), runs)
     store = cache / "ci" / f"{t.name}-{key}.json"
     if use_cache and store.is_file():
         return TargetResult.from_json(json.loads(store.read_text()))

@@ -65,7 +65,7 @@ def step_build_and_verify(ws, t: Target, src: Path, cache: Path, driver: str, ru
     t0 = time.monotonic()
     named = named_scenarios(t)
     have = {r.name: r for r in list_reproducers(ws)}
-    artifacts = {have[n].artifact for n in named if n in have} or set(t.build.get("artifacts", {}))
+    artifacts = {have[n].artifact for n in named if n in have} or set(t.build.artifacts)
     variants = {a: build_variants(t, src, cache, a) for a in sorted(artifacts)}
     first = next(iter(variants.values()))
     build = Step("build", PASS, f"baseline {first[0].sha256[:12]}, patched {first[1].sha256[:12]}",

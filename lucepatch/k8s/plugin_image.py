@@ -15,6 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from lucepatch import elf
 from lucepatch.errors import CheckFailed, EnvironmentMissing, UsageError
 from lucepatch.upstream.render import render
 
@@ -79,7 +80,7 @@ def build_plugin_image(from_image: str, lib: Path, tag: str, evidence_sha256: st
     data = lib.read_bytes() if lib.is_file() else None
     if data is None:
         raise UsageError(f"--lib {lib} is not a file")
-    if data[:4] != b"\x7fELF":
+    if not elf.is_elf(lib):
         raise UsageError(f"--lib {lib} is not an ELF shared library")
     client = docker_client()
     libs = _read_plugin_libs(client, from_image)

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import struct
 import subprocess
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from lucepatch.errors import CheckFailed, EnvironmentMissing, UsageError
+from lucepatch import elf
+from lucepatch.errors import CheckFailed, UsageError
 
 SWAP_RESULT_PREFIX = "@@lucepatch-swap "
 SCRIPT_NAME = "hami-core-swap.sh"
@@ -58,120 +56,20 @@ def run_script(action: str, *, directory: str, lib: str | None = None, sha256: s
     return proc.returncode, parse_swap_result(proc.stdout), proc.stderr
 
 
-# ---------------------------------------------------------------- ELF: symbols and shrreg
+# ---------------------------------------------------------------- ELF: symbols and shrreg (lucepatch/elf.py)
 
-def is_elf(path: str | os.PathLike) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return f.read(4) == b"\x7fELF"
-    except OSError:
-        return False
+is_elf = elf.is_elf
 
 
 def exported_symbols(path: str | os.PathLike) -> set[str]:
-    """Names of defined dynamic symbols (``nm -D --defined-only``), version suffixes dropped."""
-    nm = shutil.which("nm")
-    if nm is None:
-        raise EnvironmentMissing("nm not found: install binutils (apt-get install binutils)")
-    if not is_elf(path):
+    """Names of defined dynamic symbols (what ``nm -D --defined-only`` lists), no version suffixes."""
+    if not elf.is_elf(path):
         raise UsageError(f"{path} is not an ELF shared library: pass the built libvgpu.so")
-    proc = subprocess.run([nm, "-D", "--defined-only", str(path)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise UsageError(f"nm could not read {path}: {proc.stderr.strip()[:200]}")
-    names = set()
-    for line in proc.stdout.splitlines():
-        parts = line.split()
-        if len(parts) >= 3:
-            names.add(parts[2].split("@", 1)[0])
-    return names
+    return set(elf.defined_dynamic_symbols(path))
 
 
 def missing_symbols(new: str | os.PathLike, installed: str | os.PathLike) -> list[str]:
     return sorted(exported_symbols(installed) - exported_symbols(new))
-
-
-@dataclass
-class _Elf:
-    data: bytes
-    is64: bool
-    endian: str
-    machine: int
-
-    def u(self, fmt: str, off: int):
-        return struct.unpack_from(self.endian + fmt, self.data, off)
-
-
-def _elf(path) -> _Elf:
-    data = Path(path).read_bytes()
-    if data[:4] != b"\x7fELF":
-        raise UsageError(f"{path} is not an ELF file")
-    is64 = data[4] == 2
-    endian = "<" if data[5] == 1 else ">"
-    machine = struct.unpack_from(endian + "H", data, 18)[0]
-    return _Elf(data, is64, endian, machine)
-
-
-def _dynsym_values(elf: _Elf, wanted: set[str]) -> dict[str, int]:
-    """st_value of the wanted names from the dynamic symbol table (section headers)."""
-    d = elf.data
-    if elf.is64:
-        shoff, = elf.u("Q", 0x28)
-        shentsize, shnum = elf.u("HH", 0x3A)
-    else:
-        shoff, = elf.u("I", 0x20)
-        shentsize, shnum = elf.u("HH", 0x2E)
-    sections = []
-    for i in range(shnum):
-        o = shoff + i * shentsize
-        if elf.is64:
-            _n, typ, _f, addr, off, size, link, _i, _a, entsize = elf.u("IIQQQQIIQQ", o)
-        else:
-            _n, typ, _f, addr, off, size, link, _i, _a, entsize = elf.u("IIIIIIIIII", o)
-        sections.append((typ, off, size, link, entsize))
-    out = {}
-    for typ, off, size, link, entsize in sections:
-        if typ != 11 or not entsize:  # SHT_DYNSYM
-            continue
-        stroff = sections[link][1]
-        for j in range(size // entsize):
-            o = off + j * entsize
-            if elf.is64:
-                name, _info, _oth, shndx, value, _sz = elf.u("IBBHQQ", o)
-            else:
-                name, value, _sz, _info, _oth, shndx = elf.u("IIIBBH", o)
-            if shndx == 0:
-                continue
-            end = d.index(b"\0", stroff + name)
-            sym = d[stroff + name:end].decode("ascii", "replace")
-            if sym in wanted:
-                out[sym] = value
-    return out
-
-
-def _vaddr_to_offset(elf: _Elf, vaddr: int) -> int | None:
-    if elf.is64:
-        phoff, = elf.u("Q", 0x20)
-        phentsize, phnum = elf.u("HH", 0x36)
-    else:
-        phoff, = elf.u("I", 0x1C)
-        phentsize, phnum = elf.u("HH", 0x2A)
-    for i in range(phnum):
-        o = phoff + i * phentsize
-        if elf.is64:
-            typ, _fl, off, va, _pa, filesz, _ms, _al = elf.u("IIQQQQQQ", o)
-        else:
-            typ, off, va, _pa, filesz, _ms, _fl, _al = elf.u("IIIIIIII", o)
-        if typ == 1 and va <= vaddr < va + filesz:
-            return off + (vaddr - va)
-    return None
-
-
-def _returned_immediate(elf: _Elf, off: int) -> int | None:
-    """The constant a tiny ``int f(void) { return N; }`` at file offset ``off`` returns
-    (lucepatch.lines.libfacts.returned_immediate decodes it: x86-64 and AArch64)."""
-    from lucepatch.lines.libfacts import returned_immediate
-
-    return returned_immediate(elf.data[off:off + 32], {62: "x86-64", 183: "aarch64"}.get(elf.machine, ""))
 
 
 def shrreg_version(path: str | os.PathLike) -> str | None:
@@ -183,20 +81,8 @@ def shrreg_version(path: str | os.PathLike) -> str | None:
     -fvisibility=hidden, and then the version is not determinable from the bytes (None: the
     gate falls back to compatible_hami.toml data and says so).
     """
-    elf = _elf(path)
-    syms = _dynsym_values(elf, {"shrreg_major_version", "shrreg_minor_version"})
-    parts = []
-    for name in ("shrreg_major_version", "shrreg_minor_version"):
-        if name not in syms:
-            return None
-        off = _vaddr_to_offset(elf, syms[name])
-        if off is None:
-            return None
-        v = _returned_immediate(elf, off)
-        if v is None:
-            return None
-        parts.append(str(v))
-    return ".".join(parts)
+    parts = [elf.returned_constant(path, name) for name in ("shrreg_major_version", "shrreg_minor_version")]
+    return None if None in parts else ".".join(map(str, parts))
 
 
 # ---------------------------------------------------------------- processes mapping old inodes

@@ -84,12 +84,11 @@ def load_lines(data: dict | None = None, ws=None) -> list[Line]:
 
             t = load_target_dir(ws.patches_dir / target)
             line.in_workspace, line.version, line.upstream = True, t.version, t.upstream or DEFAULT_UPSTREAM
-            profiles = t.profiles or t.raw.get("profiles") or {}
-            if profiles:
-                line.profile = next(iter(profiles))
-                line.profile_detail = " ".join(profiles[line.profile].get("cmake_args", []))
+            if t.profiles:
+                line.profile = next(iter(t.profiles))
+                line.profile_detail = " ".join(t.profiles[line.profile].cmake_args or [])
             else:
-                line.profile_detail = " ".join(t.build.get("configure_args", []))
+                line.profile_detail = " ".join(t.build.configure_args if t.build else [])
         lines.append(line)
     return lines
 

@@ -123,7 +123,7 @@ def pick_scenarios(repro: Reproducer, scenario: str | None) -> list[str]:
 
 
 def _subject(source: Path, commit: str) -> str:
-    return git.run(source, "log", "-1", "--format=%s", commit).stdout.strip()
+    return git.subject(source, commit)
 
 
 # ---- the search -------------------------------------------------------------------------------

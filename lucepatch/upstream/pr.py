@@ -24,7 +24,7 @@ from lucepatch.upstream.conventions import conventions_for, repo_slug
 from lucepatch.upstream.render import render
 from lucepatch.upstream.scrub import Scrubber
 from lucepatch.verify.evidence import combine as combine_evidence
-from lucepatch.verify.evidence import read_evidence_json, staleness
+from lucepatch.verify.evidence import Evidence, load_evidence, staleness
 from lucepatch.verify.rules import fmt_theta
 
 META = "lucepatch.json"
@@ -65,22 +65,22 @@ def _body_text(p: Patch) -> str:
     return "\n\n".join(paras).strip()
 
 
-def check_evidence(doc: dict, target: Target, repro_hashes: dict[str, str], upstream_commit: str | None = None) -> None:
-    if doc.get("target") != target.name:
-        raise CheckFailed(f"evidence is for target {doc.get('target')!r}, not {target.name}")
-    if doc["verdict"] != "proven":
-        raise CheckFailed(f"evidence verdict is {doc['verdict']!r}, not proven; re-run lucepatch verify or pass --no-evidence")
-    why = staleness(doc, upstream_commit=upstream_commit or target.base, patch_ids=[p.patch_id for p in target.patches],
-                    reproducer_hashes=repro_hashes)
+def check_evidence(ev: Evidence, target: Target, repro_hashes: dict[str, str], upstream_commit: str | None = None) -> None:
+    if ev.target != target.name:
+        raise CheckFailed(f"evidence is for target {ev.target!r}, not {target.name}")
+    if ev.verdict != "proven":
+        raise CheckFailed(f"evidence verdict is {ev.verdict!r}, not proven; re-run lucepatch verify or pass --no-evidence")
+    why = staleness(ev.to_json(), upstream_commit=upstream_commit or target.base,
+                    patch_ids=[p.patch_id for p in target.patches], reproducer_hashes=repro_hashes)
     if why:
         raise CheckFailed(f"evidence is stale: {'; '.join(why)}; re-run lucepatch verify")
 
 
 # ---- the before/after table ---------------------------------------------------------------------
 
-def driver_display(doc: dict) -> dict:
+def driver_display(doc: "Evidence | dict") -> dict:
     """GPU and driver as a reviewer reads them: '580.159.04 (CUDA 13.0)', never from a flag."""
-    drv = doc.get("driver", {})
+    drv = (doc.driver if isinstance(doc, Evidence) else doc.get("driver")) or {}
     kind = drv.get("kind")
     api = drv.get("version")
     cuda = f"CUDA {api // 1000}.{(api % 1000) // 10}" if isinstance(api, int) and api > 0 else "CUDA ?"
@@ -93,22 +93,22 @@ def driver_display(doc: dict) -> dict:
     return {"kind": kind, "gpu": drv.get("gpu") or "unknown", "driver": version}
 
 
-def verdict_rows(doc: dict) -> list[dict]:
+def verdict_rows(ev: Evidence) -> list[dict]:
     """The rows of the before/after table, as strings, in the order the body prints them."""
     rows = []
-    for s in doc["scenarios"]:
-        if s.get("control"):
-            continue
+    for s in ev.checked:
         # combined evidence: each scenario carries the driver of the run it came from
-        d = driver_display({"driver": s["driver"]} if s.get("driver") else doc)
+        own = s.extra.get("driver")
+        d = driver_display({"driver": own} if own else ev)
         for v in ("baseline", "patched"):
-            var = doc["variants"].get(v, {})
-            commit = var.get("base") or doc.get("upstream", {}).get("base") or ""
+            var = ev.variants.get(v)
+            commit = (var.base if var is not None else None) or ev.upstream.get("base") or ""
+            t = getattr(s, v)
             rows.append({
-                "scenario": s["scenario"], "variant": v, "upstream commit": commit[:12], "GPU": d["gpu"],
-                "driver": d["driver"], "runs": str(s[v]["runs"]), "failures": str(s[v]["failures"]),
-                "failure rate": f"{s[v]['failure_rate']:.2f}",
-                "p-value": "" if s.get("p_value") is None else f"{s['p_value']:.3g}", "verdict": s["verdict"],
+                "scenario": s.scenario, "variant": v, "upstream commit": commit[:12], "GPU": d["gpu"],
+                "driver": d["driver"], "runs": str(t.runs), "failures": str(t.failures),
+                "failure rate": f"{t.failure_rate:.2f}",
+                "p-value": "" if s.p_value is None else f"{s.p_value:.3g}", "verdict": s.verdict,
             })
     return rows
 
@@ -154,10 +154,7 @@ def _read_previous(prev_dir: Path) -> dict:
 
 
 def _resolve_remote(source: Path, remote: str) -> str:
-    r = git.run(source, "remote", "get-url", remote, check=False)
-    if r.status == 0 and r.stdout.strip():
-        return r.stdout.strip()
-    return remote  # a URL or a path
+    return git.remote_url(source, remote) or remote  # else a URL or a path
 
 
 def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, *, patch_names=None,
@@ -174,7 +171,7 @@ def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, *, patc
         raise UsageError("--evidence and --no-evidence exclude each other")
     if push and not branch:
         raise UsageError("--push REMOTE needs --branch NAME (the branch to create on the fork)")
-    conv = conventions_for(target.upstream, target.pr)
+    conv = conventions_for(target.upstream, target.pr.overrides())
     tmpl = template or conv["template"]
     ai_use = ai_use or conv.get("ai_use")
     if conv.get("ai_use_required") and not ai_use:
@@ -182,12 +179,12 @@ def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, *, patc
                          f"or set ai_use in [pr] of {target.toml_path}")
     base_sha = git.resolve_commit(source, upstream_ref or target.base, what=f"upstream ref of {target.name}",
                                   remedy="fetch it into the checkout (git fetch origin)")
-    doc = None
+    ev = None
     if evidence_path is not None:
         paths = evidence_path if isinstance(evidence_path, (list, tuple)) else [evidence_path]
-        docs = [read_evidence_json(p) for p in paths]
-        doc = docs[0] if len(docs) == 1 else combine_evidence(docs, repro_hashes or {})
-        check_evidence(doc, target, repro_hashes or {}, base_sha)
+        evs = [load_evidence(p) for p in paths]  # validated against the schema; schema 1 upgraded
+        ev = evs[0] if len(evs) == 1 else Evidence.from_json(combine_evidence(evs, repro_hashes or {}))
+        check_evidence(ev, target, repro_hashes or {}, base_sha)
     patches = select_patches(target, patch_names)
     prev = _read_previous(revise) if revise else None
     revision = (prev["revision"] + 1) if prev else 1
@@ -245,15 +242,15 @@ def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, *, patc
             fp_args.append("--numbered")
         git.run(work.repo, *fp_args, f"{res.base}..HEAD")
 
-        ctx = _body_context(target, patches, doc, res.base, conv, checks, reproducers or {},
+        ctx = _body_context(target, patches, ev, res.base, conv, checks, reproducers or {},
                             revision=revision, range_diff=range_diff, ai_use=ai_use, prev=prev)
         body = scrub.text(render(f"pr/{tmpl}.md.j2", **ctx))
         (staging / "pr-body.md").write_text(body)
         payload = {"title": ctx["title"], "head": pr_branch, "base": target.branch, "body": body, "draft": draft,
                    "maintainer_can_modify": True}
         (staging / "pr.json").write_text(json.dumps(payload, indent=2) + "\n")
-        if doc is not None:
-            (staging / "evidence.json").write_text(json.dumps(scrub.evidence(doc), indent=2) + "\n")
+        if ev is not None:
+            (staging / "evidence.json").write_text(json.dumps(scrub.evidence(ev.to_json()), indent=2) + "\n")
         head = git.head(work.repo)
         git.run(work.repo, "bundle", "create", "--quiet", str(staging / "branch.bundle"), f"{res.base}..{pr_branch}")
         pushed = None
@@ -271,8 +268,8 @@ def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, *, patc
             "upstream": target.upstream, "revision": revision, "branch": pr_branch, "base": res.base, "head": head,
             "tree": git.tree_of(work.repo), "template": tmpl,
             "patches": [{"name": p.name, "patch_id": p.patch_id, "subject": p.subject} for p in patches],
-            "checks": [c.to_json() for c in checks], "evidence": (doc or {}).get("verdict"),
-            "driver": (driver_display(doc) if doc else None), "pushed": pushed,
+            "checks": [c.to_json() for c in checks], "evidence": ev.verdict if ev is not None else None,
+            "driver": (driver_display(ev) if ev is not None else None), "pushed": pushed,
         }
         (staging / META).write_text(json.dumps(scrub.obj(meta), indent=2) + "\n")
         out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -280,7 +277,7 @@ def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, *, patc
             out_dir.rmdir()
         staging.rename(out_dir)
         files = sorted(out_dir.iterdir())
-        return PrResult(out_dir, pr_branch, res.base, head, files, doc is not None, revision, checks, pushed, tmpl)
+        return PrResult(out_dir, pr_branch, res.base, head, files, ev is not None, revision, checks, pushed, tmpl)
 
 
 def _title(target: Target, patches: list[Patch], conv: dict) -> str:
@@ -292,7 +289,7 @@ def _title(target: Target, patches: list[Patch], conv: dict) -> str:
     return f"{subjects[0]} (+{len(subjects) - 1} more)"
 
 
-def _body_context(target: Target, patches: list[Patch], doc: dict | None, base: str, conv: dict,
+def _body_context(target: Target, patches: list[Patch], ev: Evidence | None, base: str, conv: dict,
                   checks: list[CheckResult], reproducers: dict, *, revision: int, range_diff: str,
                   ai_use: str | None, prev: dict | None) -> dict:
     bugs = _bugs(patches)
@@ -310,8 +307,8 @@ def _body_context(target: Target, patches: list[Patch], doc: dict | None, base: 
             if (r, s) not in named:
                 named.append((r, s))
     ran = {}
-    if doc is not None:
-        ran = {s["scenario"]: s for s in doc["scenarios"]}
+    if ev is not None:
+        ran = {s.scenario: s for s in ev.scenarios}
     repro_ctx = []
     for name in dict.fromkeys(r for r, _ in named):
         rep = reproducers.get(name)
@@ -334,19 +331,20 @@ def _body_context(target: Target, patches: list[Patch], doc: dict | None, base: 
         "fixes": fixes,
         "all_bugs": [f"https://github.com/{b.split('#')[0]}/issues/{b.split('#')[1]}" if "#" in b else b for b in bugs],
         "target": target.name, "version": target.version, "base": base, "lucepatch_version": __version__,
-        "evidence": doc, "overhead": conv.get("overhead", ""), "checks": checks, "reproducers": repro_ctx,
+        "evidence": ev.to_json() if ev is not None else None, "overhead": conv.get("overhead", ""), "checks": checks, "reproducers": repro_ctx,
         "revision": revision, "range_diff": range_diff, "ai_use": ai_use or "",
         "prev_revision": prev["revision"] if prev else None, "upstream": target.upstream,
         "rows": [], "columns": TABLE_COLUMNS,
     }
-    if doc is not None:
-        d = driver_display(doc)
+    if ev is not None:  # the templates read plain dicts (Evidence.to_json())
+        d = driver_display(ev)
         ctx.update(
-            run_policy=doc.get("run_policy") or {"rule": "fixed", "alpha": 0.01}, theta_text=fmt_theta,
-            scenarios=doc["scenarios"], driver_kind=d["kind"], gpu=d["gpu"], driver_version=d["driver"],
-            rows=verdict_rows(doc),
-            commits={v: doc["variants"][v].get("base") or doc["upstream"]["base"] for v in ("baseline", "patched")},
-            baseline_patches=doc["variants"]["baseline"].get("patches", []),
-            not_proven_here=[s for s in doc["scenarios"] if not s.get("control") and s.get("verdict") != "proven"],
+            run_policy=ev.run_policy.to_json() if ev.run_policy else {"rule": "fixed", "alpha": 0.01},
+            theta_text=fmt_theta,
+            scenarios=[s.to_json() for s in ev.scenarios], driver_kind=d["kind"], gpu=d["gpu"],
+            driver_version=d["driver"], rows=verdict_rows(ev),
+            commits={v: ev.variants[v].base or ev.upstream["base"] for v in ("baseline", "patched")},
+            baseline_patches=ev.variants["baseline"].patches or [],
+            not_proven_here=[s.to_json() for s in ev.checked if s.verdict != "proven"],
         )
     return ctx

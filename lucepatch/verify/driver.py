@@ -7,12 +7,14 @@ from this choice.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from lucepatch.errors import EnvironmentMissing, UsageError
+from lucepatch.files import sha256_file
 from lucepatch.verify.fakecuda import FAKE_DEVICE_NAME_PREFIX, build_fakecuda
 
 _PROBE = r"""
@@ -47,6 +49,22 @@ def real_gpu_available() -> tuple[bool, str]:
     return r.returncode == 0, (r.stdout.strip() or r.stderr.strip())[:200]
 
 
+def driver_identity(requested: str, cache: Path) -> dict:
+    """Driver kind and version of what runs would use (the CI gate's cache key): the simulated
+    driver by its bytes, a real one by nvidia-smi's GPU name and driver version."""
+    drv = choose_driver(requested, cache)
+    ident = {"chosen": drv.chosen}
+    if drv.chosen == "fake" and drv.fake_dir is not None:
+        lib = Path(drv.fake_dir) / "libcuda.so.1"
+        ident["libcuda"] = sha256_file(lib) if lib.is_file() else str(drv.fake_dir)
+    else:
+        smi = shutil.which("nvidia-smi")
+        if smi:
+            ident["driver"] = subprocess.run([smi, "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                                             capture_output=True, text=True).stdout.strip()
+    return ident
+
+
 def choose_driver(requested: str, cache: Path) -> DriverChoice:
     if requested not in ("auto", "real", "fake"):
         raise UsageError(f"--driver {requested!r}: use auto, real or fake")
@@ -66,11 +84,74 @@ def classify_driver(libcuda_sha256: str | None, gpu_name: str | None, fake_dir: 
     if gpu_name and gpu_name.startswith(FAKE_DEVICE_NAME_PREFIX):
         return "fake"
     if libcuda_sha256 and fake_dir is not None:
-        from lucepatch.files import sha256_file
-
         fake = fake_dir / "libcuda.so.1"
         if fake.is_file() and sha256_file(fake) == libcuda_sha256:
             return "fake"
     if libcuda_sha256 and gpu_name:
         return "real"
     return "unknown"
+
+
+# Kept open during the runs with the real driver: NVML and the CUDA driver initialised in a helper
+# process, so that a run never pays GPU initialisation because no other process held the device
+# (what nvidia-persistenced does; with persistence mode on it changes nothing). No context is
+# created: the GPU's compute mode and memory are left alone.
+_HOLD = r"""
+import ctypes, sys
+got = []
+for lib, init in (("libnvidia-ml.so.1", "nvmlInit_v2"), ("libcuda.so.1", "cuInit")):
+    try:
+        f = getattr(ctypes.CDLL(lib), init)
+        rc = f(0) if init == "cuInit" else f()
+        got.append(f"{init}={rc}")
+    except (OSError, AttributeError) as exc:
+        got.append(f"{init}: {exc}")
+print(" ".join(got), flush=True)
+sys.stdin.read()
+"""
+
+
+class DriverHold:
+    def __init__(self, proc=None, why: str = ""):
+        self.proc, self.why = proc, why
+
+    def describe(self) -> str:
+        if self.proc is None:
+            return self.why
+        return f"a helper process held NVML and the CUDA driver open during the runs ({self.why or 'started'})"
+
+
+class hold_driver:
+    """Context manager: with the real driver, a helper process initialises NVML and cuInit and waits
+    until the runs are over (its stdin closes, also when this process dies)."""
+
+    def __init__(self, drv: DriverChoice):
+        self.drv = drv
+        self.hold = DriverHold(None, "")
+
+    def __enter__(self) -> DriverHold:
+        if self.drv.chosen != "real":
+            return self.hold
+        import os
+
+        env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "CUDA_DEVICE_MEMORY_SHARED_CACHE")}
+        try:
+            self.hold.proc = subprocess.Popen([sys.executable, "-c", _HOLD], stdin=subprocess.PIPE,
+                                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        except OSError as exc:
+            self.hold.why = f"no helper held the driver ({exc})"
+        return self.hold
+
+    def __exit__(self, *exc) -> None:
+        p = self.hold.proc
+        if p is None:
+            return
+        try:
+            p.stdin.close()
+            out = p.stdout.read().decode("utf-8", "replace").strip()
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            out = "killed after the runs"
+        self.hold.why = out[:120]

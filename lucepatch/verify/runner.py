@@ -144,9 +144,16 @@ def parse_events(stdout: str) -> list[dict]:
 
 def run_once(binary: Path, repro: Reproducer, scenario: Scenario, variant: str, index: int,
              preload: Path | None, driver_env: dict, scratch: Path, expected_sha256: str | None = None,
-             extra_env: dict | None = None, isolate: bool = False) -> RunRecord:
+             extra_env: dict | None = None, isolate: bool = False, launcher: Path | None = None,
+             bind_now: bool = True) -> RunRecord:
     """One fresh process. isolate=True: in a private mount namespace with its own tmpfs on
-    /tmp/vgpulock (what makes parallel runs under HAMi safe); otherwise a plain child."""
+    /tmp/vgpulock (what makes parallel runs under HAMi safe) — through `launcher`
+    (lucepatch.verify.launch, one exec) when given, else unshare(1) + sh + mount(8); otherwise a
+    plain child.
+
+    bind_now: start the reproducer with LD_BIND_NOW=1. The reproducers re-exec themselves with it
+    (lp_bind_now: lazy binding would run ld.so's resolver inside the hooks and wipe the stack
+    poison); setting it here skips that second exec, which maps libcuda and the preload again."""
     region = scratch / f"region-{uuid.uuid4().hex}.cache"  # never reuse a region file
     env = scrubbed_environ()
     env.update(repro.env)
@@ -155,10 +162,16 @@ def run_once(binary: Path, repro: Reproducer, scenario: Scenario, variant: str, 
     env.update(extra_env or {})
     env["LIBCUDA_LOG_LEVEL"] = "2"  # HAMi prints its load marker only at >= 2
     env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = str(region)
+    if bind_now:
+        env["LD_BIND_NOW"] = "1"
     if preload is not None:
         env["LD_PRELOAD"] = str(preload)
     start = time.monotonic()
-    if isolate:
+    if isolate and launcher is not None:
+        cmd = [str(launcher), str(binary), scenario.name]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=scratch,
+                                start_new_session=True)
+    elif isolate:
         # no preexec_fn: runs are started from several threads; the shell sets the core limit
         cmd = [shutil.which("unshare") or "unshare", "--mount", "--propagation", "private", "--",
                "/bin/sh", "-c", _NS_WRAPPER, str(binary), scenario.name]

@@ -13,9 +13,9 @@ from lucepatch import git
 from lucepatch.errors import EnvironmentMissing, UsageError
 from lucepatch.target import Target, load_target
 from lucepatch.verify.driver import DriverChoice, choose_driver
-from lucepatch.verify.evidence import Evidence
+from lucepatch.verify.evidence import Evidence, RunPolicy
 from lucepatch.verify.reproducer import Reproducer, list_reproducers, load_reproducer
-from lucepatch.verify.rules import FixedRule, SequentialRule
+from lucepatch.verify.rules import FixedRule, SequentialRule, error_bounds
 from lucepatch.verify.session import (Execution, Variant, build_evidence, check_scenarios, plan_execution,
                                       run_scenarios, variant_from_file)
 from lucepatch.workspace import Workspace
@@ -117,37 +117,56 @@ def check_request(req: VerifyRequest) -> None:
 
 
 def run_verify(req: VerifyRequest, cache: Path, *, progress=None) -> Evidence:
-    """Build (or take) both variants, run every selected scenario, return the typed evidence."""
+    """Build (or take) both variants, run every selected scenario, return the typed evidence.
+
+    The driver probe runs beside the builds (it is a process doing cuInit on a GPU machine); with
+    the real driver a helper holds it open during the runs (lucepatch.verify.driver.hold_driver)."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
     from lucepatch import report
+    from lucepatch.verify.driver import hold_driver
 
     say = progress or report.progress
     check_request(req)
     cluster = req.cluster
-    if cluster is not None:
-        from lucepatch.k8s import incluster
-
-        drv = DriverChoice(requested="in-cluster", chosen="real", env={}, fake_dir=None, note="the node's driver")
-        if cluster.from_logs is None:
-            incluster.require_cluster(cluster.kubeconfig)
-            if not cluster.image:
-                raise UsageError("--in-cluster needs --image (the reproducers and both libraries; docs/cluster.md)")
-    else:
-        drv = choose_driver(req.driver, cache)
-    say(f"workspace {req.workspace.describe()}; driver {drv.chosen} ({drv.note or drv.requested})")
-    if req.lib:
-        variants = [variant_from_file("baseline", req.baseline_lib), variant_from_file("patched", req.lib)]
-        upstream_base = None
-    else:
-        if req.source is None:
-            raise EnvironmentMissing(f"no upstream checkout for {req.target.name}: pass --source PATH")
-        git.open_repo(req.source)
-        variants = build_variants(req.target, req.source, cache, req.artifact,
-                                  baseline_ref=req.baseline_ref, patched_ref=req.patched_ref)
-        upstream_base = variants[0].provenance.get("base")
+    phases: dict[str, float] = {}
+    t0 = time.monotonic()
     n = req.runs or max(r.default_runs for r in req.reproducers)
     rule = FixedRule(n) if req.fixed or cluster is not None else SequentialRule(n)
+    background = ThreadPoolExecutor(max_workers=1)  # the rule's exact error bounds, beside everything else
+    bounds_f = background.submit(error_bounds, rule)
+    background.shutdown(wait=False)
+    with ThreadPoolExecutor(max_workers=1) as probe:
+        if cluster is not None:
+            from lucepatch.k8s import incluster
+
+            drv_f = None
+            drv = DriverChoice(requested="in-cluster", chosen="real", env={}, fake_dir=None, note="the node's driver")
+            if cluster.from_logs is None:
+                incluster.require_cluster(cluster.kubeconfig)
+                if not cluster.image:
+                    raise UsageError("--in-cluster needs --image (the reproducers and both libraries; docs/cluster.md)")
+        else:
+            drv_f = probe.submit(choose_driver, req.driver, cache)
+        if req.lib:
+            variants = [variant_from_file("baseline", req.baseline_lib), variant_from_file("patched", req.lib)]
+            upstream_base = None
+        else:
+            if req.source is None:
+                raise EnvironmentMissing(f"no upstream checkout for {req.target.name}: pass --source PATH")
+            git.open_repo(req.source)
+            variants = build_variants(req.target, req.source, cache, req.artifact,
+                                      baseline_ref=req.baseline_ref, patched_ref=req.patched_ref)
+            upstream_base = variants[0].provenance.get("base")
+        phases["build_s"] = time.monotonic() - t0
+        if drv_f is not None:
+            drv = drv_f.result()
+        phases["driver_probe_s"] = time.monotonic() - t0
+    say(f"workspace {req.workspace.describe()}; driver {drv.chosen} ({drv.note or drv.requested})")
     extra = {}
     spend = None
+    t1 = time.monotonic()
     if cluster is not None:
         from lucepatch.k8s import incluster
 
@@ -166,12 +185,20 @@ def run_verify(req: VerifyRequest, cache: Path, *, progress=None) -> Evidence:
     else:
         ex = plan_execution(req.jobs)
         say(f"execution: {ex.mode}" + (f", {ex.jobs} jobs" if ex.mode == "parallel" else "") + f" ({ex.why})")
-        runs = run_scenarios(req.reproducers, variants, rule, drv, cache, req.scenarios or None, execution=ex)
+        with hold_driver(drv) as held:
+            runs = run_scenarios(req.reproducers, variants, rule, drv, cache, req.scenarios or None, execution=ex)
+        ex.driver_held = held.describe()
         records, spend = runs.records, runs.spend
+    phases["runs_s"] = time.monotonic() - t1
+    t2 = time.monotonic()
+    policy = RunPolicy.from_json({**rule.policy(), "bounds": bounds_f.result()})
     ev = build_evidence(req.target, req.reproducers, variants, records, drv, n, req.workspace.to_json(),
-                        upstream_base, execution=ex, spend=spend, rule=rule)
+                        upstream_base, execution=ex, policy=policy, spend=spend, rule=rule)
     ev.extra.update(extra)
     attach_fingerprints(ev, records)
+    phases["evidence_s"] = time.monotonic() - t2
+    ex.phases = phases
+    ev.execution["phases"] = {k: round(v, 3) for k, v in phases.items()}
     return ev
 
 

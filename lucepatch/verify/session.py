@@ -9,7 +9,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lucepatch import report
+from lucepatch import elf, report
 from lucepatch.files import sha256_file
 from lucepatch.errors import UsageError
 from lucepatch.target import Target
@@ -37,9 +37,8 @@ def variant_from_file(name: str, path: str | Path) -> Variant:
     p = Path(path)
     if not p.is_file():
         raise UsageError(f"--{'baseline-lib' if name == 'baseline' else 'lib'} {p} is not a file")
-    with open(p, "rb") as f:
-        if f.read(4) != b"\x7fELF":
-            raise UsageError(f"{p} is not an ELF shared library")
+    if not elf.is_elf(p):
+        raise UsageError(f"{p} is not an ELF shared library")
     return Variant(name, p.resolve(), {"from": "file", "path": str(p.resolve())})
 
 
@@ -52,10 +51,22 @@ class Execution:
     why: str
     wall_s: float = 0.0
     processes: int = 0
+    launcher: str = ""  # how an isolated run is started (lucepatch-isolate, or unshare+sh+mount)
+    bind_now: bool = True  # LD_BIND_NOW=1 from the runner: no re-exec in the reproducer
+    driver_held: str = ""  # real driver: what kept it open during the runs (lucepatch.verify.driver)
+    phases: dict = field(default_factory=dict)  # seconds per step of the verification
 
     def to_json(self) -> dict:
-        return {"mode": self.mode, "jobs": self.jobs, "isolation": self.isolation, "why": self.why,
-                "wall_s": round(self.wall_s, 3), "processes": self.processes}
+        out = {"mode": self.mode, "jobs": self.jobs, "isolation": self.isolation, "why": self.why,
+               "wall_s": round(self.wall_s, 3), "processes": self.processes}
+        if self.launcher:
+            out["launcher"] = self.launcher
+        out["bind_now"] = self.bind_now
+        if self.driver_held:
+            out["driver_held"] = self.driver_held
+        if self.phases:
+            out["phases"] = {k: round(v, 3) for k, v in self.phases.items()}
+        return out
 
 
 def plan_execution(jobs: int | None) -> Execution:
@@ -113,6 +124,12 @@ def run_scenarios(repros: list[Reproducer], variants: list[Variant], rule: Rule,
     libs = {v.name: v for v in variants}
     shas = {v.name: v.sha256 for v in variants}
     slots = ex.jobs if ex.mode == "parallel" else 1
+    launcher = None
+    if ex.isolation == "namespace" and ex.launcher != "unshare+sh+mount":
+        from lucepatch.verify.launch import build_isolate
+
+        launcher = build_isolate(cache)
+        ex.launcher = "lucepatch-isolate (one exec: unshare, private tmpfs on /tmp/vgpulock, no core dumps)"
     names = ", ".join(r.name for r in repros)
     how = (f"{rule.max_runs} run(s) each" if rule.name == "fixed" else
            f"sequential rule, at most {rule.max_runs} run(s) each")
@@ -126,7 +143,8 @@ def run_scenarios(repros: list[Reproducer], variants: list[Variant], rule: Rule,
             r, s = by_key[job.key]
             v = libs[job.variant]
             rec = run_once(binaries[r.name], r, s, v.name, job.index, v.lib, driver.env, Path(scratch),
-                           expected_sha256=shas[v.name], isolate=ex.isolation == "namespace")
+                           expected_sha256=shas[v.name], isolate=ex.isolation == "namespace", launcher=launcher,
+                           bind_now=ex.bind_now)
             rec.scenario, rec.launch = job.key, job.launch
             return rec
 

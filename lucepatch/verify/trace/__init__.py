@@ -1,9 +1,15 @@
 """Driver-call traces: what a reproducer asks the driver and what the driver answers.
 
 Recorded on a real GPU with the interposer (and no HAMi), replayed in CI against the simulated
-driver: any difference in (call, thread, context current, result, output written; for pool
-attributes also the attribute and the value read) means the simulation no longer models the
-hardware it stands in for.
+driver: any difference in (call, thread, context current, result, output written, output value;
+for pool attributes also the attribute) means the simulation no longer models the hardware it
+stands in for.
+
+Output values are compared by what they mean, per call (VALUE_CLASS): device ids, the driver
+version, the allocation granularity and pool attribute values exactly; counts and memory sizes as
+positive or zero; contexts by identity (the stream's context is the primary context it was created
+in); device pointers, streams, pools and allocation handles as null or not (addresses differ
+between runs, and a driver that clears a failed call's output writes null).
 """
 
 from __future__ import annotations
@@ -19,8 +25,19 @@ from lucepatch.builders import toolchain
 
 SOURCE = Path(__file__).with_name("interposer.c")
 FIELDS = ("call", "proc", "thread", "ctx", "result", "written")
-# Recorded only by some calls (memory-pool attributes): which attribute, and the value read.
-OPTIONAL_FIELDS = ("attr", "value")
+# Recorded only by some calls (memory-pool attributes): which attribute.
+OPTIONAL_FIELDS = ("attr",)
+NOT_RECORDED = "<not recorded>"  # traces recorded before values were (compare written only)
+VALUES_VERSION = 1  # the trace header's "values": traces that carry every written output's value
+VALUE_CLASS = {
+    "cuDriverGetVersion": "exact", "cuDeviceGet": "exact", "cuCtxGetDevice": "exact",
+    "cuMemGetAllocationGranularity": "exact", "cuMemPoolGetAttribute": "exact",
+    "cuDeviceGetCount": "positive", "cuDeviceTotalMem_v2": "positive", "cuMemGetInfo_v2": "positive",
+    "cuDevicePrimaryCtxRetain": "context", "cuCtxPopCurrent_v2": "context", "cuStreamGetCtx": "context",
+    "cuMemAlloc_v2": "nonnull", "cuMemAllocAsync": "nonnull", "cuMemAddressReserve": "nonnull",
+    "cuStreamCreate": "nonnull", "cuDeviceGetMemPool": "nonnull", "cuMemCreate": "nonnull",
+    "cuMemPoolCreate": "nonnull", "cuMemAllocFromPoolAsync": "nonnull", "cuDeviceGetDefaultMemPool": "nonnull",
+}
 
 
 def build_interposer(cache: Path) -> Path:
@@ -52,6 +69,29 @@ def normalise(entry: dict) -> dict:
     out = {k: entry.get(k) for k in FIELDS}
     out.update({k: entry[k] for k in OPTIONAL_FIELDS if k in entry})
     out["proc"] = out["proc"] or "root"  # traces recorded before processes were labelled
+    out["value"] = entry.get("value", NOT_RECORDED)  # the raw output value (None: not written)
+    return out
+
+
+def meanings(entries: list[dict]) -> list[dict]:
+    """Each entry with its raw value replaced by what it means (VALUE_CLASS); contexts become
+    ctx1, ctx2, ... in order of first appearance within their process."""
+    labels: dict[str, dict[int, str]] = {}
+    out = []
+    for e in entries:
+        v = e.get("value", NOT_RECORDED)
+        if v is not None and v != NOT_RECORDED:
+            cls = VALUE_CLASS.get(e["call"], "exact")
+            if cls == "exact":
+                v = f"={v}"
+            elif cls == "positive":
+                v = "positive" if v > 0 else "zero"
+            elif cls == "nonnull":
+                v = "non-null" if v else "null"
+            else:  # context identity
+                seen = labels.setdefault(e["proc"], {})
+                v = "null" if not v else seen.setdefault(v, f"ctx{len(seen) + 1}")
+        out.append({**e, "value": v})
     return out
 
 
@@ -67,11 +107,13 @@ def load(path: Path) -> list[dict]:
 
 def diff(expected: list[dict], got: list[dict]) -> list[str]:
     """Human-readable differences; empty when the traces agree."""
-    expected, got = per_process(expected), per_process(got)
+    expected, got = meanings(per_process(expected)), meanings(per_process(got))
     out = []
     for i in range(max(len(expected), len(got))):
         e = expected[i] if i < len(expected) else None
         g = got[i] if i < len(got) else None
+        if e is not None and g is not None and e.get("value") == NOT_RECORDED:
+            g = {**g, "value": NOT_RECORDED}  # an old recording: nothing to compare the value with
         if e != g:
             out.append(f"call #{i}: recorded {e} but simulated {g}")
     return out

@@ -4,6 +4,10 @@
  * wrote the call's output argument.  Recorded on a real GPU, these traces are the ground truth
  * the simulated driver is checked against in CI (tests/fakecuda/traces/*.h200.jsonl).
  *
+ * For a call with one output the interposer also records the written value (the output's bytes
+ * as an unsigned integer); the comparison reads it by what it means (exact ids, a context's
+ * identity, null vs not), since addresses differ between any two runs.
+ *
  * "Written" is detected without changing what the program sees: the output is saved, filled with
  * a sentinel, the call is made, the output compared with the sentinel, and restored when the
  * driver left it alone (so a program relying on "output untouched" still sees its own value).
@@ -74,6 +78,17 @@ static void emit_extra(const char *call, int ctx, CUresult res, int written, con
 
 static void emit(const char *call, int ctx, CUresult res, int written) { emit_extra(call, ctx, res, written, ""); }
 
+/* A call with one output: its value (the output's bytes as an unsigned integer) when written,
+ * else null; lucepatch/verify/trace compares it by what it means (VALUE_CLASS). */
+static void emit_value(const char *call, int ctx, CUresult res, int written, unsigned long long value) {
+    char extra[48];
+    if (written == 1)
+        snprintf(extra, sizeof extra, ",\"value\":%llu", value);
+    else
+        snprintf(extra, sizeof extra, ",\"value\":null");
+    emit_extra(call, ctx, res, written, extra);
+}
+
 /* Output argument handling: save, poison, call, compare, restore if untouched. */
 #define OUT_BEGIN(ptr)                                        \
     unsigned char saved_[64], sentinel_[64];                  \
@@ -83,9 +98,11 @@ static void emit(const char *call, int ctx, CUresult res, int written) { emit_ex
     if (sz_) { memcpy(saved_, (ptr), sz_); memcpy((ptr), sentinel_, sz_); }
 #define OUT_END(ptr, written)                                 \
     int written = -1;                                         \
+    unsigned long long value_ = 0;                            \
     if (sz_) {                                                \
         written = memcmp((ptr), sentinel_, sz_) != 0;         \
         if (!written) memcpy((ptr), saved_, sz_);             \
+        else memcpy(&value_, (ptr), sz_ < sizeof value_ ? sz_ : sizeof value_); \
     }
 
 /* A call with no output argument. */
@@ -108,7 +125,7 @@ static void emit(const char *call, int ctx, CUresult res, int written) { emit_ex
         OUT_BEGIN(out)                                               \
         CUresult r = next args;                                      \
         OUT_END(out, w_)                                             \
-        emit(#name, ctx_, r, w_);                                    \
+        emit_value(#name, ctx_, r, w_, value_);                      \
         return r;                                                    \
     }
 

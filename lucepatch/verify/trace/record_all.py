@@ -19,7 +19,7 @@ from lucepatch.builders.toolchain import cuda_include
 from lucepatch.verify.fakecuda import build_fakecuda
 from lucepatch.verify.reproducer import list_reproducers
 from lucepatch.verify.runner import compile_reproducer
-from lucepatch.verify.trace import SOURCE, build_interposer, record
+from lucepatch.verify.trace import SOURCE, VALUES_VERSION, build_interposer, record
 from lucepatch.workspace import resolve_cache, resolve_workspace
 
 SEMANTICS = SOURCE.with_name("semantics.c")
@@ -83,7 +83,8 @@ def main(argv=None) -> int:
     for name, scenario, binary, env in programs(ws, cache, stubs, devices):
         trace, rc = record(binary, scenario, interposer, {**env, **env_driver})
         path = args.out / f"{name}.{scenario}.{args.label}.jsonl"
-        meta = {"program": name, "scenario": scenario, "returncode": rc, "driver": args.driver}
+        meta = {"program": name, "scenario": scenario, "returncode": rc, "driver": args.driver,
+                "values": VALUES_VERSION}
         path.write_text("# " + json.dumps(meta) + "\n" + "".join(json.dumps(t) + "\n" for t in trace))
         print(f"{path.name}: {len(trace)} calls, exit {rc}", file=sys.stderr)
     return 0

@@ -1,0 +1,187 @@
+"""lucepatch as a library: the public Python surface for a CI system or a notebook.
+
+The functions here are the ones the `lucepatch` commands call (they only add option parsing and
+printing), so a program gets exactly what the CLI does: the same builds, the same runs, the same
+typed evidence. Everything outside this module (and the types its functions return) is internal
+and may change without notice. Errors are `lucepatch.errors.LucepatchError` subclasses with an
+`exit_code` (UsageError 2, CheckFailed 1, EnvironmentMissing 3); see docs/api.md.
+
+    from lucepatch import api
+    ws = api.open_workspace("path/to/workspace")
+    t = api.target(ws, "hami-core")
+    src = api.source(t, "~/src/HAMi-core")
+    cache = api.cache_dir()
+    ev = api.verify(ws, t, ["async-sched"], source=src, cache=cache, driver="fake")
+    ev.verdict, [s.verdict for s in ev.scenarios], ev.variants["patched"].artifact.sha256
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lucepatch import git
+from lucepatch.engine.apply import SeriesResult, WorkArea, apply_series
+from lucepatch.errors import CheckFailed, EnvironmentMissing, LucepatchError, UsageError
+from lucepatch.target import Target, load_target
+from lucepatch.verify.evidence import Evidence, load_evidence, write_evidence
+from lucepatch.workspace import Workspace, resolve_cache, resolve_source, resolve_workspace
+
+__all__ = [
+    "open_workspace", "cache_dir", "target", "source", "check", "apply", "rebase", "build", "build_variants",
+    "reproducers", "verify", "write_evidence", "load_evidence", "write_pr", "gate", "lint",
+    "Workspace", "Target", "Evidence", "SeriesResult", "LucepatchError", "UsageError", "CheckFailed",
+    "EnvironmentMissing",
+]
+
+
+# ---- where things are --------------------------------------------------------------------------
+
+def open_workspace(path: str | Path | None = None) -> Workspace:
+    """The workspace (patches/, reproducers/): `path`, else $LUCEPATCH_WORKSPACE, the nearest
+    ancestor holding lucepatch.toml, or the read-only copy packaged with lucepatch."""
+    return resolve_workspace(path)
+
+
+def cache_dir(path: str | Path | None = None) -> Path:
+    """The cache for private clones, builds and runs: `path`, else $LUCEPATCH_CACHE, else
+    $XDG_CACHE_HOME/lucepatch (created)."""
+    return resolve_cache(path)
+
+
+def target(ws: Workspace, name: str | None = None) -> Target:
+    """A target of the workspace (the only one when `name` is None), its series parsed."""
+    t = load_target(ws, name)
+    _ = t.patches
+    return t
+
+
+def source(t: Target, path: str | Path | None = None) -> Path:
+    """The upstream checkout of `t`: `path`, else $LUCEPATCH_SRC_<TARGET>; checked to be the top of
+    a git work tree. lucepatch only reads it, except `apply`, which switches its branch."""
+    src = resolve_source(path, t.name)
+    git.open_repo(src)
+    return src
+
+
+# ---- the series --------------------------------------------------------------------------------
+
+def check(t: Target, src: Path, cache: Path, *, onto: str | None = None, fetch: bool = False) -> SeriesResult:
+    """Per patch: applied / applied-3way / already-upstream / conflict on the pinned base (or
+    `onto`), in a private clone; the checkout is not touched."""
+    with WorkArea(cache, f"check-{t.name}") as work:
+        return apply_series(t, src, t.patches, work, base=onto, checkout=False, fetch=fetch)
+
+
+def apply(t: Target, src: Path, cache: Path, *, partial: bool = False, force: bool = False, stash: bool = False,
+          fetch: bool = False):
+    """The series onto branch lucepatch/<target>/<version> of `src`; the checkout is switched only
+    when every patch applied (or `partial`). Returns engine.onto.Applied (result, branch, switched)."""
+    from lucepatch.engine.onto import apply_onto_checkout
+
+    return apply_onto_checkout(t, src, cache, partial=partial, force=force, stash=stash, fetch=fetch)
+
+
+def rebase(t: Target, src: Path, cache: Path, onto: str, *, dry_run: bool = False, fetch: bool = False,
+           drop_superseded: bool = False, no_behaviour: bool = False) -> dict:
+    """Carry the series to `onto` without a human: `dry_run` walks it all in a throwaway area;
+    otherwise a rebase session walks until a conflict — which leaves the session open for
+    `lucepatch rebase --status/--continue/--skip/--abort` — or to the end, and writes the workspace
+    once. Returns the document `lucepatch rebase --json` prints (rows, conflicts, new version)."""
+    from lucepatch.engine import session as S
+
+    opts = S.Options(drop_superseded=drop_superseded, no_behaviour=no_behaviour)
+    if dry_run:
+        return S.dry_run(cache, t, src, onto, opts, fetch=fetch)
+    sess = S.Session.start(cache, t, src, onto, opts, fetch=fetch)
+    try:
+        if S.run_until_stop(sess, None) == S.CONFLICT_PHASE:
+            return S.summary(sess.st, sess.store)
+        plan = sess.plan()
+        sess.write(plan)
+        return S.summary(sess.st, None, plan, written=True)
+    finally:
+        sess.close()
+
+
+def lint(ws: Workspace, name: str | None = None, *, pending_days: int = 90) -> list:
+    """Lint findings (lucepatch.lint.Finding: level, target, patch, check, message) of one target
+    or, with no name, of every target."""
+    import time
+
+    from lucepatch.lint import lint_target
+    from lucepatch.target import list_targets
+
+    names = [load_target(ws, name).name] if name else list_targets(ws)
+    now = time.time()
+    return [f for n in names for f in lint_target(ws, n, pending_days=pending_days, now=now)]
+
+
+# ---- builds ------------------------------------------------------------------------------------
+
+def build(t: Target, src: Path, cache: Path, variants=("patched",), *, jobs: int | None = None) -> list:
+    """Native builds of the variants ("baseline", "patched"), cached by content and reproducible:
+    each BuildResult has artifacts (path), sha256 and the recipe that rebuilds the same bytes."""
+    from lucepatch.builders.service import build_native
+
+    return build_native(t, src, list(variants), cache, jobs=jobs)
+
+
+def build_variants(t: Target, src: Path, cache: Path, artifact: str) -> list:
+    """Baseline and patched builds as verify uses them: [Variant(name, lib, provenance)] holding
+    the declared `artifact` (e.g. "libvgpu.so")."""
+    from lucepatch.verify.service import build_variants as _build_variants
+
+    return _build_variants(t, src, cache, artifact)
+
+
+# ---- proof -------------------------------------------------------------------------------------
+
+def reproducers(ws: Workspace, names: list[str] | None = None, *, target_name: str | None = None):
+    """(target, reproducers): the named ones, or with no names every reproducer of `target_name`."""
+    from lucepatch.verify.service import select
+
+    return select(ws, target=target_name, reproducers=list(names or []), run_all=not names)
+
+
+def verify(ws: Workspace, t: Target, reproducer_names: list[str] | None = None, *, source: Path | None = None,
+           cache: Path, driver: str = "auto", runs: int | None = None, scenarios: list[str] | None = None,
+           lib: Path | None = None, baseline_lib: Path | None = None, baseline_ref: str | None = None,
+           patched_ref: str | None = None, jobs: int | None = None, progress=None) -> Evidence:
+    """Build (or take `lib`/`baseline_lib`) both variants, run every selected scenario `runs`
+    times per variant and return the typed evidence (verdicts, p-values, fingerprints, what each
+    run mapped). `driver`: auto | real | fake. `progress`: a callable for the progress lines
+    (default: stderr, as the CLI)."""
+    from lucepatch.verify.service import VerifyRequest, run_verify
+
+    _, repros = reproducers(ws, reproducer_names, target_name=t.name)
+    req = VerifyRequest(workspace=ws, target=t, reproducers=repros, source=source, driver=driver, runs=runs,
+                        scenarios=list(scenarios or []), lib=Path(lib) if lib else None,
+                        baseline_lib=Path(baseline_lib) if baseline_lib else None, baseline_ref=baseline_ref,
+                        patched_ref=patched_ref, jobs=jobs)
+    return run_verify(req, cache, progress=progress)
+
+
+def write_pr(ws: Workspace, t: Target, src: Path, cache: Path, out_dir: Path, *,
+             evidence: list[Path] | None = None, no_evidence: bool = False, patches: list[str] | None = None,
+             **options):
+    """The PR directory (patches with base-commit, pr-body.md, pr.json) after the upstream's own
+    checks; `evidence` files must prove the series. Other keyword options are those of
+    `lucepatch pr` (upstream_ref, signoff, draft, template, push, branch, revise, ai_use)."""
+    from lucepatch.upstream.pr import prepare_pr
+    from lucepatch.verify.reproducer import list_reproducers
+
+    repros = {r.name: r for r in list_reproducers(ws)}
+    return prepare_pr(t, src, cache, Path(out_dir), patch_names=patches,
+                      evidence_path=[Path(e) for e in evidence or []] or None, no_evidence=no_evidence,
+                      repro_hashes={n: r.hash for n, r in repros.items()}, reproducers=repros,
+                      workspace=ws.path, **options)
+
+
+def gate(ws: Workspace, t: Target, src: Path, cache: Path, *, upstream_head: str | None = None, driver: str = "auto",
+         runs: int = 5, use_cache: bool = True, evidence_dir: Path | None = None, probes: bool = True):
+    """The CI gate for one target (lint, check, canary, build, verify, probes); a TargetResult
+    (gate, canary, steps). Reports: lucepatch.gate.junit_xml / markdown."""
+    from lucepatch.gate import gate_target
+
+    return gate_target(ws, t, src, cache, upstream_head=upstream_head, driver=driver, runs=runs,
+                       use_cache=use_cache, evidence_dir=evidence_dir, probes=probes)

@@ -1,0 +1,179 @@
+"""The typed tables of target.toml: [build] (+ [build.artifacts], [build.reproducible]),
+[profiles.*], [[submodule]], [pr] and [model]. Each is checked when the target loads — a key of
+the wrong type or an unknown key (usually a typo) is one UsageError naming the file and the key —
+so no consumer indexes a dict by string and finds out at build time."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lucepatch.errors import UsageError
+
+
+def _ok(value, hint) -> bool:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is type(None):
+        return value is None
+    if origin in (typing.Union, types.UnionType):
+        return any(_ok(value, a) for a in args)
+    if origin is list:
+        return isinstance(value, list) and all(_ok(v, args[0]) for v in value)
+    if origin is dict:
+        return isinstance(value, dict) and all(isinstance(k, str) and _ok(v, args[1]) for k, v in value.items())
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, hint)
+
+
+def _describe(hint) -> str:
+    text = hint.__name__ if isinstance(hint, type) else str(hint)
+    return text.replace("typing.", "").replace("NoneType", "none")
+
+
+def parse_table(cls, data, where: str, **fixed):
+    """An instance of dataclass `cls` from a TOML table, every key checked against its type."""
+    if not isinstance(data, dict):
+        raise UsageError(f"{where} must be a table")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls) if f.name not in fixed]
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        raise UsageError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(names)}")
+    kwargs = dict(fixed)
+    for key, value in data.items():
+        hint = hints[key]
+        if dataclasses.is_dataclass(hint):
+            kwargs[key] = parse_table(hint, value, f"{where}.{key}")
+            continue
+        if not _ok(value, hint):
+            raise UsageError(f"{where}: {key} must be {_describe(hint)}, not {value!r}")
+        kwargs[key] = value
+    missing = [f.name for f in dataclasses.fields(cls)
+               if f.name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise UsageError(f"{where} lacks required key(s) {', '.join(missing)}")
+    return cls(**kwargs)
+
+
+def _as_json(obj) -> dict:
+    return {k: v for k, v in dataclasses.asdict(obj).items() if v is not None}
+
+
+@dataclass
+class Reproducible:
+    """[build.reproducible]: what neutralises the upstream's own build stamps (builders/reproducible.py)."""
+    configure_args: list[str] = field(default_factory=list)
+    unset_env: list[str] = field(default_factory=list)
+    stamp_files: list[str] = field(default_factory=list)  # generated, relative to the build folder
+
+
+@dataclass
+class BuildConfig:
+    """[build]: how the target builds (native cmake builds, images, probes)."""
+    system: str = "cmake"
+    configure_args: list[str] = field(default_factory=list)
+    targets: list[str] = field(default_factory=list)
+    artifacts: dict[str, str] = field(default_factory=dict)  # name -> path in the build folder
+    needs: list[str] = field(default_factory=list)  # headers the build needs: cuda.h, nvml.h
+    source_dir: str = "."  # where the CMake project is, relative to the checkout
+    binaries: list[str] = field(default_factory=list)  # runtime files an image copies from the build
+    health_path: str = "/health"
+    port: int = 8080
+    image_template: str | None = None
+    server_draft_flag: str = "--draft"
+    share: list[str] = field(default_factory=list)  # folders copied beside bin/ (Lucebox's share/model_cards)
+    arch_variable: str = ""  # the cmake variable holding the CUDA arch list (an image build argument)
+    needs_headers: list[str] = field(default_factory=list)  # toolkit headers a full build needs (cublas_v2.h)
+    reproducible: Reproducible = field(default_factory=Reproducible)
+
+    def to_json(self) -> dict:
+        return _as_json(self)
+
+
+@dataclass
+class Profile:
+    """[profiles.NAME]: one build configuration (cmake arguments, arch list, base images)."""
+    name: str
+    description: str = ""
+    inherits: str | None = None
+    cuda_archs: list[str] | None = None
+    cmake_args: list[str] | None = None
+    builder_image: str | None = None
+    runtime_image: str | None = None
+    builder_packages: list[str] | None = None
+    runtime_packages: list[str] | None = None
+    cuda_stub: bool | None = None
+    generator: str | None = None
+    uid: int | None = None
+    user: str | None = None
+    model_dir: str | None = None
+    health_start_period: str | None = None
+
+    def settings(self) -> dict:
+        """The keys this table sets (not its name), as written."""
+        return {k: v for k, v in _as_json(self).items() if k != "name"}
+
+
+@dataclass
+class Submodule:
+    """[[submodule]]: a repository inside the target carrying its own series under series_dir."""
+    path: str
+    base: str
+    series_dir: str
+    name: str | None = None
+    url: str = ""
+    branch: str = "main"
+
+    @property
+    def label(self) -> str:
+        return self.name or Path(self.path).name
+
+    def to_json(self) -> dict:
+        return _as_json(self)
+
+
+@dataclass
+class PrConfig:
+    """[pr]: overrides of the upstream's PR conventions (upstream/conventions.py)."""
+    template: str | None = None
+    checks: list[str] | None = None
+    cpplint_args: list[str] | None = None
+    subject_style: str | None = None
+    ai_use_required: bool | None = None
+    ai_use: str | None = None
+    kind: str | None = None
+    summary: str | None = None
+    release_note: str | None = None
+    overhead: str | None = None
+
+    def overrides(self) -> dict:
+        return _as_json(self)
+
+
+@dataclass
+class ModelConfig:
+    """[model]: the model an image's entrypoint fetches when absent."""
+    target_repo: str = ""
+    target_file: str = ""
+    draft_repo: str = ""
+
+
+def parse_sections(data: dict, where: str) -> dict:
+    """The typed sections of a target.toml document (keyword arguments of Target)."""
+    profiles = data.get("profiles", {})
+    if not isinstance(profiles, dict):
+        raise UsageError(f"{where}: [profiles] must be a table of [profiles.NAME] tables")
+    subs = data.get("submodule", [])
+    if not isinstance(subs, list):
+        raise UsageError(f"{where}: submodule must be an array of [[submodule]] tables")
+    return {
+        "build": parse_table(BuildConfig, data["build"], f"{where}: [build]") if "build" in data else None,
+        "profiles": {n: parse_table(Profile, p, f"{where}: [profiles.{n}]", name=n) for n, p in profiles.items()},
+        "submodules": [parse_table(Submodule, s, f"{where}: [[submodule]] #{i}") for i, s in enumerate(subs, 1)],
+        "pr": parse_table(PrConfig, data.get("pr", {}), f"{where}: [pr]"),
+        "model": parse_table(ModelConfig, data.get("model", {}), f"{where}: [model]"),
+    }
