@@ -28,12 +28,14 @@ AWAITING = KNOWN.get("awaiting-trace", {})
 
 
 def _programs() -> list[str]:
-    """Every program.scenario that needs an H200 trace: the semantics probes, every reproducer scenario."""
+    """Every program.scenario that needs an H200 trace: the semantics probes, every C reproducer scenario
+    (workloads are not driver-API programs of ours: record_all records C reproducers only)."""
     names = [f"driver-semantics.{probe}" for probe in SEMANTICS_PROBES]
     for rdir in sorted((ROOT / "reproducers").iterdir()):
         if (rdir / "reproducer.toml").is_file():
             repro = load_reproducer_dir(rdir)
-            names += [f"{repro.name}.{s.name}" for s in repro.scenarios]
+            if not repro.is_workload:
+                names += [f"{repro.name}.{s.name}" for s in repro.scenarios]
     return names
 
 

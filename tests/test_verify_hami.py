@@ -55,6 +55,13 @@ def test_llama_vmm_crash_fixed_upstream_between_refs(cli, cache):
     assert s["llama-vmm:host-numa-create"]["verdict"] == "proven"
     assert s["llama-vmm:host-numa-create"]["baseline"]["outcomes"] == {"crash": 5}
     assert doc["variants"]["baseline"]["from"] == "ref" and doc["variants"]["baseline"]["patches"] == ["build-accept-cmake-4.patch"]
+    # the crash is named by its hook and call path: #187 (before 72b24fd), not the generic #289
+    fp = s["llama-vmm:host-numa-create"]["fingerprint"]
+    assert fp["issue"] == "Project-HAMi/HAMi-core#187" and "path add_chunk_only <- cuMemCreate" in fp["why"]
+    crash = next(r for r in doc["runs"] if r["outcome"] == "crash")
+    assert [f["function"] for f in crash["backtrace"][:4]] == [
+        "get_current_device_memory_limit", "oom_check", "add_chunk_only", "cuMemCreate"]
+    assert crash["load_proof"] == {"when": "before-action", "reporter": "program", "hami_initialized": True}
 
 
 def test_pr188_style_patch_is_rejected_on_hami_core(cli, cache, tmp_path):
@@ -98,3 +105,33 @@ def test_pr217_style_pool_tracking_is_rejected(cli, cache, tmp_path):
     for name in ("pool-alloc:ctxless-pool-alloc", "pool-alloc:default-pool", "pool-alloc:cross-device"):
         assert s[name]["verdict"] == "not-proven", (name, s[name]["verdict"])
         assert s[name]["patched"]["failures"] == 5, (name, s[name]["patched"])
+
+
+def test_torch_free_workload_proven_and_torch_workload_skipped(cli, cache):
+    """The workload runner end to end on real HAMi-core: ctypes-clients (ThreadPoolExecutor workers
+    on the driver API) is proven on the simulated driver; torch-clients reports every torch scenario
+    skipped with the reason, never passed, and its torch-free control still runs."""
+    res, doc = _verify(cli, cache, "--reproducer", "ctypes-clients", "--runs", "5")
+    assert res.code == 0, res.err
+    s = {x["scenario"]: x for x in doc["scenarios"]}
+    for name in ("threadpool-async-alloc", "threadpool-async-free", "threadpool-sync-alloc"):
+        assert s[f"ctypes-clients:{name}"]["verdict"] == "proven", s[f"ctypes-clients:{name}"]
+    # at the pin: exit 0 with `Illegal device id` logged (the log line alone fails the run) ...
+    sync = [r for r in doc["runs"] if r["variant"] == "baseline" and r["scenario"].endswith("threadpool-sync-alloc")]
+    assert any(r["outcome"] == "fail-log" and r["returncode"] == 0 for r in sync)
+    # ... the async allocations are made but never charged (HAMi's usage vs the pool's reservation) ...
+    base = [r for r in doc["runs"] if r["variant"] == "baseline" and r["scenario"].endswith("threadpool-async-alloc")]
+    assert all(r["values"]["accounted_delta"] == 0 and r["values"]["pool_reserved_delta"] > 0 for r in base)
+    # ... and frees from worker threads are uncharged on a garbage device (usage stays, or a crash)
+    free = [r for r in doc["runs"] if r["variant"] == "baseline" and r["scenario"].endswith("threadpool-async-free")]
+    assert all(r["outcome"] == "crash" or "released with the frees" in r["reason"] for r in free), free
+    assert all(r["load_proof"]["hami_initialized"] for r in doc["runs"])
+
+    res, doc = _verify(cli, cache, "--reproducer", "torch-clients", "--runs", "2")
+    assert res.code == 1 and doc["verdict"] == "not-proven"  # nothing checked ran: nothing proven
+    s = {x["scenario"]: x for x in doc["scenarios"]}
+    assert s["torch-clients:driver"]["verdict"] == "pass" and doc["driver"]["kind"] == "fake"
+    torch = [v for k, v in s.items() if k != "torch-clients:driver"]
+    assert len(torch) == 13 and all(v["verdict"] == "skipped" for v in torch)
+    assert all("needs the real CUDA driver" in v["reason"] for v in torch)
+    assert {x["scenario"] for x in doc["skipped"]} == {v["scenario"] for v in torch}

@@ -14,9 +14,26 @@
 # DRIVER=fake runs the same steps on the simulated driver (how they are proven off the GPU).
 #   issue 13: call 1 = `env run-cost` (~4 min: a cold HAMi build, then ~2.5 min measuring);
 #   call 2 = `bench-verify main-job` (~4 min: a cold patched build, fixed 20, sequential, the main job).
+#   plan (issue 16, real clients; 1 GPU): `torch-smoke` first (one run of every torch scenario at the pin
+#   and with the series: catches a workload that does not run on this torch), then
+#   `torch-nccl-refs torch-threadpool torch-guards ctypes-clients vmm-refs crashlogs`
+#   (workload steps: ctypes-clients torch-smoke torch-nccl-refs torch-threadpool torch-guards torch-2gpu crashlogs).
+#   plan (issue 18, 2-GPU machine): `torch-2gpu` (on one GPU it runs too and reports the scenarios skipped).
 # verify runs in parallel (private mount namespace + tmpfs /tmp/vgpulock per run) when root and
 # unshare(1) works, serially otherwise; the evidence's execution.mode says which.
 # Everything it writes goes under $OUT (or ./gpu-out when OUT is unset).
+#
+# .whl/ (git-ignored, ~3 MB) holds lucepatch's runtime dependencies for the machine's Python 3.12;
+# build it on any machine with PyPI access:
+#   python3 -m pip download --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
+#     -d .whl "GitPython>=3.1.40" "unidiff>=0.7.5" "Jinja2>=3.1" "click>=8.1" "rich>=13.0" "jsonschema>=4.17" \
+#     "nvidia-nvml-dev>=12.0"
+# (jsonschema brings attrs, referencing, rpds-py (cp312 manylinux), jsonschema-specifications, typing-extensions;
+# nvidia-nvml-dev is nvml.h for the HAMi-core build where the toolkit has none).
+# Workload reproducers (torch-clients) do not see /tmp/site: lucepatch gives them their own PYTHONPATH,
+# so the carried wheels never shadow the machine's PyTorch and its dependencies.
+# DRIVER=fake runs the same steps on lucepatch's simulated driver (proving a step without a GPU:
+# every torch scenario is then reported skipped, the torch-free ones run).
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
 PYPATH=$PWD
@@ -29,7 +46,14 @@ SRC=${SRC:-.upstream/hami-core}
 DRIVER=${DRIVER:-real}
 if [ "$DRIVER" = real ]; then TAG=h200; else TAG=$DRIVER; fi
 now() { python3 -c 'import time; print(time.time())'; }
+JOBS=${JOBS:-8}
 lp() { python3 -m lucepatch "$@"; }
+# the C reproducers (the workloads have their own steps: torch processes are ~10x slower per run)
+C_REPROS="--reproducer async-sched --reproducer llama-vmm --reproducer multi-device --reproducer pool-alloc \
+  --reproducer pr188-guard --reproducer shared-region --reproducer zero-limit"
+TORCH_GUARDS="--scenario threadpool-default-alloc --scenario nccl-allreduce-default --scenario nccl-allreduce-expandable \
+  --scenario nccl-allreduce-async --scenario main-thread-alloc --scenario vllm-async-output --scenario expandable-segments \
+  --scenario cuda-graph --scenario cuda-graph-async --scenario two-rank-threads-async --scenario two-rank-threads-default"
 for step in "$@"; do
   echo "=== $step $(date -u +%T)"
   case $step in
@@ -43,7 +67,7 @@ for step in "$@"; do
       lp verify --reproducer async-sched --source $SRC --driver real --runs 20 \
         --evidence "$OUT/async-sched.h200.json" 2>&1 | tee "$OUT/verify-async-sched.log" ;;
     all)
-      lp verify --all --target hami-core --source $SRC --driver $DRIVER --runs 20 --jobs 8 \
+      lp verify $C_REPROS --source $SRC --driver $DRIVER --runs 20 --jobs 8 \
         --evidence "$OUT/hami-core-all.$TAG.json" 2>&1 | tee "$OUT/verify-all.log" ;;
     all-a)
       lp verify --reproducer async-sched --reproducer llama-vmm --reproducer multi-device --reproducer pr188-guard \
@@ -59,7 +83,7 @@ for step in "$@"; do
       lp verify --reproducer pool-alloc --source $SRC --driver $DRIVER --runs 20 --jobs 8 \
         --evidence "$OUT/pool-alloc.${TAG}x${n}.json" 2>&1 | tee "$OUT/verify-pool-alloc.log" ;;
     all-serial)
-      lp verify --all --target hami-core --source $SRC --driver real --runs 20 --jobs 1 \
+      lp verify $C_REPROS --source $SRC --driver real --runs 20 --jobs 1 \
         --evidence "$OUT/hami-core-all.serial.h200.json" 2>&1 | tee "$OUT/verify-all-serial.log" ;;
     vmm-refs)
       # host-numa-create crashes before 72b24fd; device-create is a series fix (wrong at both refs)
@@ -109,6 +133,46 @@ for step in "$@"; do
       python3 tools/lucebox_f6_relink.py "$OUT/lucebox-full-build.sm120-cuda13.json" "$OUT/lucebox-f6-relink.json" 2>&1 | tail -12
       mkdir -p "$OUT/commit" && python3 tools/lucebox_summary_md.py "$OUT" "$OUT/commit" >"$OUT/commit/full-build-sm120-cuda13.h200.md"
       cat "$OUT/commit/full-build-sm120-cuda13.h200.md" ;;
+    ctypes-clients)
+      # the torch-free workload (ThreadPoolExecutor + ctypes on the driver API), pin vs series
+      lp verify --reproducer ctypes-clients --source $SRC --driver $DRIVER --runs 20 --jobs $JOBS \
+        --evidence "$OUT/ctypes-clients.$TAG.json" 2>&1 | tee "$OUT/verify-ctypes-clients.log" ;;
+    torch-smoke)
+      # one run of every torch scenario, pin vs series: does the workload run on this torch at all?
+      # (~1 min; evidence for the reader, not for the README)
+      lp verify --reproducer torch-clients --source $SRC --driver $DRIVER --runs 1 --jobs $JOBS \
+        --evidence "$OUT/torch-clients-smoke.$TAG.json" 2>&1 | tee "$OUT/verify-torch-smoke.log" ;;
+    torch-nccl-refs)
+      # ref-vs-ref: e3c3477 (before 72b24fd) vs the pin, NCCL init + all_reduce with three allocators
+      lp verify --reproducer torch-clients --source $SRC --driver $DRIVER --runs 10 --jobs $JOBS \
+        --baseline-ref e3c3477 --patched-ref 8f3a89c --scenario nccl-allreduce-default \
+        --scenario nccl-allreduce-expandable --scenario nccl-allreduce-async \
+        --evidence "$OUT/torch-clients-nccl-refs.$TAG.json" 2>&1 | tee "$OUT/verify-torch-nccl-refs.log" ;;
+    torch-threadpool)
+      # pin vs series: ThreadPoolExecutor + backend:cudaMallocAsync (log line and accounting)
+      lp verify --reproducer torch-clients --source $SRC --driver $DRIVER --runs 10 --jobs $JOBS \
+        --scenario threadpool-async-alloc \
+        --evidence "$OUT/torch-clients-threadpool.$TAG.json" 2>&1 | tee "$OUT/verify-torch-threadpool.log" ;;
+    torch-guards)
+      # pin vs series: every other pattern must pass on both (guarded); the 2-rank ones report skipped on 1 GPU
+      lp verify --reproducer torch-clients --source $SRC --driver $DRIVER --runs 10 --jobs $JOBS $TORCH_GUARDS \
+        --evidence "$OUT/torch-clients-guards.$TAG.json" 2>&1 | tee "$OUT/verify-torch-guards.log" ;;
+    torch-2gpu)
+      # issue 18: two ranks, one per GPU, pin vs series (skipped with the reason on fewer than 2 GPUs)
+      n=$(nvidia-smi -L 2>/dev/null | wc -l)
+      lp verify --reproducer torch-clients --source $SRC --driver $DRIVER --runs 10 --jobs 4 \
+        --scenario two-rank-threads-async --scenario two-rank-threads-default \
+        --evidence "$OUT/torch-clients-2gpu.${TAG}x${n}.json" 2>&1 | tee "$OUT/verify-torch-2gpu.log" ;;
+    crashlogs)
+      # the baseline crashes of the real-client runs, as fingerprint corpus logs (tests/fixtures/crashlogs/)
+      mkdir -p "$OUT/crashlogs"
+      for ev in "$OUT"/torch-clients-*.json "$OUT"/ctypes-clients.$TAG.json "$OUT"/llama-vmm-refs.$TAG.json; do
+        [ -f "$ev" ] || continue
+        for sc in $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(' '.join(sorted({r['scenario'] for r in d['runs'] if r['variant']=='baseline' and r['outcome'] in ('crash','fail-log','fail')})))" "$ev"); do
+          name="$TAG-${sc/:/-}.$(python3 -c "import json,sys; print((json.load(open(sys.argv[1]))['variants']['baseline'].get('base') or '')[:7])" "$ev").log"
+          python3 -m lucepatch.upstream.fingerprints "$ev" "$sc" > "$OUT/crashlogs/$name" && echo "wrote crashlogs/$name"
+        done
+      done ;;
     *)
       echo "unknown step $step" >&2 ;;
   esac

@@ -35,7 +35,7 @@ def command(ctx, as_json):
              for i, p in enumerate(t.patches, 1)],
             to_stdout=True,
         )
-    report.table("reproducers", ["name", "target", "scenarios", "default runs"],
-                  [[r.name, r.target, ", ".join(s.name for s in r.scenarios), r.default_runs] for r in repros],
+    report.table("reproducers", ["name", "kind", "target", "scenarios", "default runs"],
+                  [[r.name, r.kind, r.target, ", ".join(s.name for s in r.scenarios), r.default_runs] for r in repros],
                   to_stdout=True)
     return 0

@@ -18,6 +18,8 @@ from lucepatch.target import load_target
 @click.option("--evidence", "evidence_paths", type=click.Path(), multiple=True,
               help="Evidence JSON from lucepatch verify; repeat to combine runs (per reproducer, the newest current run counts).")
 @click.option("--no-evidence", is_flag=True, help="Write the PR without evidence (the body says so).")
+@click.option("--real-clients", "real_clients", type=click.Path(dir_okay=False), multiple=True,
+              help="Real-driver evidence of workload reproducers (torch-clients): adds the \"Real clients\" table.")
 @click.option("--patches", "patch_names", default=None, help="Comma-separated subset of the series (kept in series order).")
 @click.option("--upstream-ref", default=None, help="Upstream ref to base the PR on (default: the pinned base).")
 @click.option("--signoff", is_flag=True, help="Add Signed-off-by from your git config (user.name/user.email); never invented.")
@@ -31,8 +33,8 @@ from lucepatch.target import load_target
 @click.option("--ai-use", default=None, metavar="TEXT", help="AI-use disclosure (required by llama.cpp-family upstreams).")
 @json_option
 @click.pass_context
-def command(ctx, target, source, out_dir, evidence_paths, no_evidence, patch_names, upstream_ref, signoff, draft,
-            push, branch, revise, template, ai_use, as_json):
+def command(ctx, target, source, out_dir, evidence_paths, no_evidence, real_clients, patch_names, upstream_ref,
+            signoff, draft, push, branch, revise, template, ai_use, as_json):
     """Write DIR/*.patch (with base-commit), DIR/pr-body.md and DIR/pr.json for TARGET's series.
 
     The upstream's own checks (e.g. HAMi-core: DCO, cpplint --linelength=120 on touched lines,
@@ -44,7 +46,8 @@ def command(ctx, target, source, out_dir, evidence_paths, no_evidence, patch_nam
     res = api.write_pr(ws, t, src, cache(ctx), Path(out_dir), patches=patch_names.split(",") if patch_names else None,
                        evidence=[Path(e) for e in evidence_paths], no_evidence=no_evidence, upstream_ref=upstream_ref,
                        signoff=signoff, draft=draft, template=template, push=push, branch=branch,
-                       revise=Path(revise) if revise else None, ai_use=ai_use)
+                       revise=Path(revise) if revise else None, ai_use=ai_use,
+                       real_clients=[Path(p) for p in real_clients])
     if as_json:
         report.emit_json("pr", {"workspace": ws.to_json(), "target": t.name, **res.to_json()})
     report.progress(f"workspace {ws.describe()}")

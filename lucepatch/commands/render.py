@@ -1,4 +1,5 @@
-"""`lucepatch render k8s SET`: render cluster manifests (Lucebox, RBAC, verify Jobs, swap DaemonSet)."""
+"""`lucepatch render k8s SET`: render cluster manifests (Lucebox, RBAC, verify Jobs, swap DaemonSet).
+`lucepatch render real-clients --evidence F...`: the "Real clients" table (README, PR body) from evidence."""
 
 from __future__ import annotations
 
@@ -14,7 +15,23 @@ SET_ALIASES = {"daemonset": "hami-core-swap", "swap": "hami-core-swap", "verify-
 
 @click.group("render")
 def command():
-    """Render files lucepatch produces for other tools (Kubernetes manifests)."""
+    """Render files lucepatch produces for other tools (Kubernetes manifests, the real-clients table)."""
+
+
+@command.command("real-clients")
+@click.option("--evidence", "paths", type=click.Path(dir_okay=False), multiple=True, required=True,
+              help="Real-driver evidence of workload reproducers (repeatable), in the order of the table.")
+@click.option("--target", "target_name", default="hami-core", show_default=True)
+@click.pass_context
+def real_clients(ctx, paths, target_name):
+    """Print the "Real clients" markdown table (what PyTorch, NCCL and vLLM's patterns did) from evidence."""
+    from lucepatch.commands._common import workspace
+    from lucepatch.upstream import real_clients as rc
+    from lucepatch.verify.reproducer import list_reproducers
+
+    ws = workspace(ctx)
+    hashes = {r.name: r.hash for r in list_reproducers(ws)}
+    click.echo(rc.markdown(rc.load([Path(p) for p in paths], target=target_name, repro_hashes=hashes)), nl=False)
 
 
 @command.command("k8s")

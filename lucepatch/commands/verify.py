@@ -102,7 +102,8 @@ def command(ctx, reproducer_names, run_all, scenarios, target_name, source, driv
                     + (f" x{ex['jobs']}" if ex["mode"] == "parallel" else ""))
     for s in ev.scenarios:
         if s.fingerprint:
-            report.progress(f"baseline failure of {s.scenario} {s.fingerprint['summary']} ({s.fingerprint.get('url', '')})")
+            url = s.fingerprint.get("url")
+            report.progress(f"baseline failure of {s.scenario} {s.fingerprint['summary']}" + (f" ({url})" if url else ""))
     for sk in ev.skipped:
         report.progress(f"skipped: {sk['scenario']}: {sk['reason']}")
     report.progress(f"verdict: {ev.verdict}" + (" (simulated driver)" if ev.simulated else "")

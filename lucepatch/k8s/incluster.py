@@ -87,6 +87,12 @@ def render_jobs(plan: list[tuple[Reproducer, Scenario, str]], shas: dict[str, st
 
 
 def plan_runs(repros: list[Reproducer], scenario_filter: list[str] | None, variants: list[str]):
+    workloads = [r.name for r in repros if r.is_workload]
+    if workloads:
+        # the verify image carries compiled reproducers only; a workload needs its interpreter and packages
+        raise UsageError(f"--in-cluster runs C reproducers; {', '.join(workloads)} "
+                         f"{'is a workload' if len(workloads) == 1 else 'are workloads'} (kind = \"workload\"): "
+                         "verify it on the node itself with --driver real")
     plan = []
     for repro in repros:
         for s in repro.scenarios:

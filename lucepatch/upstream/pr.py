@@ -162,7 +162,8 @@ def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, *, patc
                no_evidence: bool = False, draft: bool = False, repro_hashes: dict | None = None,
                template: str | None = None, push: str | None = None, branch: str | None = None,
                revise: Path | None = None, ai_use: str | None = None, reproducers: dict | None = None,
-               workspace: Path | None = None, skip_checks: bool = False) -> PrResult:
+               workspace: Path | None = None, skip_checks: bool = False,
+               real_clients: list[Path] | None = None) -> PrResult:
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise UsageError(f"--out {out_dir} exists and is not empty; choose a new directory")
     if evidence_path is None and not no_evidence:
@@ -185,6 +186,11 @@ def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, *, patc
         evs = [load_evidence(p) for p in paths]  # validated against the schema; schema 1 upgraded
         ev = evs[0] if len(evs) == 1 else Evidence.from_json(combine_evidence(evs, repro_hashes or {}))
         check_evidence(ev, target, repro_hashes or {}, base_sha)
+    clients = []
+    if real_clients:
+        from lucepatch.upstream import real_clients as rc
+
+        clients = rc.load(list(real_clients), target=target.name, repro_hashes=repro_hashes or {})
     patches = select_patches(target, patch_names)
     prev = _read_previous(revise) if revise else None
     revision = (prev["revision"] + 1) if prev else 1
@@ -244,6 +250,10 @@ def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, *, patc
 
         ctx = _body_context(target, patches, ev, res.base, conv, checks, reproducers or {},
                             revision=revision, range_diff=range_diff, ai_use=ai_use, prev=prev)
+        if clients:
+            from lucepatch.upstream import real_clients as rc
+
+            ctx.update(real_clients=rc.rows(clients), real_clients_sources=[rc.source(d) for d in clients])
         body = scrub.text(render(f"pr/{tmpl}.md.j2", **ctx))
         (staging / "pr-body.md").write_text(body)
         payload = {"title": ctx["title"], "head": pr_branch, "base": target.branch, "body": body, "draft": draft,
@@ -278,6 +288,12 @@ def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, *, patc
         staging.rename(out_dir)
         files = sorted(out_dir.iterdir())
         return PrResult(out_dir, pr_branch, res.base, head, files, ev is not None, revision, checks, pushed, tmpl)
+
+
+def _real_client_columns() -> list[str]:
+    from lucepatch.upstream.real_clients import COLUMNS
+
+    return COLUMNS
 
 
 def _title(target: Target, patches: list[Patch], conv: dict) -> str:
@@ -335,6 +351,7 @@ def _body_context(target: Target, patches: list[Patch], ev: Evidence | None, bas
         "revision": revision, "range_diff": range_diff, "ai_use": ai_use or "",
         "prev_revision": prev["revision"] if prev else None, "upstream": target.upstream,
         "rows": [], "columns": TABLE_COLUMNS,
+        "real_clients": [], "real_clients_sources": [], "real_clients_columns": _real_client_columns(),
     }
     if ev is not None:  # the templates read plain dicts (Evidence.to_json())
         d = driver_display(ev)

@@ -1,9 +1,16 @@
-"""Compile a reproducer and run it under a preloaded library, one fresh process per run.
+"""Run a reproducer under a preloaded library, one fresh process per run: a compiled C reproducer
+or a workload's command (reproducer.py), classified the same way.
 
-Each run proves what it ran: the reproducer reports (from /proc/self/maps) the realpath and
-sha256 of the preloaded library and of the mapped libcuda.so.1, and the interception library's
-load marker must appear in its log. A run that cannot show both is `invalid`, never a pass:
-a preload that fails to load is silently ignored by ld.so and the program exits 0.
+Each run proves what it ran (proof.py): the program reports (from /proc/self/maps) the realpath
+and sha256 of the preloaded library and of the mapped libcuda.so.1 after CUDA init and before its
+action — or lucepatch's preloaded reporter does, at exit and on a fatal signal — and the
+interception library's load marker must appear in that process's log. A run that cannot show
+both is `invalid`, never a pass: a preload that fails to load is silently ignored by ld.so and the
+program exits 0. A run that proved it and then crashed is a `crash`.
+
+Failure signatures: a fatal signal (of the program, or of any process of the run the reporter saw
+die: a torch rank), a non-zero exit, a failed check, and the interposer's log lines that
+lucepatch/data/hami_log.toml classifies as failures (`Illegal device id`, ...) even at exit 0.
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ from pathlib import Path
 
 from lucepatch import compiling
 from lucepatch.builders import toolchain
+from lucepatch.verify import backtrace, hami_log, proof
+from lucepatch.verify import workload as wl
 from lucepatch.verify.reproducer import Reproducer, Scenario
 
 EVENT_PREFIX = "@@lucepatch "
@@ -35,7 +44,7 @@ INVALID = "invalid"
 SKIPPED = "skipped"  # the scenario cannot run on this machine (e.g. needs 2 GPUs); neither pass nor fail
 FAILURES = (FAIL, FAIL_LOG, CRASH, TIMEOUT)
 
-# Log signatures of the bug family (docs/field-notes.md §3).
+# Log signatures of the bug family (docs/field-notes.md §3); the full table is lucepatch/data/hami_log.toml.
 ERROR_SIGNATURES = ("Illegal device id",)
 
 # Variables a run never inherits from the caller: they would change what is loaded or measured.
@@ -103,16 +112,22 @@ class RunRecord:
     log_tail: str = ""
     values: dict = field(default_factory=dict)
     launch: int | None = None  # launch order in the whole verification (set by the scheduler)
+    load_proof: dict | None = None  # which proof counted (proof.Proof.to_json), per rank when ranks > 1
+    backtrace: list = field(default_factory=list)  # the reporter's call path of a crash, innermost first
+    hami_log: list = field(default_factory=list)  # classified interposer log lines (hami_log.classify_log)
 
     @property
     def failed(self) -> bool:
         return self.outcome in FAILURES
 
     def to_json(self) -> dict:
-        d = asdict(self)
-        if d["launch"] is None:
-            del d["launch"]
-        return d
+        out = asdict(self)
+        if out["launch"] is None:
+            del out["launch"]
+        for k in ("load_proof", "backtrace", "hami_log"):
+            if not out[k]:
+                del out[k]
+        return out
 
 
 def compile_reproducer(repro: Reproducer, cache: Path, stub_dir: Path) -> Path:
@@ -142,47 +157,65 @@ def parse_events(stdout: str) -> list[dict]:
     return events
 
 
-def run_once(binary: Path, repro: Reproducer, scenario: Scenario, variant: str, index: int,
+def run_once(binary: Path | None, repro: Reproducer, scenario: Scenario, variant: str, index: int,
              preload: Path | None, driver_env: dict, scratch: Path, expected_sha256: str | None = None,
              extra_env: dict | None = None, isolate: bool = False, launcher: Path | None = None,
-             bind_now: bool = True) -> RunRecord:
-    """One fresh process. isolate=True: in a private mount namespace with its own tmpfs on
-    /tmp/vgpulock (what makes parallel runs under HAMi safe) — through `launcher`
+             bind_now: bool = True, reporter: Path | None = None) -> RunRecord:
+    """One fresh process: the compiled `binary` (C) or the workload's command, with `preload` (and
+    the `reporter` after it) in LD_PRELOAD. isolate=True: in a private mount namespace with its own
+    tmpfs on /tmp/vgpulock (what makes parallel runs under HAMi safe) — through `launcher`
     (lucepatch.verify.launch, one exec) when given, else unshare(1) + sh + mount(8); otherwise a
     plain child.
 
-    bind_now: start the reproducer with LD_BIND_NOW=1. The reproducers re-exec themselves with it
+    bind_now: start a C reproducer with LD_BIND_NOW=1. The reproducers re-exec themselves with it
     (lp_bind_now: lazy binding would run ld.so's resolver inside the hooks and wipe the stack
-    poison); setting it here skips that second exec, which maps libcuda and the preload again."""
+    poison); setting it here skips that second exec, which maps libcuda and the preload again.
+    Workloads poison no stack and start as the user runs them (eager binding of PyTorch's libraries
+    would only cost seconds)."""
     region = scratch / f"region-{uuid.uuid4().hex}.cache"  # never reuse a region file
+    events = scratch / f"events-{uuid.uuid4().hex}.jsonl"
     env = scrubbed_environ()
-    env.update(repro.env)
-    env.update(scenario.env)
+    if repro.is_workload:
+        env.pop("PYTHONPATH", None)
+        env.update(wl.workload_env(repro, scenario))
+        argv = wl.command_for(repro, scenario)
+    else:
+        env.update(repro.env)
+        env.update(scenario.env)
+        argv = [str(binary), scenario.name]
     env.update(driver_env)
     env.update(extra_env or {})
     env["LIBCUDA_LOG_LEVEL"] = "2"  # HAMi prints its load marker only at >= 2
     env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = str(region)
-    if bind_now:
+    if bind_now and not repro.is_workload:
         env["LD_BIND_NOW"] = "1"
-    if preload is not None:
-        env["LD_PRELOAD"] = str(preload)
+    libs = [str(p) for p in (preload, reporter) if p is not None]
+    if libs:
+        env["LD_PRELOAD"] = " ".join(libs)
+    if reporter is not None:
+        env[wl.EVENTS_ENV] = str(events)
+        if repro.is_workload and repro.load_proof == "preload":
+            env[wl.AT_EXIT_ENV] = "1"
     start = time.monotonic()
+    if not os.path.isabs(argv[0]):  # the launcher execs a path, not a name looked up on PATH
+        argv[0] = shutil.which(argv[0], path=env.get("PATH")) or argv[0]
     if isolate and launcher is not None:
-        cmd = [str(launcher), str(binary), scenario.name]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=scratch,
-                                start_new_session=True)
+        cmd, popen = [str(launcher), *argv], dict(start_new_session=True)
     elif isolate:
         # no preexec_fn: runs are started from several threads; the shell sets the core limit
         cmd = [shutil.which("unshare") or "unshare", "--mount", "--propagation", "private", "--",
-               "/bin/sh", "-c", _NS_WRAPPER, str(binary), scenario.name]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=scratch,
-                                start_new_session=True)
+               "/bin/sh", "-c", _NS_WRAPPER, *argv]
+        popen = dict(start_new_session=True)
     else:
-        proc = subprocess.Popen([str(binary), scenario.name], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=env, cwd=scratch, start_new_session=True, preexec_fn=_no_core_dumps)
+        cmd, popen = argv, dict(start_new_session=True, preexec_fn=_no_core_dumps)
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=scratch, **popen)
+    except OSError as exc:
+        return RunRecord(variant=variant, scenario=scenario.name, index=index, outcome=INVALID, returncode=None,
+                         signal=None, duration_s=0.0, reason=f"cannot start {argv[0]}: {exc.strerror or exc}")
     timed_out = False
     try:
-        out, err = proc.communicate(timeout=repro.timeout_s)
+        out, err = proc.communicate(timeout=scenario.timeout_s or repro.timeout_s)
     except subprocess.TimeoutExpired:
         timed_out = True
         try:
@@ -197,6 +230,8 @@ def run_once(binary: Path, repro: Reproducer, scenario: Scenario, variant: str, 
         except (ProcessLookupError, PermissionError):
             pass
     region.unlink(missing_ok=True)
+    reporter_events = read_events_file(events)
+    events.unlink(missing_ok=True)
     stdout = out.decode("utf-8", "replace")
     stderr = err.decode("utf-8", "replace")
     if isolate and proc.returncode == ISOLATION_FAILED_RC and "@@lucepatch" not in stdout:
@@ -205,72 +240,158 @@ def run_once(binary: Path, repro: Reproducer, scenario: Scenario, variant: str, 
                          reason="could not mount a private /tmp/vgpulock for this run",
                          log_tail=stderr.strip()[-500:])
     return classify(repro, scenario, variant, index, proc.returncode, timed_out, duration, stdout, stderr,
-                    preload, expected_sha256)
+                    preload, expected_sha256, reporter_events=reporter_events, main_pid=proc.pid)
+
+
+def read_events_file(path: Path) -> list[dict]:
+    """The reporter's events (one JSON object per line; a line cut short by a dying process is dropped)."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return []
+    out = []
+    for line in text.splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def _signame(returncode: int | None) -> str | None:
+    if returncode is None or returncode >= 0:
+        return None
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"SIG{-returncode}"
 
 
 def classify(repro: Reproducer, scenario: Scenario, variant: str, index: int, returncode: int | None,
              timed_out: bool, duration: float, stdout: str, stderr: str, preload: Path | None,
-             expected_sha256: str | None) -> RunRecord:
+             expected_sha256: str | None, *, reporter_events: list[dict] | None = None,
+             main_pid: int | None = None) -> RunRecord:
     events = parse_events(stdout)
-    loaded = next((e for e in events if e.get("event") == "loaded"), None)
+    reporter_events = reporter_events or []
     drv = next((e for e in events if e.get("event") == "driver"), None)
     done = next((e for e in events if e.get("event") == "done"), None)
     skip = next((e for e in events if e.get("event") == "skip"), None)
+    setup_error = next((e for e in events if e.get("event") == "setup-error"), None)
     values = {e.get("name"): e.get("value") for e in events if e.get("event") == "value"}
     checks = [e for e in events if e.get("event") == "check"]
-    sig = None
-    if returncode is not None and returncode < 0:
-        try:
-            sig = signal.Signals(-returncode).name
-        except ValueError:
-            sig = f"SIG{-returncode}"
+    signals = [e for e in reporter_events if e.get("event") == "signal"]
+    children = [e for e in events if e.get("event") == "child-exit"]
+    sig = _signame(returncode)
     log = stderr + "\n" + stdout
-    first_error = next((l.strip() for l in log.splitlines()
-                        if any(s in l for s in ERROR_SIGNATURES) or " ERROR " in l or "ERROR (" in l), "")
+    classified = hami_log.classify_log(log)
+    failing_line = hami_log.first_with(classified, "fail")
+    broken_line = hami_log.first_with(classified, "invalid")
+    # the first line that decides something (a failure signature, a broken set-up), else the first
+    # ERROR line: a benign ERROR (HAMi's "host pid is error!") must not hide the one that matters
+    decisive = failing_line or broken_line
+    first_error = decisive["line"] if decisive else next(
+        (l.strip() for l in log.splitlines() if not l.startswith("@@lucepatch")
+         and (any(s in l for s in ERROR_SIGNATURES) or " ERROR " in l or "ERROR (" in l)), "")
     if not first_error:
         bad = next((c for c in checks if not c.get("ok")), None)
         if bad:
             first_error = f"check {bad.get('name')}: expected {bad.get('expected')}, got {bad.get('got')}"
+    proofs = proof.collect(events, reporter_events, stderr, repro.load_marker)
+    main = proof.best(proofs, pid=main_pid) or proof.sole(proofs)
     rec = RunRecord(variant=variant, scenario=scenario.name, index=index, outcome=PASS, returncode=returncode,
-                    signal=sig, duration_s=round(duration, 4), preload=(loaded or {}).get("preload", []),
-                    libcuda=(loaded or {}).get("libcuda"), driver=drv, checks=checks, first_error=first_error[:300],
-                    log_tail="\n".join(log.strip().splitlines()[-8:])[-1500:], values=values)
+                    signal=sig, duration_s=round(duration, 4), preload=(main.preload if main else []),
+                    libcuda=(main.libcuda if main else None), driver=drv, checks=checks,
+                    first_error=first_error[:300],
+                    log_tail="\n".join(log.strip().splitlines()[-8:])[-1500:], values=values,
+                    hami_log=classified)
+    if signals:
+        rec.backtrace = backtrace.call_path(signals[0])
 
     # 1. Proof of what ran. Without it nothing else about the run means anything.
     if preload is not None:
-        if loaded is None:
-            rec.outcome, rec.reason = INVALID, "no load report from the reproducer (it died before reporting, or is not a lucepatch reproducer)"
-            if timed_out:
+        why = _proof_problem(repro, scenario, proofs, main, main_pid, preload, expected_sha256, rec)
+        if why:
+            if timed_out and why.startswith("no load report"):
                 rec.outcome, rec.reason = TIMEOUT, "timed out before reporting what it loaded"
+            elif setup_error is not None:
+                rec.outcome, rec.reason = INVALID, "reproducer setup error: " + str(setup_error.get("message"))[:200]
+            else:
+                rec.outcome, rec.reason = INVALID, why
             return rec
-        mapped = [p for p in rec.preload if Path(p.get("path", "")).name == preload.name]
-        if not mapped:
-            rec.outcome, rec.reason = INVALID, f"{preload.name} was not mapped: the preload did not load"
-            return rec
-        if expected_sha256 and mapped[0].get("sha256") != expected_sha256:
-            rec.outcome, rec.reason = INVALID, "the mapped library is not the artifact under test (sha256 differs)"
-            return rec
-        if repro.load_marker and repro.load_marker not in stderr:
-            rec.outcome, rec.reason = INVALID, f"load marker {repro.load_marker!r} missing from the log"
-            return rec
-    if not rec.libcuda and loaded is not None:
+    elif main is not None and not rec.libcuda:
         rec.outcome, rec.reason = INVALID, "no libcuda.so.1 mapped"
         return rec
+    if broken_line is not None:
+        rec.outcome, rec.reason = INVALID, f"the interposer did not set up ({broken_line['class']}): {broken_line['line'][:160]}"
+        return rec
     # 2. What happened.
+    crashed = next((e for e in signals if e.get("pid") != main_pid), None)
+    died = next((c for c in children if isinstance(c.get("exitcode"), int) and c["exitcode"] < 0
+                 and not c.get("killed")), None)
     if timed_out:
-        rec.outcome, rec.reason = TIMEOUT, f"killed after {repro.timeout_s:g}s (process group)"
+        rec.outcome, rec.reason = TIMEOUT, f"killed after {scenario.timeout_s or repro.timeout_s:g}s (process group)"
     elif skip is not None and returncode == 0 and all(c.get("ok") for c in checks):
         rec.outcome, rec.reason = SKIPPED, str(skip.get("reason", ""))[:200]
     elif sig:
         rec.outcome, rec.reason = CRASH, sig
-    elif returncode == 2:
-        rec.outcome, rec.reason = INVALID, "reproducer setup error (exit 2): " + (rec.log_tail.splitlines() or [""])[-1][:200]
+    elif crashed is not None or died is not None:
+        if crashed is not None:
+            who = _who(crashed.get("pid"), events)
+            rec.signal = crashed.get("signal")
+        else:
+            who = f"rank {died.get('rank')} (pid {died.get('pid')})"
+            rec.signal = _signame(died["exitcode"])
+        rec.outcome, rec.reason = CRASH, f"{rec.signal} in {who}"
+    elif setup_error is not None or (returncode == 2 and not repro.is_workload):
+        msg = (setup_error or {}).get("message") or (rec.log_tail.splitlines() or [""])[-1]
+        rec.outcome, rec.reason = INVALID, "reproducer setup error (exit 2): " + str(msg)[:200]
     elif returncode == 1 or (done and not done.get("ok")) or any(not c.get("ok") for c in checks):
         rec.outcome, rec.reason = FAIL, rec.first_error or f"exit {returncode}"
     elif returncode != 0:
         rec.outcome, rec.reason = FAIL, f"exit {returncode}"
-    elif done is None:
+    elif done is None and _reports_done(repro):
         rec.outcome, rec.reason = INVALID, "exited 0 without reporting the scenario's end"
-    elif any(s in log for s in ERROR_SIGNATURES):
-        rec.outcome, rec.reason = FAIL_LOG, rec.first_error
+    elif failing_line is not None:
+        rec.outcome, rec.reason = FAIL_LOG, failing_line["line"][:300]
+        rec.first_error = rec.first_error or failing_line["line"][:300]
     return rec
+
+
+def _reports_done(repro: Reproducer) -> bool:
+    """C reproducers and program-proof workloads report their end; a program lucepatch cannot change
+    (load_proof = "preload") ends with its exit status."""
+    return not (repro.is_workload and repro.load_proof == "preload")
+
+
+def _who(pid, events: list[dict]) -> str:
+    rank = next((e.get("rank") for e in events if e.get("event") == "rank" and e.get("pid") == pid), None)
+    return f"rank {rank} (pid {pid})" if rank is not None else f"pid {pid}"
+
+
+def _proof_problem(repro: Reproducer, scenario: Scenario, proofs: list, main, main_pid, preload: Path,
+                   expected_sha256: str | None, rec: RunRecord) -> str:
+    """Why the run did not prove what it loaded ("" when it did); records the proof that counted."""
+    ranks = scenario.ranks if repro.is_workload else 1
+    if ranks > 1:
+        per = []
+        for r in range(ranks):
+            p = proof.best(proofs, rank=r)
+            if p is None:
+                return f"no load report from rank {r} (it died before reporting, or never started)"
+            why = proof.problem(p, preload, expected_sha256)
+            if why:
+                return f"rank {r}: {why}"
+            per.append(p.to_json())
+        first = proof.best(proofs, rank=0)
+        rec.preload, rec.libcuda = first.preload, first.libcuda
+        rec.load_proof = {**per[0], "ranks": per}
+        return ""
+    if main is None:
+        return "no load report from the reproducer (it died before reporting, or is not a lucepatch reproducer)"
+    why = proof.problem(main, preload, expected_sha256)
+    if why == "load marker missing from the log":
+        return f"load marker {repro.load_marker!r} missing from the log"
+    if why:
+        return why
+    rec.load_proof = main.to_json()
+    return ""

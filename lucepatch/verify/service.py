@@ -203,12 +203,16 @@ def run_verify(req: VerifyRequest, cache: Path, *, progress=None) -> Evidence:
 
 
 def attach_fingerprints(ev: Evidence, records) -> None:
-    """Name the known upstream issue each scenario's baseline failure matches (crash fingerprints)."""
+    """Name the known upstream issue each scenario's baseline failure matches (crash fingerprints):
+    from the interposer's log lines and the call path the preloaded reporter recorded. A crash that
+    only shows the bug family's log line is recorded as such (`ambiguous`), never as one issue."""
     from lucepatch.upstream.fingerprints import match_fingerprint
 
     for s in ev.scenarios:
         failing = [r for r in records if r.scenario == s.scenario and r.variant == "baseline" and r.failed]
         for r in failing[:1]:
-            fp = match_fingerprint(r.signal, "\n".join([r.first_error, r.log_tail]))
-            if fp and fp.get("issue"):
-                s.fingerprint = {k: fp[k] for k in ("issue", "url", "summary", "score") if k in fp}
+            log = "\n".join([*(h["line"] for h in r.hami_log), r.first_error, r.log_tail])
+            fp = match_fingerprint(r.signal, log, frames=r.backtrace or None)
+            if fp and (fp.get("issue") or fp.get("ambiguous")):
+                s.fingerprint = {k: fp[k] for k in ("issue", "url", "summary", "score", "ambiguous", "related",
+                                                    "fixed_by", "why") if fp.get(k)}

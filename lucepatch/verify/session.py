@@ -20,6 +20,7 @@ from lucepatch.verify.rules import FixedRule, Rule, proof_hint
 from lucepatch.verify.runner import INVALID, SKIPPED, RunRecord, compile_reproducer, namespace_isolation, run_once
 from lucepatch.verify.schedule import Job, Scheduler, kind_of
 from lucepatch.verify.verdict import NOT_PROVEN, overall, scenario_verdict
+from lucepatch.verify.workload import build_reporter, workload_env
 
 
 @dataclass
@@ -117,9 +118,11 @@ def run_scenarios(repros: list[Reproducer], variants: list[Variant], rule: Rule,
     tallied (an invalid run is never replaced). Variants and scenarios are interleaved run by run."""
     ex = execution or plan_execution(jobs)
     check_scenarios(repros, scenario_filter)
-    binaries = {r.name: compile_reproducer(r, cache, driver.fake_dir) for r in repros}
+    binaries = {r.name: None if r.is_workload else compile_reproducer(r, cache, driver.fake_dir) for r in repros}
+    reporter = build_reporter(cache)
     selected = _selected(repros, scenario_filter)
     by_key = {f"{r.name}:{s.name}": (r, s) for r, s in selected}
+    unmet = workload_requirements(selected, driver)
     sched = Scheduler(rule, [(k, kind_of(s), r.name) for k, (r, s) in by_key.items()], [v.name for v in variants])
     libs = {v.name: v for v in variants}
     shas = {v.name: v.sha256 for v in variants}
@@ -142,9 +145,13 @@ def run_scenarios(repros: list[Reproducer], variants: list[Variant], rule: Rule,
         def one(job: Job) -> RunRecord:
             r, s = by_key[job.key]
             v = libs[job.variant]
-            rec = run_once(binaries[r.name], r, s, v.name, job.index, v.lib, driver.env, Path(scratch),
-                           expected_sha256=shas[v.name], isolate=ex.isolation == "namespace", launcher=launcher,
-                           bind_now=ex.bind_now)
+            if unmet.get(job.key):  # never run, never passed: skipped with the reason
+                rec = RunRecord(variant=v.name, scenario=job.key, index=job.index, outcome=SKIPPED, returncode=None,
+                                signal=None, duration_s=0.0, reason=unmet[job.key])
+            else:
+                rec = run_once(binaries[r.name], r, s, v.name, job.index, v.lib, driver.env, Path(scratch),
+                               expected_sha256=shas[v.name], isolate=ex.isolation == "namespace", launcher=launcher,
+                               bind_now=ex.bind_now, reporter=reporter)
             rec.scenario, rec.launch = job.key, job.launch
             return rec
 
@@ -177,6 +184,17 @@ def run_scenarios(repros: list[Reproducer], variants: list[Variant], rule: Rule,
     return Runs(records, {k: sched.summary(k) for k in by_key}, rule)
 
 
+def workload_requirements(selected: list, driver: DriverChoice) -> dict[str, str]:
+    """reproducer:scenario -> why a workload scenario cannot run on this machine ("" when it can);
+    the GPUs are counted once, only when some scenario needs more than one."""
+    from lucepatch.verify.requirements import device_count, unmet
+
+    work = [(r, s) for r, s in selected if r.is_workload]
+    devices = device_count(driver.env) if any(s.min_devices > 1 for _, s in work) else None
+    return {f"{r.name}:{s.name}": unmet(r, s, driver.chosen, devices=devices,
+                                        pythonpath=workload_env(r, s).get("PYTHONPATH", "")) for r, s in work}
+
+
 def _settled(sched: Scheduler, key: str) -> bool:
     t = sched.tracks[key]
     return all(t.launched[v] >= sched.wanted(t, v) for v in sched.variants) and not any(
@@ -191,18 +209,27 @@ def run_matrix(repros: list[Reproducer], variants: list[Variant], runs: int, dri
 
 
 def derive_driver(records: list[RunRecord], driver: DriverChoice) -> dict:
-    """Driver facts from what the runs mapped and reported — never from the --driver flag."""
-    seen = {}
+    """Driver facts from what the runs mapped and reported — never from the --driver flag.
+
+    Runs are grouped by the mapped libcuda; a run without a driver report (a crash the preloaded
+    reporter proved, a program that prints nothing) adds its libcuda, not an unknown driver."""
+    seen: dict = {}
+    conflict = False
     for r in records:
         if r.outcome == INVALID or not r.libcuda:
             continue
         d = r.driver or {}
-        key = (r.libcuda.get("sha256"), d.get("version"), d.get("gpu"))
-        seen.setdefault(key, {"libcuda": r.libcuda, "version": d.get("version"), "gpu": d.get("gpu"),
-                              "device_count": d.get("device_count")})
+        info = seen.setdefault(r.libcuda.get("sha256"), {"libcuda": r.libcuda, "version": None, "gpu": None,
+                                                          "device_count": None})
+        if not d:
+            continue
+        if info["gpu"] is None:
+            info.update(version=d.get("version"), gpu=d.get("gpu"), device_count=d.get("device_count"))
+        elif (info["version"], info["gpu"]) != (d.get("version"), d.get("gpu")):
+            conflict = True
     if not seen:
         return {"kind": "unknown", "requested": driver.requested}
-    if len(seen) > 1:
+    if len(seen) > 1 or conflict:
         return {"kind": "mixed", "requested": driver.requested, "seen": list(seen.values())}
     info = next(iter(seen.values()))
     info["kind"] = classify_driver(info["libcuda"].get("sha256"), info.get("gpu"), driver.fake_dir)
@@ -269,18 +296,22 @@ def build_evidence(target: Target, repros: list[Reproducer], variants: list[Vari
                    "patches": [{"name": p.name, "patch_id": p.patch_id, "build_only": p.build_only}
                                for p in target.patches]},
         "upstream": {"url": target.upstream, "base": upstream_base or target.base},
-        "reproducers": [{"name": r.name, "hash": r.hash} for r in repros],
+        "reproducers": [{"name": r.name, "hash": r.hash, "kind": r.kind} for r in repros],
         "driver": drv,
         "simulated": drv.get("kind") == "fake",
         "execution": {**(execution.to_json() if execution else {"mode": "serial"}),
                       "runs_per_variant": runs, "interleaved": True,
                       "region_file": "fresh per run, deleted after", "core_dumps": "off",
-                      "timeout": "process group killed (SIGKILL)"},
+                      "timeout": "process group killed (SIGKILL)",
+                      "reporter": "liblp_reporter.so preloaded after the library under test: the call path of a "
+                                  "fatal signal; the load proof at exit for load_proof = preload workloads"},
         "run_policy": policy.to_json(),
         "skipped": [{"scenario": sv.scenario, "reason": sv.reason} for sv in scenarios if sv.verdict == "skipped"],
         "variants": {v.name: {**v.provenance, "artifact": {"path": str(v.lib), "sha256": v.sha256}} for v in variants},
         "scenarios": [sv.to_json() for sv in scenarios],
         "verdict": verdict,
-        "runs": [{k: v for k, v in r.to_json().items() if k not in ("log_tail", "checks")}
-                 | ({"log_tail": r.log_tail} if r.outcome not in ("pass", SKIPPED) else {}) for r in records],
+        "runs": [{k: v for k, v in r.to_json().items() if k not in ("log_tail", "checks", "hami_log")}
+                 | ({"log_tail": r.log_tail} if r.outcome not in ("pass", SKIPPED) else {})
+                 | ({"hami_log": r.hami_log} if r.hami_log and r.outcome not in ("pass", SKIPPED) else {})
+                 for r in records],
     })

@@ -58,7 +58,9 @@ def programs(ws, cache: Path, stub_dir: Path, devices: int | None = None):
     semantics = compile_semantics(cache, stub_dir)
     for probe in SEMANTICS_PROBES:
         yield "driver-semantics", probe, semantics, {}
-    for repro in list_reproducers(ws):
+    # workloads (Python, PyTorch) are not driver-API programs of ours: their traces would record
+    # cudart and the interpreter, not a model the simulated driver has to match
+    for repro in (r for r in list_reproducers(ws) if not r.is_workload):
         binary = compile_reproducer(repro, cache, stub_dir)
         for s in repro.scenarios:
             if devices is not None and s.min_devices > devices:
