@@ -9,7 +9,6 @@ the fakehami series here and against real HAMi-core in test_verify_hami.py.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 from pathlib import Path
@@ -24,10 +23,7 @@ from lucepatch.verify.reproducer import load_reproducer_dir
 
 WORKLOADS = FIXTURES / "workloads"
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("gcc") is None or not os.path.isfile("/usr/local/cuda/include/cuda.h"),
-    reason="needs gcc and /usr/local/cuda/include/cuda.h",
-)
+pytestmark = pytest.mark.needs("gcc", "/usr/local/cuda/include/cuda.h")
 
 
 @pytest.fixture(scope="module")
