@@ -125,6 +125,8 @@ def test_unmet_requirements_are_skipped_with_the_reason_never_run(lifecycle):
         assert all(r["outcome"] == "skipped" and r["duration_s"] == 0.0 for r in _runs(lifecycle, name))
     skipped = {x["scenario"] for x in lifecycle["skipped"]}
     assert {"lifecycle:needs-module", "lifecycle:needs-real-driver"} <= skipped
+    # and they started no process
+    assert lifecycle["execution"]["processes"] == sum(1 for r in lifecycle["runs"] if r["outcome"] != "skipped")
 
 
 def test_every_rank_proves_what_it_loaded(lifecycle):

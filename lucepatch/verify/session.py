@@ -179,7 +179,8 @@ def run_scenarios(repros: list[Reproducer], variants: list[Variant], rule: Rule,
                         done(running.pop(f), f.result())
     report.progress(f"  {names}: {len(records)} run(s) done")
     ex.wall_s += time.monotonic() - start
-    ex.processes += len(records)
+    # a workload scenario skipped for an unmet requirement started no process
+    ex.processes += sum(1 for r in records if not (r.outcome == SKIPPED and r.returncode is None and r.duration_s == 0))
     records.sort(key=lambda r: r.launch)
     return Runs(records, {k: sched.summary(k) for k in by_key}, rule)
 
