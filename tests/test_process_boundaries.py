@@ -19,7 +19,7 @@ PROCESS_HELPERS = {
     "lucepatch/builders/native.py": "cmake (native builds)",
     "lucepatch/builders/probe.py": "cmake, ninja, nvcc, ld.so, cuobjdump (probes)",
     "lucepatch/builders/toolchain.py": "<tool> --version",
-    "lucepatch/verify/runner.py": "reproducer processes, unshare",
+    "lucepatch/verify/runner.py": "reproducer and workload processes, unshare, addr2line, a workload interpreter's probe",
     "lucepatch/verify/driver.py": "the real-driver probe, nvidia-smi",
     "lucepatch/verify/trace/__init__.py": "traced reproducer runs",
     "lucepatch/verify/trace/record_all.py": "the trace recorder's driver probe",

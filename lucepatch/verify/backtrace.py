@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 from collections import defaultdict
 from pathlib import Path
 
@@ -21,12 +20,13 @@ _HOOK = re.compile(r"^(cu|nvml)[A-Z]\w*$")
 
 
 def _addr2line(lib: str, offsets: list[str]) -> list[tuple[str, str, int | None]]:
+    from lucepatch.verify.runner import run_helper  # the one module runs' helper processes start in
+
     tool = shutil.which("addr2line")
     if not tool or not Path(lib).is_file():
         return []
-    try:
-        r = subprocess.run([tool, "-f", "-C", "-e", lib, *offsets], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
+    r = run_helper([tool, "-f", "-C", "-e", lib, *offsets], timeout=30)
+    if r is None:
         return []
     lines = r.stdout.splitlines()
     if r.returncode != 0 or len(lines) != 2 * len(offsets):

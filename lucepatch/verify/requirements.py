@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from functools import lru_cache
 
 from lucepatch.verify.reproducer import Reproducer, Scenario
@@ -27,10 +26,11 @@ def _missing_modules(python: str, modules: tuple[str, ...], pythonpath: str) -> 
     env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "PYTHONPATH")}
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
-    try:
-        r = subprocess.run([python, "-c", _FIND, *modules], capture_output=True, text=True, timeout=60, env=env)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return tuple(f"{m} ({exc})" for m in modules)
+    from lucepatch.verify.runner import run_helper  # the one module runs' helper processes start in
+
+    r = run_helper([python, "-c", _FIND, *modules], timeout=60, env=env)
+    if r is None:
+        return tuple(f"{m} (cannot run {python})" for m in modules)
     if r.returncode == 0:
         return ()
     return tuple(r.stdout.split()) or modules
