@@ -56,9 +56,10 @@ def target(ws: Workspace, name: str | None = None) -> Target:
 
 
 def source(t: Target, path: str | Path | None = None) -> Path:
-    """The upstream checkout of `t`: `path`, else $LUCEPATCH_SRC_<TARGET>; checked to be the top of
-    a git work tree. lucepatch only reads it, except `apply`, which switches its branch."""
-    src = resolve_source(path, t.name)
+    """The upstream checkout of `t`: `path`, else $LUCEPATCH_SRC_<TARGET> (else, for a line of a
+    series, $LUCEPATCH_SRC_<FAMILY>); checked to be the top of a git work tree. lucepatch only
+    reads it, except `apply`, which switches its branch."""
+    src = resolve_source(path, t.name, family=t.family)
     git.open_repo(src)
     return src
 

@@ -1,9 +1,13 @@
 """Series and patch-file checks (`lucepatch lint`, the gate's lint step); no upstream checkout needed.
 
 Errors (exit 1): series <-> files mismatch, unparseable patch or diff, missing/invalid
-`Upstream-Status`, missing `Signed-off-by`, unknown `Reproducer:`/`Probe:`, bad `Build-Only`,
-whitespace errors in added lines, unsafe paths. Warnings: a `Pending` patch older than
---pending-days (default 90), a file not in format-patch form.
+`Upstream-Status` (a `Backport [...]` must name a commit), missing `Signed-off-by`, unknown
+`Reproducer:`/`Probe:` (or one of another series family), bad `Build-Only`, whitespace errors in
+added lines, unsafe paths; lines: `line_of` naming no target or a line, two lines of one family
+with one name, `[serves]` disagreeing with lucepatch/data/compatible_hami.toml, `[not_applicable]`
+naming no reproducer/scenario of the family (or a control alone). Warnings: a
+`Pending` patch older than --pending-days (default 90), a file not in format-patch form, a line
+serving HAMi releases the deploy gate does not know.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from lucepatch.engine.core import validate_diffs
 from lucepatch.engine.safety import check_patch_paths, check_patch_shape
 from lucepatch.errors import LucepatchError
 from lucepatch.series import UPSTREAM_STATUS, parse_patch
-from lucepatch.target import load_target
+from lucepatch.target import Target, list_targets, load_target
 
 ERROR, WARNING = "error", "warning"
 
@@ -99,6 +103,9 @@ def lint_target(ws, name: str, *, pending_days: int, now: float) -> list[Finding
             add(ERROR, n, "trailer", "no Upstream-Status trailer (Pending, Submitted [url], Denied, Inappropriate [reason], ...)")
         elif not UPSTREAM_STATUS.match(status):
             add(ERROR, n, "trailer", f"Upstream-Status {status!r} is not a valid value")
+        elif status.startswith("Backport [") and not re.fullmatch(r"Backport \[[0-9a-f]{7,40}\]", status):
+            add(ERROR, n, "trailer", f"Upstream-Status {status!r}: a backport names the upstream commit, "
+                                     "Backport [<commit id>]")
         if not p.trailer_all("Signed-off-by"):
             add(ERROR, n, "trailer", "no Signed-off-by trailer (DCO)")
         bo = p.trailer("Build-Only")
@@ -107,6 +114,8 @@ def lint_target(ws, name: str, *, pending_days: int, now: float) -> list[Finding
         for r, _s in p.reproducers:
             if not (repro_dir / r).is_dir():
                 add(ERROR, n, "trailer", f"Reproducer {r!r} has no folder {repro_dir / r}")
+            elif (other := _reproducer_target(repro_dir / r)) not in (None, t.name, t.family):
+                add(ERROR, n, "trailer", f"Reproducer {r!r} belongs to {other}, not to {t.family}'s lines")
         for pr in p.trailer_all("Probe"):
             if pr.strip() not in probes and pr.strip() not in probes.get("probe", {}):
                 add(ERROR, n, "trailer", f"Probe {pr.strip()!r} is not an entry of {probes_file}")
@@ -124,4 +133,64 @@ def lint_target(ws, name: str, *, pending_days: int, now: float) -> list[Finding
             validate_diffs(Path("."), [(path, str(path)) for path, _ in good])
         except LucepatchError as exc:
             add(ERROR, "-", "parse", str(exc))
+    found += [Finding(level, t.name, "target.toml", "line", msg) for level, msg in lint_line(ws, t)]
     return found
+
+
+def _reproducer_target(d: Path) -> str | None:
+    try:
+        return tomllib.loads((d / "reproducer.toml").read_text()).get("target")
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return None  # the reproducer's own loader reports a broken file
+
+
+def lint_line(ws, t: Target) -> list[tuple[str, str]]:
+    """A line's place in its family, and what it serves against the deploy gate's data."""
+    out = []
+    names = list_targets(ws)
+    if t.line_of:
+        if t.line_of not in names:
+            out.append((ERROR, f"line_of {t.line_of!r} is not a target of the workspace ({', '.join(names)})"))
+        elif load_target(ws, t.line_of).line_of:
+            out.append((ERROR, f"line_of {t.line_of!r} is itself a line; name the family's first target"))
+    same = [n for n in names if n != t.name and _line_key(ws, n) == (t.family, t.line)]
+    if same:
+        out.append((ERROR, f"{', '.join(same)} is also line {t.line!r} of {t.family}; give each line its own name"))
+    from lucepatch.verify.reproducer import list_reproducers
+
+    repros = {r.name: r for r in list_reproducers(ws) if r.target in (t.name, t.family)}
+    for key in t.not_applicable:
+        name, _, scen = key.partition(":")
+        if name not in repros:
+            out.append((ERROR, f"[not_applicable] {key!r}: no reproducer {name!r} of {t.family}"))
+        elif scen and scen not in [s.name for s in repros[name].scenarios]:
+            out.append((ERROR, f"[not_applicable] {key!r}: {name} has no scenario {scen!r}"))
+        elif scen and repros[name].scenario(scen).control:
+            out.append((ERROR, f"[not_applicable] {key!r} is a control: declare the whole reproducer {name!r}"))
+    serves = t.serves or {}
+    if serves.get("hami") or serves.get("shrreg"):
+        from lucepatch.k8s.gates import compat_data
+
+        ser = (compat_data().get("series") or {}).get(t.name)
+        if ser is None:
+            out.append((WARNING, f"[serves] names HAMi releases but lucepatch/data/compatible_hami.toml has no "
+                                 f"[series.{t.name}]: the deploy gate refuses its libraries"))
+        else:
+            if serves.get("shrreg") != ser.get("shrreg"):
+                out.append((ERROR, f"[serves] shrreg {serves.get('shrreg')!r} differs from compatible_hami.toml's "
+                                   f"{ser.get('shrreg')!r}"))
+            if sorted(serves.get("hami") or []) != sorted(ser.get("compatible") or []):
+                out.append((ERROR, "[serves] hami differs from compatible_hami.toml's compatible list "
+                                   f"{ser.get('compatible')}"))
+            if ser.get("base") and not ser["base"].startswith(t.base[:7]) and not t.base.startswith(ser["base"][:7]):
+                out.append((ERROR, f"compatible_hami.toml's [series.{t.name}] base {ser['base'][:12]} is not the "
+                                   f"line's base {t.base[:12]}"))
+    return out
+
+
+def _line_key(ws, name: str) -> tuple[str, str] | None:
+    try:
+        o = load_target(ws, name)
+    except LucepatchError:
+        return None
+    return o.family, o.line

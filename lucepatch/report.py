@@ -6,6 +6,7 @@ import json
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 SCHEMA_VERSION = 1
@@ -15,7 +16,7 @@ err = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.st
 
 
 def progress(msg: str) -> None:
-    err.print(f"[dim]lucepatch:[/dim] {msg}")
+    err.print(f"[dim]lucepatch:[/dim] {escape(msg)}")  # messages are text ("[not_applicable]"), not markup
 
 
 def emit_json(verb: str, payload: dict) -> None:
@@ -25,11 +26,12 @@ def emit_json(verb: str, payload: dict) -> None:
 
 
 def table(title: str, columns: list[str], rows: list[list], *, to_stdout: bool = False) -> None:
-    t = Table(title=title, show_lines=False)
+    # cells are data (trailers like "Submitted [url]", "[serves]"), never rich markup
+    t = Table(title=escape(title), show_lines=False)
     for c in columns:
-        t.add_column(c)
+        t.add_column(escape(c))
     for r in rows:
-        t.add_row(*["" if v is None else str(v) for v in r])
+        t.add_row(*["" if v is None else escape(str(v)) for v in r])
     if to_stdout:
         Console(highlight=False, width=None if sys.stdout.isatty() else 200).print(t)
     else:

@@ -23,7 +23,7 @@ from lucepatch.errors import UsageError
 
 # Yocto's Upstream-Status values (docs/design.md "Contracts", Trailers).
 UPSTREAM_STATUS = re.compile(
-    r"^(Pending|Submitted \[[^\]]+\]|Denied|Inappropriate \[[^\]]+\]|Inactive-Upstream|Backport|Accepted)$"
+    r"^(Pending|Submitted \[[^\]]+\]|Denied|Inappropriate \[[^\]]+\]|Inactive-Upstream|Backport(?: \[[^\]]+\])?|Accepted)$"
 )
 _DIFF_START = re.compile(r"^diff --git ", re.M)
 MAX_PATCH_BYTES = 32 * 1024 * 1024  # one patch file

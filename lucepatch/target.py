@@ -33,6 +33,19 @@ class Target:
     pr: PrConfig = field(default_factory=PrConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     raw: dict = field(default_factory=dict)  # the document as read (provenance only; use the typed fields)
+    # Lines (docs/series-engine.md "Lines"): one series family on several bases. A line is a
+    # target of its own (patches/<family>-<line>/) naming its family in `line_of`; the
+    # family's first target is line "main". Reproducers name the family, so every line shares them.
+    line: str = "main"
+    line_of: str | None = None
+    serves: dict = field(default_factory=dict)  # e.g. {hami = [...], shrreg = "1.1"}: what it deploys onto
+    # reproducer or reproducer:scenario -> why its assumptions do not hold at this base (verify
+    # reports them not-applicable, never runs or passes them)
+    not_applicable: dict = field(default_factory=dict)
+
+    @property
+    def family(self) -> str:
+        return self.line_of or self.name
 
     @property
     def toml_path(self) -> Path:
@@ -80,6 +93,10 @@ class Target:
             "version": self.version,
             "description": self.description,
             "series_hash": self.series_hash,
+            "family": self.family,
+            "line": self.line,
+            "line_of": self.line_of,
+            "serves": self.serves,
         }
         if with_patches:
             out["patches"] = [p.to_json() for p in self.patches]
@@ -101,7 +118,7 @@ def load_target_dir(tdir: Path) -> Target:
     missing = [k for k in ("name", "upstream", "base", "version") if not data.get(k)]
     if missing:
         raise UsageError(f"{toml_path} lacks required key(s) {', '.join(missing)}")
-    for key in ("name", "upstream", "base", "version", "branch", "description"):
+    for key in ("name", "upstream", "base", "version", "branch", "description", "line", "line_of"):
         if key in data and not isinstance(data[key], str):
             raise UsageError(f"{toml_path}: {key} must be a string")
     if not _NAME.match(data["name"]):
@@ -112,11 +129,43 @@ def load_target_dir(tdir: Path) -> Target:
         raise UsageError(f"{toml_path}: version {data['version']!r} must be MAJOR.MINOR.PATCH")
     if not re.match(r"^[0-9a-f]{7,64}$", data["base"]):
         raise UsageError(f"{toml_path}: base {data['base']!r} must be a commit id (hex)")
+    if "line_of" in data and not _NAME.match(str(data["line_of"])):
+        raise UsageError(f"{toml_path}: line_of {data['line_of']!r} must name a target (lowercase letters, digits, '.', '_', '-')")
+    if "line_of" in data and "line" not in data:
+        raise UsageError(f"{toml_path}: a target with line_of needs a line name (line = \"v2.5\")")
+    for key in ("line", "line_of"):
+        if key in data and not isinstance(data[key], str):
+            raise UsageError(f"{toml_path}: {key} must be a string")
     return Target(
         name=data["name"], dir=tdir, upstream=data["upstream"], branch=data.get("branch", "main"),
         base=data["base"], version=data["version"], description=data.get("description", ""),
         raw=data, **parse_sections(data, str(toml_path)),
+        line=data.get("line", "main"), line_of=data.get("line_of"), serves=_serves(toml_path, data.get("serves", {})),
+        not_applicable=_not_applicable(toml_path, data.get("not_applicable", {})),
     )
+
+
+def _serves(toml_path: Path, table) -> dict:
+    """[serves] hami = [releases], shrreg = "MAJOR.MINOR": what a line's libraries may replace."""
+    if not isinstance(table, dict):
+        raise UsageError(f"{toml_path}: [serves] must be a table")
+    unknown = sorted(set(table) - {"hami", "shrreg"})
+    if unknown:
+        raise UsageError(f"{toml_path}: [serves] has unknown key(s) {', '.join(unknown)} (hami, shrreg)")
+    if not (isinstance(table.get("hami", []), list) and all(isinstance(v, str) for v in table.get("hami", []))):
+        raise UsageError(f"{toml_path}: [serves] hami must be a list of HAMi release names")
+    if not isinstance(table.get("shrreg", ""), str):
+        raise UsageError(f"{toml_path}: [serves] shrreg must be a string (\"1.1\")")
+    return dict(table)
+
+
+def _not_applicable(toml_path: Path, table) -> dict:
+    if not isinstance(table, dict):
+        raise UsageError(f"{toml_path}: [not_applicable] must be a table")
+    for k, v in table.items():
+        if not isinstance(v, str) or not v.strip():
+            raise UsageError(f"{toml_path}: [not_applicable] {k!r} needs the reason as a string")
+    return dict(table)
 
 
 def update_target_toml(path: Path, **keys) -> None:
@@ -160,6 +209,20 @@ def list_targets(ws: Workspace) -> list[str]:
         return []
     # hidden folders are lucepatch's own staging copies (engine/transaction.py), never targets
     return sorted(p.name for p in ws.patches_dir.iterdir() if not p.name.startswith(".") and (p / "target.toml").is_file())
+
+
+def line_name(family: str, line: str) -> str:
+    """The target folder of `line` of `family`: hami-core + v2.5 -> hami-core-v2.5."""
+    if not _NAME.match(line):
+        raise UsageError(f"line {line!r} must be lowercase letters, digits, '.', '_' or '-' (e.g. v2.5)")
+    return f"{family}-{line}"
+
+
+def lines_of(ws: Workspace, family: str) -> list[Target]:
+    """Every target of the family `family`, its own first (line main), then by name."""
+    out = [load_target(ws, n) for n in list_targets(ws)]
+    out = [t for t in out if t.family == family]
+    return sorted(out, key=lambda t: (t.line_of is not None, t.name))
 
 
 def load_target(ws: Workspace, name: str | None) -> Target:

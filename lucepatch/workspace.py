@@ -104,11 +104,13 @@ def source_env(target_name: str) -> str:
     return f"LUCEPATCH_SRC_{target_name.upper().replace('-', '_').replace('.', '_')}"
 
 
-def resolve_source(source: str | os.PathLike | None, target_name: str) -> Path:
-    """The upstream checkout of a target: the one given, else $LUCEPATCH_SRC_<TARGET>, else exit 3."""
+def resolve_source(source: str | os.PathLike | None, target_name: str, *, family: str | None = None) -> Path:
+    """The upstream checkout of a target: the one given, else $LUCEPATCH_SRC_<TARGET>, else (for a
+    line of a series, docs/series-engine.md "Lines") $LUCEPATCH_SRC_<FAMILY>, else exit 3."""
     if source:
         return Path(source)
-    env = source_env(target_name)
-    if os.environ.get(env):
-        return Path(os.environ[env])
-    raise EnvironmentMissing(f"no upstream checkout of {target_name}: pass --source PATH or set {env}")
+    envs = list(dict.fromkeys([source_env(target_name), source_env(family or target_name)]))
+    for env in envs:
+        if os.environ.get(env):
+            return Path(os.environ[env])
+    raise EnvironmentMissing(f"no upstream checkout of {target_name}: pass --source PATH or set {' or '.join(envs)}")

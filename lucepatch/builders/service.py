@@ -40,7 +40,7 @@ def build_device_plugin(ws: Workspace, cache: Path, *, from_image: str | None, s
         raise UsageError("build hami-device-plugin needs --from IMAGE (the HAMi device-plugin image in use)")
     if lib is None:
         t = load_target(ws, "hami-core")
-        src = resolve_source(source, t.name)
+        src = resolve_source(source, t.name, family=t.family)
         git.open_repo(src)
         b = build_variant(t, src, "patched", cache)
         lib = b.artifacts["libvgpu.so"]

@@ -21,5 +21,5 @@ def cache(ctx: click.Context) -> Path:
     return resolve_cache(ctx.obj.get("cache_dir") if ctx.obj else None)
 
 
-def require_source(source: str | None, target_name: str) -> Path:
-    return resolve_source(source, target_name)
+def require_source(source: str | None, target_name: str, *, family: str | None = None) -> Path:
+    return resolve_source(source, target_name, family=family)

@@ -47,7 +47,7 @@ def command(ctx, target, source, partial, force, stash, fetch, as_json):
     Work happens in a private clone under the cache; the checkout is switched only at the end and
     only when every patch applied (or --partial)."""
     ws, t = load_checked(ctx, target)
-    src = require_source(source, t.name)
+    src = require_source(source, t.name, family=t.family)
     applied = apply_onto_checkout(t, src, cache(ctx), partial=partial, force=force, stash=stash, fetch=fetch)
     result, branch, switched, info = applied.result, applied.branch, applied.switched, applied.stash
     conflicts = len(result.conflicts)

@@ -70,7 +70,7 @@ def command(ctx, target, source, baseline, both, jobs, as_image, profile, repo, 
             click.echo(f"# would build {r.tag} (profile {r.profile['name']}, preflight {'off' if no_preflight else 'on'})")
             click.echo(r.files["Dockerfile"])
         return 0
-    src = require_source(source, t.name)
+    src = require_source(source, t.name, family=t.family)
     if as_image:
         res = service.build_image(t, src, cache(ctx), profile=profile, variant="baseline" if baseline else "patched",
                                   preflight=not no_preflight, repo=repo, builder_image=builder_image,

@@ -20,7 +20,7 @@ from lucepatch.errors import EXIT_CHECK_FAILED
 def command(ctx, target, source, onto, fetch, as_json):
     """Report, patch by patch, whether TARGET's series applies; the checkout is not touched."""
     ws, t = load_checked(ctx, target)
-    src = api.source(t, require_source(source, t.name))
+    src = api.source(t, require_source(source, t.name, family=t.family))
     result = api.check(t, src, cache(ctx), onto=onto, fetch=fetch)
     if as_json:
         report.emit_json("check", {"workspace": ws.to_json(), "target": t.name, "version": t.version,

@@ -28,7 +28,7 @@ def command(ctx, target, source, branch, check_only, as_json):
     _ = t.patches
     if not check_only:
         ws.require_writable("export")
-    src = require_source(source, t.name)
+    src = require_source(source, t.name, family=t.family)
     res = export_series(t, src, cache(ctx), branch=branch, write=not check_only)
     plan, removed = res.plan, res.removed
     if as_json:

@@ -21,14 +21,22 @@ def command(ctx, as_json):
     if as_json:
         report.emit_json("list", {
             "workspace": ws.to_json(),
+            "lines": {t.family: [o.name for o in targets if o.family == t.family] for t in targets},
             "targets": [t.to_json() for t in targets],
             "reproducers": [r.to_json() for r in repros],
         })
         return 0
     report.progress(f"workspace {ws.describe()}")
+    families = {}
+    for t in targets:
+        families.setdefault(t.family, []).append(t)
+    if any(len(v) > 1 for v in families.values()):
+        report.table("lines", ["series", "line", "target", "version", "base", "serves"],
+                     [[f, t.line, t.name, t.version, t.base[:12], _serves(t)] for f, ts in families.items()
+                      for t in sorted(ts, key=lambda t: (t.line_of is not None, t.name))], to_stdout=True)
     for t in targets:
         report.table(
-            f"{t.name} {t.version} on {t.base[:12]} ({t.upstream})",
+            f"{t.name} {t.version} on {t.base[:12]} ({t.upstream})" + (f" — line {t.line} of {t.line_of}" if t.line_of else ""),
             ["#", "patch", "patch-id", "upstream-status", "reproducer", "build-only"],
             [[i, p.name, p.patch_id[:12], p.trailer("Upstream-Status"),
               ", ".join(f"{r}:{s}" if s else r for r, s in p.reproducers), "yes" if p.build_only else ""]
@@ -39,3 +47,10 @@ def command(ctx, as_json):
                   [[r.name, r.kind, r.target, ", ".join(s.name for s in r.scenarios), r.default_runs] for r in repros],
                   to_stdout=True)
     return 0
+
+
+def _serves(t) -> str:
+    sv = t.serves or {}
+    hami = sv.get("hami") or []
+    return (f"HAMi {hami[0]}..{hami[-1]}" if len(hami) > 1 else f"HAMi {hami[0]}" if hami else "") + \
+        (f" (shared region {sv['shrreg']})" if sv.get("shrreg") else "")

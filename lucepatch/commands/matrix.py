@@ -28,7 +28,7 @@ from lucepatch.errors import UsageError
 def command(ctx, target, source, rev_range, independent, first_parent, jobs, newest_compatible, as_json):
     """Which patches apply (exact / 3-way / already upstream / conflict) at every commit of A..B."""
     ws, t = load_checked(ctx, target)
-    src = require_source(source, t.name)
+    src = require_source(source, t.name, family=t.family)
     co.open_checkout(src)
     if ".." not in rev_range:
         raise UsageError(f"--range {rev_range!r} must be a git range A..B")

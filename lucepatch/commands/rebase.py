@@ -13,7 +13,7 @@ from lucepatch.engine import checkout as co
 from lucepatch.engine import session as S
 from lucepatch.engine.apply import pause_at
 from lucepatch.errors import EXIT_CHECK_FAILED, UsageError
-from lucepatch.target import load_target
+from lucepatch.target import list_targets, load_target
 
 
 @click.command("rebase")
@@ -24,6 +24,9 @@ from lucepatch.target import load_target
 @click.option("--continue", "cont", is_flag=True, help="Resume after resolving the stopped patch (or an interruption).")
 @click.option("--skip", "skip", default=None, metavar="PATCH", help="Drop PATCH (the stopped one or a later one).")
 @click.option("--abort", is_flag=True, help="Throw the session away; the workspace was never written.")
+@click.option("--line", default=None, help="Write the result as a new line of the series: patches/<family>-<LINE>.")
+@click.option("--backport", multiple=True, metavar="REV", help="Carry upstream commit REV first (Upstream-Status: Backport).")
+@click.option("--build-only", multiple=True, metavar="REV", help="Mark the --backport of REV Build-Only: yes.")
 @click.option("--no-interactive", is_flag=True, help="Never prompt: stop at the first patch that needs a human (exit 1).")
 @click.option("--no-behaviour", is_flag=True, help="Do not judge `needed` by behaviour (every patch not-judged).")
 @click.option("--drop-superseded", is_flag=True, help="Move patches judged superseded to absorbed/.")
@@ -31,59 +34,57 @@ from lucepatch.target import load_target
 @click.option("--fetch", is_flag=True, help="Allow a `git fetch` when the base commit is not in the checkout.")
 @json_option
 @click.pass_context
-def command(ctx, target, source, onto, show, cont, skip, abort, no_interactive, no_behaviour, drop_superseded,
-            dry_run, fetch, as_json):
+def command(ctx, target, source, onto, show, cont, skip, abort, line, backport, build_only, no_interactive,
+            no_behaviour, drop_superseded, dry_run, fetch, as_json):
     """Carry TARGET's series from its base to --onto REF, stopping for a human on conflicts."""
-    modes = [m for m, on in (("--onto", onto), ("--status", show), ("--continue", cont), ("--skip", skip),
-                             ("--abort", abort)) if on]
+    modes = [m for m, on in zip(("--onto", "--status", "--continue", "--skip", "--abort"), (onto, show, cont, skip, abort)) if on]
     if len(modes) != 1:
         raise UsageError("rebase needs exactly one of --onto REF, --status, --continue, --skip PATCH, --abort"
                          + (f" (got {', '.join(modes)})" if modes else ""))
-    ws = workspace(ctx)
-    t = load_target(ws, target)
-    c = cache(ctx)
-    if show:
-        store = S.Store(c, t.dir, t.name)
-        st = store.read() if store.exists() else None
-        return _emit(as_json, st and S.summary(st, store), S.describe(st, store) if st else
-                     f"no rebase session of {t.name} is open")
-    if onto:
+    if not onto and (line or backport or build_only):
+        raise UsageError("--line, --backport and --build-only start a session: use them with --onto REF")
+    ws, c = workspace(ctx), cache(ctx)
+    if not onto:  # the session's target may be a line it is creating: no target folder yet
+        name = target or load_target(ws, None).name
+        store = S.Store(c, ws.patches_dir / name, name)
+        if show:
+            st = store.read() if store.exists() else None
+            return _emit(as_json, st and S.summary(st, store), S.describe(st, store) if st else
+                         f"no rebase session of {name} is open")
+        sess = S.Session.open(c, store, known=list_targets(ws))
+    else:
+        t = load_target(ws, target)
         ws.require_writable("rebase") if not dry_run else None
         if not t.patches:
             raise UsageError(f"series {t.dir / 'series'} lists no patches; nothing to rebase")
-        src = require_source(source, t.name)
+        src = require_source(source, t.name, family=t.family)
         co.open_checkout(src)
-        opts = S.Options(drop_superseded=drop_superseded, no_behaviour=no_behaviour)
+        opts = S.Options(drop_superseded, no_behaviour, line, tuple(backport), tuple(build_only))
         if dry_run:
             doc = S.dry_run(c, t, src, onto, opts, fetch=fetch)
             _emit(as_json, doc, f"dry run: {len(doc['conflicts'])} conflict(s); nothing written")
             return EXIT_CHECK_FAILED if doc["conflicts"] else 0
-    sess = S.Session.start(c, t, src, onto, opts, fetch=fetch) if onto else S.Session.open(c, t)
+        sess = S.Session.start(c, t, src, onto, opts, fetch=fetch)
     try:
         if abort:
-            st = sess.st
-            sess.store.remove()
-            return _emit(as_json, {**S.summary(st, None), "phase": "aborted"},
-                         f"rebase session of {t.name} aborted; {t.dir} and the checkout were never written")
+            return _aborted(sess, as_json)
         if not onto:
             sess.recover_interrupted()
             if skip and not sess.skip(skip):
                 return _stopped(sess, as_json)
             if cont and sess.st.phase == S.CONFLICT_PHASE:
                 sess.resolve()
-        return _drive(sess, t, as_json, interactive=not no_interactive and sys.stdin.isatty() and not as_json)
+        return _drive(sess, as_json, interactive=not no_interactive and sys.stdin.isatty() and not as_json)
     finally:
         sess.close()
 
 
-def _drive(sess: S.Session, t, as_json: bool, *, interactive: bool) -> int:
+def _drive(sess: S.Session, as_json: bool, *, interactive: bool) -> int:
     phase = sess.st.phase
     if phase == S.WALKING:
-        phase = S.run_until_stop(sess, _prompt if interactive else None)
+        phase = S.run_until_stop(sess, S.ask_human if interactive else None)
     if phase == "abort":
-        st = sess.st
-        sess.store.remove()
-        return _emit(as_json, {**S.summary(st, None), "phase": "aborted"}, f"rebase session of {t.name} aborted")
+        return _aborted(sess, as_json)
     if phase in ("quit", S.CONFLICT_PHASE):
         return _stopped(sess, as_json)
     plan = sess.plan()
@@ -92,20 +93,19 @@ def _drive(sess: S.Session, t, as_json: bool, *, interactive: bool) -> int:
     doc = S.summary(sess.st, None, plan, written=True)
     if plan["range_diff"] and not as_json:
         report.err.print(plan["range_diff"].rstrip(), markup=False, highlight=False)
-    _emit(as_json, doc, f"{t.dir} now on {sess.st.onto[:12]} ({sess.st.direction}), version {plan['new_version']} "
-                        f"({plan['bump']})")
-    return 0
+    return _emit(as_json, doc, f"{sess.st.target_dir} now on {sess.st.onto[:12]} ({sess.st.direction}), version "
+                               f"{plan['new_version']} ({plan['bump']})")
+
+
+def _aborted(sess: S.Session, as_json: bool) -> int:
+    st = sess.st
+    sess.store.remove()
+    return _emit(as_json, {**S.summary(st, None), "phase": "aborted"},
+                 f"rebase session of {st.target} aborted; the workspace and the checkout were never written")
 
 
 def _stopped(sess: S.Session, as_json: bool) -> int:
     return _emit(as_json, S.summary(sess.st, sess.store), S.describe(sess.st, sess.store)) or EXIT_CHECK_FAILED
-
-
-def _prompt(sess: S.Session) -> str:
-    report.table(f"rebase {sess.st.target}: stopped", S.TABLE_COLUMNS, S.table_rows(S.summary(sess.st, sess.store)))
-    report.err.print(S.describe(sess.st, sess.store), markup=False)
-    return click.prompt("continue, skip, abort or quit (keep the session)", err=True,
-                        type=click.Choice(["continue", "skip", "abort", "quit"]), default="continue")
 
 
 def _emit(as_json: bool, doc: dict | None, line: str) -> int:

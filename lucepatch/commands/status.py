@@ -60,16 +60,18 @@ def compute_status(t, src, work, head: str, base: str) -> list[dict]:
 def command(ctx, target, source, fetch, as_json):
     """Per patch at the checkout's HEAD: applied / not-applied / already-upstream (signal) / conflicts."""
     ws, t = load_checked(ctx, target)
-    src = require_source(source, t.name)
+    src = require_source(source, t.name, family=t.family)
     co.open_checkout(src)
     base = resolve_base(src, t.base, t.name, fetch=fetch)
     head = git.resolve_commit(src, "HEAD", what="HEAD", remedy="the checkout has no commits")
     with WorkArea(cache(ctx), f"status-{t.name}") as work:
         rows = compute_status(t, src, work, head, base)
     if as_json:
-        report.emit_json("status", {"workspace": ws.to_json(), "target": t.name, "version": t.version,
-                                     "base": base, "head": head, "branch": git.current_branch(src), "patches": rows})
-    report.table(f"status {t.name} {t.version} at {head[:12]} (base {base[:12]})",
+        report.emit_json("status", {"workspace": ws.to_json(), "target": t.name, "version": t.version, "line": t.line,
+                                     "line_of": t.line_of, "base": base, "head": head,
+                                     "branch": git.current_branch(src), "patches": rows})
+    line = f", line {t.line} of {t.line_of}" if t.line_of else ""
+    report.table(f"status {t.name} {t.version} at {head[:12]} (base {base[:12]}{line})",
                  ["#", "patch", "status", "signal / would", "commit", "detail"],
                  [[i, r["name"], r["status"], r["signal"] or r["would"] or "", (r["commit"] or "")[:12], r["detail"]]
                   for i, r in enumerate(rows, 1)])

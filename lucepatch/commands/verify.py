@@ -17,7 +17,7 @@ from lucepatch.verify.service import ClusterOptions, VerifyRequest, run_verify, 
 
 def _retire(ctx, ws, target_name, source, ref, driver, runs, as_json) -> int:
     t = load_target(ws, target_name)
-    src = require_source(source, t.name)
+    src = require_source(source, t.name, family=t.family)
     git.open_repo(src)
     doc = retire_report(t, src, ref, cache(ctx), driver, runs, workspace=ws)
     if as_json:
@@ -85,7 +85,7 @@ def command(ctx, reproducer_names, run_all, scenarios, target_name, source, driv
         cluster = ClusterOptions(image=image, kubeconfig=kubeconfig, context=kube_context, namespace=namespace,
                                  node=node, gpu_mem_mib=gpu_mem, from_logs=Path(from_logs) if from_logs else None,
                                  save_logs=Path(save_logs) if save_logs else None)
-    src = require_source(source, t.name) if not lib else None
+    src = require_source(source, t.name, family=t.family) if not lib else None
     req = VerifyRequest(workspace=ws, target=t, reproducers=repros, source=src, driver=driver, runs=runs, fixed=fixed,
                         scenarios=list(scenarios), lib=Path(lib) if lib else None,
                         baseline_lib=Path(baseline_lib) if baseline_lib else None, baseline_ref=baseline_ref,

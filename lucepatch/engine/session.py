@@ -36,14 +36,14 @@ from typing import Callable
 from lucepatch import git, trailers
 from lucepatch.engine import needed as needed_mod
 from lucepatch.engine import transaction, upstreamed
-from lucepatch.engine.apply import (PURE_ENV, apply_loop, clone_private, commit_message, format_commits, pause_at,
+from lucepatch.engine.apply import (FORMAT_PATCH_ARGS, PURE_ENV, apply_loop, clone_private, commit_message, format_commits, pause_at,
                                     patch_author, resolve_base, series_trailers, with_trailers)
 from lucepatch.engine.core import ALREADY_UPSTREAM, APPLIED, APPLIED_3WAY, CONFLICT, IndexEngine, validate_diffs
 from lucepatch.engine.safety import check_series_safety
 from lucepatch.errors import CheckFailed, UsageError
 from lucepatch.engine.rebase import attribute, bump_version
-from lucepatch.series import parse_patch_bytes
-from lucepatch.target import Target, load_target_dir
+from lucepatch.series import parse_patch_bytes, read_series
+from lucepatch.target import Target, line_name, load_target_dir
 
 SCHEMA = 1
 FORWARD, BACK, SIDEWAYS, NONE = "forward", "back", "sideways", "none"
@@ -70,6 +70,7 @@ class PatchState:
     commit: str | None = None  # its commit on the new base
     detail: str = ""
     conflict_files: list[str] = field(default_factory=list)
+    backport: str | None = None  # the upstream commit, for patches the session made with --backport
 
     @property
     def slug_hint(self) -> str:
@@ -101,6 +102,7 @@ class State:
     updated: str = ""
     result_snapshot: dict | None = None
     warnings: list[str] = field(default_factory=list)
+    new_line: str | None = None  # --line NAME: the result is a new target folder of the family
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -272,6 +274,9 @@ def notice(cache: Path, t: Target) -> str | None:
 class Options:
     drop_superseded: bool = False
     no_behaviour: bool = False
+    line: str | None = None  # write the result as a new line of the family (patches/<family>-<line>)
+    backports: tuple = ()  # upstream revisions to carry first, as `Upstream-Status: Backport [<commit>]`
+    build_only: tuple = ()  # those of `backports` that only make the base build (Build-Only: yes)
 
 
 class Session:
@@ -284,13 +289,14 @@ class Session:
 
     # ---- opening
     @classmethod
-    def open(cls, cache: Path, t: Target) -> "Session":
-        store = Store(cache, t.dir, t.name)
-        store.lock(t.name)
+    def open(cls, cache: Path, store: Store, *, known: list[str] = ()) -> "Session":
+        name = store.key.rsplit("-", 1)[0]
+        store.lock(name)
         try:
             if not store.exists():
-                raise UsageError(f"no rebase session of {t.name} is open (in cache {cache}); start one with "
-                                 f"lucepatch rebase {t.name} --onto REF")
+                what = "" if name in known else f" (and {name} is not a target of the workspace: {', '.join(known)})"
+                raise UsageError(f"no rebase session of {name} is open (in cache {cache}){what}; start one with "
+                                 f"lucepatch rebase TARGET --onto REF")
             return cls(store, store.read(), cache)
         except BaseException:
             store.unlock()
@@ -301,9 +307,13 @@ class Session:
               where: Path | None = None) -> "Session":
         """Create the session (atomically: it exists complete or not at all). `where` = a throwaway
         folder for --dry-run, outside the store."""
-        store = Store(cache, t.dir, t.name)
+        name = line_name(t.family, opts.line) if opts.line else t.name
+        target_dir = t.dir.parent / name
+        if opts.line and target_dir.exists():
+            raise UsageError(f"line {opts.line} of {t.family} exists already ({target_dir}); rebase that target instead")
+        store = Store(cache, target_dir, name)
         if where is None:
-            store.lock(t.name)
+            store.lock(name)
             if store.exists():
                 msg = describe(store.read(), store)
                 store.unlock()
@@ -318,21 +328,30 @@ class Session:
             tmp = where or store.root / f".{store.key}.starting-{os.getpid()}"
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
-            shutil.copytree(t.dir, tmp / "original" / t.name, symlinks=True)
+            orig = tmp / "original" / name
+            shutil.copytree(t.dir, orig, symlinks=True)
             clone_private(source, tmp / "worktree")
-            st = State(target=t.name, target_dir=str(t.dir.resolve()), source=str(Path(source).resolve()), base=base,
+            if opts.line:
+                _as_line(orig, t, opts.line)
+            made = _backports(tmp / "worktree", source, orig, opts) if opts.backports or opts.build_only else {}
+            tt = load_target_dir(orig)
+            check_series_safety(tt.patches, source, onto)
+            st = State(target=name, target_dir=str(target_dir.resolve()), source=str(Path(source).resolve()), base=base,
                        onto=onto, onto_ref=onto_ref, direction=direction_of(tmp / "worktree", base, onto),
-                       old_version=t.version, old_head=base, head=onto, snapshot=transaction.snapshot(t.dir),
-                       patches=[PatchState(p.name, p.patch_id, hashlib.sha256(p.raw).hexdigest()) for p in t.patches],
-                       options=asdict(opts), started=_now(), pid=os.getpid())
+                       old_version=t.version, old_head=base, head=onto,
+                       snapshot={} if opts.line else transaction.snapshot(t.dir),
+                       patches=[PatchState(p.name, p.patch_id, hashlib.sha256(p.raw).hexdigest(), backport=made.get(p.name))
+                                for p in tt.patches],
+                       options=asdict(opts), started=_now(), pid=os.getpid(), new_line=opts.line)
             sess = cls.__new__(cls)
             sess.store, sess.st, sess.cache, sess._engine = store, st, cache, None
-            sess.t = load_target_dir(tmp / "original" / t.name)
+            sess.t = tt
             sess._root = tmp
             sess._prepare(source, opts)
             store.write(st, tmp)
             if where is None:
                 os.rename(tmp, store.dir)
+                sess.t = load_target_dir(store.dir / "original" / name)  # the copy moved with the session
             sess._root = store.dir if where is None else tmp
             return sess
         except BaseException:
@@ -368,7 +387,8 @@ class Session:
         # when an earlier one is dropped, and its head is the left side of the range-diff.
         old = IndexEngine(repo, self.root / "old.index")
         old.reset(st.base)
-        outcomes, st.old_head = apply_loop(old, self.t, patches, files, st.base)
+        carried = [(p, f) for p, f, ps in zip(patches, files, st.patches) if not ps.backport]
+        outcomes, st.old_head = apply_loop(old, self.t, [p for p, _ in carried], [f for _, f in carried], st.base)
         bad = [o.patch.name for o in outcomes if o.status == CONFLICT]
         if bad:
             st.warnings.append(f"on its own base {st.base[:12]} the series does not apply cleanly ({', '.join(bad)}); "
@@ -543,7 +563,7 @@ class Session:
                 new = trailers.replace_diff(p.raw, fresh[ps.commit])
                 newp = parse_patch_bytes(new, p.path, p.name)
                 row["new_patch_id"] = newp.patch_id
-                if newp.patch_id != p.patch_id:
+                if ps.backport or newp.patch_id != p.patch_id:  # a patch added (backport) or changed
                     kinds.add("minor")
                 elif new != p.raw:
                     kinds.add("patch")
@@ -558,6 +578,8 @@ class Session:
             rows.append(row)
         bump = next((k for k in ("major", "minor", "patch") if k in kinds), "none")
         new_version = bump_version(st.old_version, bump if bump != "none" else None)
+        if st.new_line:
+            bump, new_version = "new line", "1.0.0"
         range_diff = ""
         if st.old_head != st.base or st.head != st.onto:
             range_diff = _g(self.repo, "range-diff", "--no-color", f"{st.base}..{st.old_head}",
@@ -581,9 +603,12 @@ class Session:
             self.save()
             pause_at("write")
 
+        build = lambda d: _build(d, self.t, st, plan)  # noqa: E731
         try:
-            transaction.replace_dir(target_dir, lambda d: _build(d, self.t, st, plan), expect=st.snapshot,
-                                    cache=self.cache, before_swap=on_staged)
+            if st.new_line:
+                transaction.create_dir(target_dir, build, source=self.t.dir, cache=self.cache, before_swap=on_staged)
+            else:
+                transaction.replace_dir(target_dir, build, expect=st.snapshot, cache=self.cache, before_swap=on_staged)
         except BaseException:
             if st.result_snapshot is not None and transaction.snapshot(target_dir) == st.result_snapshot:
                 self.store.remove()  # interrupted after the swap: the write is complete
@@ -594,6 +619,64 @@ class Session:
         self.store.remove()
 
 
+def _as_line(orig: Path, t: Target, line: str) -> None:
+    """Turn the session's copy of `t` into line `line` of its family (name, line_of, line, 1.0.0)."""
+    name = line_name(t.family, line)
+    toml = (orig / "target.toml").read_text(encoding="utf-8")
+    toml = re.sub(r'^(line|line_of)\s*=.*\n', "", toml, flags=re.M)
+    toml = re.sub(r'^name\s*=\s*"[^"]*"\n', f'name = "{name}"\nline_of = "{t.family}"\nline = "{line}"\n', toml,
+                  count=1, flags=re.M)
+    toml = re.sub(r'^(version\s*=\s*)"[^"]*"', r'\g<1>"1.0.0"', toml, count=1, flags=re.M)
+    (orig / "target.toml").write_text(toml, encoding="utf-8")
+
+
+def _identity(source: Path) -> str:
+    name, mail = os.environ.get("GIT_COMMITTER_NAME"), os.environ.get("GIT_COMMITTER_EMAIL")
+    if not (name and mail):
+        ident = git.config_identity(source)
+        if ident is None:
+            raise UsageError("--backport signs each backport off: set git config user.name and user.email "
+                             "(or GIT_COMMITTER_NAME/GIT_COMMITTER_EMAIL)")
+        name, mail = ident
+    return f"{name} <{mail}>"
+
+
+def _backports(repo: Path, source: Path, orig: Path, opts: Options) -> dict[str, str]:
+    """Patch files for `--backport REV...` (format-patch of each upstream commit, marked
+    `Upstream-Status: Backport [<commit>]`, signed off by the backporter), first in the series."""
+    shas = {rev: git.resolve_commit(source, rev, what=f"--backport {rev}",
+                                    remedy="fetch it into the checkout first (git fetch origin)")
+            for rev in dict.fromkeys(opts.backports)}
+    build_only = set()
+    for rev in opts.build_only:
+        sha = git.try_resolve(source, rev)
+        if sha not in shas.values():
+            raise UsageError(f"--build-only {rev} is not one of the --backport commits")
+        build_only.add(sha)
+    signoff = ("Signed-off-by", _identity(source))
+    series = (orig / "series").read_text()
+    names, made = [], {}
+    existing = set(read_series(orig / "series"))
+    for rev, sha in shas.items():
+        if len(_g(repo, "rev-list", "--parents", "-n1", sha).stdout.split()) > 2:
+            raise UsageError(f"--backport {rev} is a merge; name the commits it brings instead")
+        raw = _g(repo, *FORMAT_PATCH_ARGS, "--stdout", "-1", sha).stdout.encode("utf-8", "surrogateescape")
+        have = trailers.patch_trailers(raw)
+        extra = [("Upstream-Status", f"Backport [{sha}]")] + ([("Build-Only", "yes")] if sha in build_only else [])
+        add = [] if any(k.lower() == "signed-off-by" and v == signoff[1] for k, v in have) else [signoff]
+        raw = trailers.edit_patch(raw, set_=extra, add=add)
+        subject = _g(repo, "log", "-1", "--format=%s", sha).stdout.strip()
+        slug = re.sub(r"[^a-z0-9]+", "-", subject.lower()).strip("-")[:60].rstrip("-") or sha[:12]
+        name, n = f"backport-{slug}.patch", 2
+        while name in existing or name in names:
+            name, n = f"backport-{slug}-{n}.patch", n + 1
+        (orig / name).write_bytes(raw)
+        names.append(name)
+        made[name] = sha
+    (orig / "series").write_text("".join(f"{n}\n" for n in names) + series)
+    return made
+
+
 def _build(d: Path, t: Target, st: State, plan: dict) -> None:
     """Edit the staged copy `d` of the target folder into the rebased series."""
     left = [n for n in plan["absorbed"]]
@@ -602,20 +685,32 @@ def _build(d: Path, t: Target, st: State, plan: dict) -> None:
     for name, data in plan["absorbed"].items():
         (d / "absorbed" / name).write_bytes(data)
         (d / name).unlink(missing_ok=True)
-    for name, data in plan["files"].items():
-        if (d / name).read_bytes() != data:
+    for name, data in plan["files"].items():  # backports are new files
+        if not (d / name).is_file() or (d / name).read_bytes() != data:
             (d / name).write_bytes(data)
-    series = d / "series"
-    lines = series.read_text().splitlines(keepends=True)
+    # the session's series (backports first), comments and quilt options kept
+    lines = (t.dir / "series").read_text().splitlines(keepends=True)
     keep = [ln for ln in lines if (ln.split("#", 1)[0].split() or [None])[0] not in left]
-    if keep != lines:
-        series.write_text("".join(keep))
+    if (d / "series").read_text() != "".join(keep):
+        (d / "series").write_text("".join(keep))
     toml = (d / "target.toml").read_text(encoding="utf-8")
     toml = re.sub(r'^(base\s*=\s*)"[^"]*"', lambda m: f'{m.group(1)}"{st.onto}"', toml, count=1, flags=re.M)
     toml = re.sub(r'^(version\s*=\s*)"[^"]*"', lambda m: f'{m.group(1)}"{plan["new_version"]}"', toml, count=1, flags=re.M)
     (d / "target.toml").write_text(toml, encoding="utf-8")
 
 
+
+
+def ask_human(sess: Session) -> str:
+    """Interactive mode (a terminal, no --no-interactive): what to do about the stopped patch."""
+    import click
+
+    from lucepatch import report
+
+    report.table(f"rebase {sess.st.target}: stopped", TABLE_COLUMNS, table_rows(summary(sess.st, sess.store)))
+    report.err.print(describe(sess.st, sess.store), markup=False)
+    return click.prompt("continue, skip, abort or quit (keep the session)", err=True,
+                        type=click.Choice(["continue", "skip", "abort", "quit"]), default="continue")
 
 
 def run_until_stop(sess: Session, on_conflict: Callable[[Session], str] | None = None) -> str:

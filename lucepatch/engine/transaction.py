@@ -191,3 +191,39 @@ def replace_dir(target_dir: Path, build: Callable[[Path], None], *, expect: dict
         finally:
             shutil.rmtree(stage, ignore_errors=True)
     return result
+
+
+def create_dir(target_dir: Path, build: Callable[[Path], None], *, source: Path, cache: Path | None = None,
+               before_swap: Callable[[dict], None] | None = None) -> dict[str, str]:
+    """Create `target_dir` (which must not exist) as a copy of `source` edited by `build`, in one
+    rename; returns its snapshot."""
+    target_dir = Path(target_dir)
+    with locked(target_dir.parent):
+        recover(target_dir.parent)
+        if target_dir.exists():
+            raise CheckFailed(f"{target_dir} appeared while the rebase session ran; move it away and --continue, "
+                              "or --abort the session")
+        parent = _stage_parent(target_dir, cache)
+        if parent != target_dir.parent:
+            recover(parent)
+        stage = parent / f".{target_dir.name}{STAGE}{os.getpid()}"
+        shutil.rmtree(stage, ignore_errors=True)
+        try:
+            shutil.copytree(source, stage, symlinks=True)
+            build(stage)
+            result = snapshot(stage)
+            if before_swap:
+                before_swap(result)
+            try:
+                os.rename(stage, target_dir)
+            except OSError as exc:
+                if exc.errno != errno.EXDEV:
+                    raise
+                local = target_dir.parent / stage.name
+                shutil.copytree(stage, local, symlinks=True)
+                shutil.rmtree(stage, ignore_errors=True)
+                stage = local
+                os.rename(stage, target_dir)
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+    return result

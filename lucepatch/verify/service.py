@@ -16,6 +16,7 @@ from lucepatch.verify.driver import DriverChoice, choose_driver
 from lucepatch.verify.evidence import Evidence, RunPolicy
 from lucepatch.verify.reproducer import Reproducer, list_reproducers, load_reproducer
 from lucepatch.verify.rules import FixedRule, SequentialRule, error_bounds
+from lucepatch.verify.verdict import split_not_applicable
 from lucepatch.verify.session import (Execution, Variant, build_evidence, check_scenarios, plan_execution,
                                       run_scenarios, variant_from_file)
 from lucepatch.workspace import Workspace
@@ -64,13 +65,13 @@ def select(ws: Workspace, *, target: str | None, reproducers: list[str], run_all
         raise UsageError("name a reproducer (--reproducer async-sched) or pass --all")
     if run_all:
         t = load_target(ws, target)
-        repros = [r for r in list_reproducers(ws) if r.target == t.name]
+        repros = [r for r in list_reproducers(ws) if r.target in (t.name, t.family)]  # every line shares them
     else:
         repros = [load_reproducer(ws, n) for n in reproducers]
         t = load_target(ws, target or repros[0].target)
     if not repros:
         raise UsageError(f"no reproducer targets {t.name} in workspace {ws.path}")
-    if len({r.artifact for r in repros}) != 1 or any(r.target != t.name for r in repros):
+    if len({r.artifact for r in repros}) != 1 or any(r.target not in (t.name, t.family) for r in repros):
         raise UsageError("the chosen reproducers need different targets or artifacts; verify them separately")
     return t, repros
 
@@ -166,11 +167,16 @@ def run_verify(req: VerifyRequest, cache: Path, *, progress=None) -> Evidence:
     say(f"workspace {req.workspace.describe()}; driver {drv.chosen} ({drv.note or drv.requested})")
     extra = {}
     spend = None
+    # what the target says does not apply at its base (not at other refs, where it may)
+    declared = {} if req.baseline_ref else dict(req.target.not_applicable)
+    run_repros, run_filter = split_not_applicable(req.reproducers, req.scenarios or None, declared)
+    for key, why in declared.items():
+        say(f"{key}: not applicable at {req.target.name}'s base, not run ({why})")
     t1 = time.monotonic()
     if cluster is not None:
         from lucepatch.k8s import incluster
 
-        plan = incluster.plan_runs(req.reproducers, req.scenarios or None, [v.name for v in variants])
+        plan = incluster.plan_runs(run_repros, run_filter, [v.name for v in variants])
         shas = {v.name: v.sha256 for v in variants}
         ex = Execution("in-cluster", 1, "pod", "one Job per scenario and variant, runs serial inside each pod")
         if cluster.from_logs is not None:
@@ -186,14 +192,15 @@ def run_verify(req: VerifyRequest, cache: Path, *, progress=None) -> Evidence:
         ex = plan_execution(req.jobs)
         say(f"execution: {ex.mode}" + (f", {ex.jobs} jobs" if ex.mode == "parallel" else "") + f" ({ex.why})")
         with hold_driver(drv) as held:
-            runs = run_scenarios(req.reproducers, variants, rule, drv, cache, req.scenarios or None, execution=ex)
+            runs = run_scenarios(run_repros, variants, rule, drv, cache, run_filter, execution=ex)
         ex.driver_held = held.describe()
         records, spend = runs.records, runs.spend
     phases["runs_s"] = time.monotonic() - t1
     t2 = time.monotonic()
     policy = RunPolicy.from_json({**rule.policy(), "bounds": bounds_f.result()})
     ev = build_evidence(req.target, req.reproducers, variants, records, drv, n, req.workspace.to_json(),
-                        upstream_base, execution=ex, policy=policy, spend=spend, rule=rule)
+                        upstream_base, execution=ex, policy=policy, spend=spend, rule=rule,
+                        not_applicable=declared)
     ev.extra.update(extra)
     attach_fingerprints(ev, records)
     phases["evidence_s"] = time.monotonic() - t2

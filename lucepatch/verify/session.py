@@ -241,11 +241,15 @@ def derive_driver(records: list[RunRecord], driver: DriverChoice) -> dict:
 def build_evidence(target: Target, repros: list[Reproducer], variants: list[Variant], records: list[RunRecord],
                    driver: DriverChoice, runs: int, workspace: dict, upstream_base: str | None,
                    execution: Execution | None = None, policy: ev.RunPolicy | None = None,
-                   spend: dict | None = None, rule: Rule | None = None) -> ev.Evidence:
+                   spend: dict | None = None, rule: Rule | None = None,
+                   not_applicable: dict | None = None) -> ev.Evidence:
     """The typed evidence of one verification (validated against the schema when written).
 
     rule/spend: the rule the runs were spent under and run_scenarios' account per scenario
-    (default: the fixed rule with `runs`)."""
+    (default: the fixed rule with `runs`). not_applicable: {reproducer or reproducer:scenario:
+    reason} the target declares; those scenarios were not run and are recorded with the reason."""
+    from lucepatch.verify.verdict import not_applicable as na_result
+
     rule = rule or FixedRule(runs)
     if policy is None:
         from lucepatch.verify.rules import error_bounds
@@ -282,6 +286,14 @@ def build_evidence(target: Target, repros: list[Reproducer], variants: list[Vari
             if s.min_devices > 1:
                 sv.extra["min_devices"] = s.min_devices
             scenarios.append(sv)
+    na, where = not_applicable or {}, f"target.toml [not_applicable] of {target.name}"
+    for repro in repros:
+        for s in repro.scenarios:
+            why = na.get(repro.name) or na.get(f"{repro.name}:{s.name}")
+            if why:
+                sv = na_result(f"{repro.name}:{s.name}", s.control, why, where)
+                sv.reproducer, sv.description = repro.name, s.description
+                scenarios.append(sv)
     drv = derive_driver(records, driver)
     verdict = overall(scenarios)
     if drv["kind"] in ("unknown", "mixed") and verdict != "invalid":
@@ -307,7 +319,8 @@ def build_evidence(target: Target, repros: list[Reproducer], variants: list[Vari
                       "reporter": "liblp_reporter.so preloaded after the library under test: the call path of a "
                                   "fatal signal; the load proof at exit for load_proof = preload workloads"},
         "run_policy": policy.to_json(),
-        "skipped": [{"scenario": sv.scenario, "reason": sv.reason} for sv in scenarios if sv.verdict == "skipped"],
+        "skipped": [{"scenario": sv.scenario, "reason": sv.reason} for sv in scenarios
+                    if sv.verdict in ("skipped", "not-applicable")],
         "variants": {v.name: {**v.provenance, "artifact": {"path": str(v.lib), "sha256": v.sha256}} for v in variants},
         "scenarios": [sv.to_json() for sv in scenarios],
         "verdict": verdict,

@@ -11,6 +11,10 @@ guarded    = (regression-guard scenarios only) both variants pass every run: ups
              behaves at the baseline and the series keeps it so; counts as success, proves no fix
 skipped    = every run of the scenario reported that it cannot run here (e.g. needs 2 GPUs); it is
              listed in the evidence and left out of the overall verdict
+not-applicable = the target declares (target.toml [not_applicable], with the reason) that the
+             scenario's assumptions do not hold at its base (e.g. an older release line that does
+             not account what the scenario checks); not run, listed with the reason, left out of
+             the overall verdict — never a pass
 
 The same `judge` decides under the fixed and the sequential rule (lucepatch.verify.rules
 enumerates it to bound the errors), on the tallies of whatever runs the rule spent.
@@ -26,7 +30,8 @@ from lucepatch.verify.runner import FAILURES, INVALID, PASS, SKIPPED
 from lucepatch.verify.stats import ALPHA, fisher_one_sided
 
 PROVEN, NOT_PROVEN, REGRESSION, INVALID_V = "proven", "not-proven", "regression", "invalid"
-GUARDED, SKIPPED_V, PASS_V = "guarded", "skipped", "pass"
+GUARDED, SKIPPED_V, PASS_V, NOT_APPLICABLE = "guarded", "skipped", "pass", "not-applicable"
+_LEFT_OUT = (SKIPPED_V, NOT_APPLICABLE)
 _RANK = {PROVEN: 0, GUARDED: 0, NOT_PROVEN: 1, REGRESSION: 2, INVALID_V: 3}
 
 
@@ -90,12 +95,32 @@ def _get(s, key):
 def overall(scenarios: list) -> str:
     """Worst checked scenario; skipped scenarios are left out. Only guards, nothing proven:
     not-proven (a guard shows no fix). Takes ScenarioResults or their JSON."""
-    if any(_get(s, "control") and _get(s, "verdict") not in (PASS_V, SKIPPED_V) for s in scenarios):
+    if any(_get(s, "control") and _get(s, "verdict") not in (PASS_V, *_LEFT_OUT) for s in scenarios):
         return INVALID_V
-    checked = [s for s in scenarios if not _get(s, "control") and _get(s, "verdict") != SKIPPED_V]
+    checked = [s for s in scenarios if not _get(s, "control") and _get(s, "verdict") not in _LEFT_OUT]
     if not checked:
         return NOT_PROVEN
     worst = max((_get(s, "verdict") for s in checked), key=_RANK.__getitem__)
     if _RANK[worst] > 0:
         return worst
     return PROVEN if any(_get(s, "verdict") == PROVEN for s in checked) else NOT_PROVEN
+
+
+def not_applicable(scenario: str, control: bool, reason: str, where: str) -> ScenarioResult:
+    """The result of a scenario the target declares not applicable at its base (not run)."""
+    return ScenarioResult(scenario=scenario, control=control, verdict=NOT_APPLICABLE, baseline=tally([]),
+                          patched=tally([]), reason=f"not applicable at this base ({where}): {reason}",
+                          regression_guard=False)
+
+
+def split_not_applicable(repros, scenario_filter, declared: dict) -> tuple[list, list | None]:
+    """(reproducers to run, scenario filter) once the declared not-applicable ones are left out.
+    A key is a reproducer (all of it, controls included) or `reproducer:scenario`."""
+    if not declared:
+        return list(repros), scenario_filter
+    run = [r for r in repros if r.name not in declared]
+    if not any(":" in k for k in declared):
+        return run, scenario_filter
+    keys = [f"{r.name}:{s.name}" for r in run for s in r.scenarios if not s.control
+            and (not scenario_filter or s.name in scenario_filter or f"{r.name}:{s.name}" in scenario_filter)]
+    return run, [k for k in keys if k not in declared] or None
