@@ -11,6 +11,9 @@
 #   process at x8); `all-a` + `all-b` split it in two calls should a run need `--fixed` (1040
 #   processes, ~11.5 min: past the 10-minute call limit; `pr --evidence` combines the two per
 #   reproducer); 2-GPU machine: `multi-device pool-alloc traces`.
+#   issue 12 part 2 (the HAMi v2.5.x line): `v25-line` = base (54b1305 + Build-Only) vs
+#   patches/hami-core-v2.5, every reproducer; llama-vmm and multi-device are reported
+#   not-applicable at 54b1305 (the line's [not_applicable]); see the step for its duration.
 # DRIVER=fake runs the same steps on the simulated driver (how they are proven off the GPU).
 #   issue 13: call 1 = `env run-cost` (~4 min: a cold HAMi build, then ~2.5 min measuring);
 #   call 2 = `bench-verify main-job` (~4 min: a cold patched build, fixed 20, sequential, the main job).
@@ -173,6 +176,11 @@ for step in "$@"; do
           python3 -m lucepatch.upstream.fingerprints "$ev" "$sc" > "$OUT/crashlogs/$name" && echo "wrote crashlogs/$name"
         done
       done ;;
+    v25-line)
+      # 2 cmake builds (~1 min) + 19 scenarios x 2 variants under the sequential rule: ~260
+      # processes (~3 min at 0.66 s per process at x8); at most 760 with --fixed
+      lp verify --all --target hami-core-v2.5 --source $SRC --driver $DRIVER --runs 20 --jobs $JOBS \
+        --evidence "$OUT/hami-core-v2.5-all.$TAG.json" 2>&1 | tee "$OUT/verify-v25-line.log" ;;
     *)
       echo "unknown step $step" >&2 ;;
   esac
