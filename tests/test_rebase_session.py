@@ -326,3 +326,34 @@ def test_drop_superseded_moves_judged_patches_to_absorbed(carry, judge):
     assert r.code == 0, r.err
     text = (tdir / "absorbed" / cf.FREE).read_text()
     assert "Applied-Upstream-Signal: superseded (simulated driver)" in text
+
+
+def test_interactive_mode_asks_on_a_terminal(carry, tmp_path):
+    """On a terminal (no --no-interactive) a stop asks what to do; `skip` then `abort` answered on
+    the terminal skip the stopped patch, walk on to the next stop, and throw the session away."""
+    import pty
+    import subprocess
+    import sys
+
+    from conftest import REPO_ROOT
+
+    master, slave = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "lucepatch", "--workspace", str(carry["ws"]), "rebase", "carry",
+                             "--source", str(carry["up"]), "--onto", "upstream-next"],
+                            stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    os.close(slave)
+    before = snapshot(carry["ws"])
+    try:
+        os.write(master, b"skip\nabort\n")  # typed ahead: read at the first and second stop
+        out, err = proc.communicate(timeout=120)
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+    err = err.decode()
+    assert proc.returncode == 0, err
+    assert err.count("continue, skip, abort or quit") == 2
+    assert "stopped at patch 2" in err and "stopped at patch 3" in err and "aborted" in err
+    assert snapshot(carry["ws"]) == before
+    assert carry["rb"]("--status").err.strip().endswith("no rebase session of carry is open")
