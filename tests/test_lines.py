@@ -118,8 +118,12 @@ def test_region_1_1_names_the_v2_5_line_when_there_is_one(tmp_path):
     lines, data = two_lines()
     fit = fit_node(facts, lines, data=data, hami_versions=["2.5.1"])
     assert fit.line.target == "hami-core-v2.5" and fit.releases == ["v2.5.1"]
+    # the packaged data has that line now (patches/hami-core-v2.5)
+    assert fit_node(facts, load_lines(), hami_versions=["2.5.1"]).line.target == "hami-core-v2.5"
     # without a line for region 1.1 nothing fits, and the report says which releases use it
-    fit = fit_node(facts, load_lines())
+    data = compat_data()
+    main_only = {**data, "series": {"hami-core": data["series"]["hami-core"]}}
+    fit = fit_node(facts, load_lines(main_only), data=main_only)
     assert fit.line is None and "shared region 1.1" in fit.why and "v2.4.1" in fit.why
 
 
@@ -189,8 +193,14 @@ def test_doctor_lib_names_the_line_and_the_commands(tmp_path, capsys):
     assert doc["node_library"]["library"]["shrreg"] == "1.2"
 
 
-def test_doctor_lib_without_a_line_exits_1_with_the_reason(tmp_path, capsys):
+def test_doctor_lib_names_the_v2_5_line_for_an_olares_node(tmp_path, capsys):
     rc, out, err = _doctor(capsys, "--lib", str(_lib(tmp_path, "olares", minor=1)), "--hami-version", "v2.5.1")
+    assert rc == 0, err
+    assert "line           hami-core-v2.5 " in out and "lucepatch build hami-core-v2.5" in out
+
+
+def test_doctor_lib_without_a_line_exits_1_with_the_reason(tmp_path, capsys):
+    rc, out, err = _doctor(capsys, "--lib", str(_lib(tmp_path, "olares", minor=1)), "--hami-version", "v2.10.0")
     assert rc == 1
     assert "no series line fits" in err and len(err.strip().splitlines()) == 1
     assert "line           none fits" in out
