@@ -102,7 +102,9 @@ def test_every_reproducer_on_the_simulated_driver(cli):
              "pr188-guard:ctxless-alloc-exact-error", "shared-region:ctxless-free-other-process",
              "shared-region:ctxless-free-wrong-device", "zero-limit:zero-means-unlimited",
              "zero-limit:zero-overrides-fallback", "pool-alloc:pool-charged", "pool-alloc:over-limit",
-             "pool-alloc:ctxless-pool-alloc", "pool-alloc:default-pool", "pool-alloc:cross-device"]
+             "pool-alloc:ctxless-pool-alloc", "pool-alloc:default-pool", "pool-alloc:cross-device",
+             "ctypes-clients:threadpool-async-alloc", "ctypes-clients:threadpool-async-free",
+             "ctypes-clients:threadpool-sync-alloc"]
     for name in fixed:
         assert (sc[name]["baseline"]["failures"], sc[name]["patched"]["failures"]) == (3, 0), name
     guard = sc["pr188-guard:ctxless-alloc-valid-residue"]

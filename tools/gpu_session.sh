@@ -13,7 +13,8 @@
 #   reproducer); 2-GPU machine: `multi-device pool-alloc traces`.
 #   issue 12 part 2 (the HAMi v2.5.x line): `v25-line` = base (54b1305 + Build-Only) vs
 #   patches/hami-core-v2.5, every reproducer; llama-vmm and multi-device are reported
-#   not-applicable at 54b1305 (the line's [not_applicable]); see the step for its duration.
+#   not-applicable at 54b1305 (the line's [not_applicable]); then `v25-torch-threadpool
+#   v25-torch-guards` (the PyTorch workloads on the line, like torch-threadpool/torch-guards).
 # DRIVER=fake runs the same steps on the simulated driver (how they are proven off the GPU).
 #   issue 13: call 1 = `env run-cost` (~4 min: a cold HAMi build, then ~2.5 min measuring);
 #   call 2 = `bench-verify main-job` (~4 min: a cold patched build, fixed 20, sequential, the main job).
@@ -177,10 +178,21 @@ for step in "$@"; do
         done
       done ;;
     v25-line)
-      # 2 cmake builds (~1 min) + 19 scenarios x 2 variants under the sequential rule: ~260
-      # processes (~3 min at 0.66 s per process at x8); at most 760 with --fixed
-      lp verify --all --target hami-core-v2.5 --source $SRC --driver $DRIVER --runs 20 --jobs $JOBS \
+      # every C reproducer + ctypes-clients, base vs line: 2 cmake builds (~1 min) + ~315 processes
+      # under the sequential rule (~3.5 min at 0.66 s per process at x8); llama-vmm and multi-device
+      # are reported not-applicable (not run)
+      lp verify --target hami-core-v2.5 $C_REPROS --reproducer ctypes-clients --source $SRC --driver $DRIVER --runs 20 --jobs $JOBS \
         --evidence "$OUT/hami-core-v2.5-all.$TAG.json" 2>&1 | tee "$OUT/verify-v25-line.log" ;;
+    v25-torch-threadpool)
+      # the PyTorch workloads on the line, as torch-threadpool / torch-guards run them on the main
+      # line (same scenarios, runs and duration; the v25-line builds are cached)
+      lp verify --target hami-core-v2.5 --reproducer torch-clients --source $SRC --driver $DRIVER --runs 10 \
+        --jobs $JOBS --scenario threadpool-async-alloc \
+        --evidence "$OUT/hami-core-v2.5-torch-threadpool.$TAG.json" 2>&1 | tee "$OUT/verify-v25-torch-threadpool.log" ;;
+    v25-torch-guards)
+      lp verify --target hami-core-v2.5 --reproducer torch-clients --source $SRC --driver $DRIVER --runs 10 \
+        --jobs $JOBS $TORCH_GUARDS \
+        --evidence "$OUT/hami-core-v2.5-torch-guards.$TAG.json" 2>&1 | tee "$OUT/verify-v25-torch-guards.log" ;;
     *)
       echo "unknown step $step" >&2 ;;
   esac
