@@ -18,6 +18,7 @@ PROCESS_HELPERS = {
     "lucepatch/compiling.py": "the C compiler (cached compiles)",
     "lucepatch/builders/native.py": "cmake (native builds)",
     "lucepatch/builders/probe.py": "cmake, ninja, nvcc, ld.so, cuobjdump (probes)",
+    "lucepatch/builders/superbuild.py": "cmake, ninja, nvcc (the full Lucebox build, the drop-and-relink)",
     "lucepatch/builders/toolchain.py": "<tool> --version",
     "lucepatch/verify/runner.py": "reproducer and workload processes, unshare, addr2line, a workload interpreter's probe",
     "lucepatch/verify/driver.py": "the real-driver probe, nvidia-smi",

@@ -222,17 +222,16 @@ def nested_submodules(sub_src: Path, base: str) -> list[dict]:
     gm = sub_src / ".gitmodules"
     if not gm.is_file():
         return []
-    r = subprocess.run(["git", "config", "-f", str(gm), "--get-regexp", r"^submodule\..*\.path$"],
-                       capture_output=True, text=True)
+    r = git.run(sub_src, "config", "-f", str(gm), "--get-regexp", r"^submodule\..*\.path$", check=False)
     out = []
     for line in r.stdout.splitlines():
         path = line.split(None, 1)[1].strip()
-        ls = subprocess.run(["git", "-C", str(sub_src), "ls-tree", base, path], capture_output=True, text=True).stdout.split()
+        ls = git.run(sub_src, "ls-tree", base, path, check=False).stdout.split()
         pinned = ls[2] if len(ls) >= 3 and ls[1] == "commit" else ""
         d = sub_src / path
         have = ""
         if (d / ".git").exists():
-            have = subprocess.run(["git", "-C", str(d), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+            have = git.try_resolve(d, "HEAD") or ""
         state = "absent" if not have else ("initialised" if have == pinned else f"initialised at {have[:12]}, pinned {pinned[:12]}")
         out.append({"path": path, "pinned": pinned, "head": have, "state": state})
     return out
@@ -257,10 +256,10 @@ def carried_bases(source: Path, repos: list[tuple[str, str]]) -> dict[str, str]:
         if not ent or ent.get("pinned") != pinned:
             raise CheckFailed(f"{path} records no carried tree of {rel} at {pinned[:12]}: re-run tools/carry_lucebox.sh")
         repo = Path(source) / rel
-        tree = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD^{tree}"], capture_output=True, text=True).stdout.strip()
+        tree = git.tree_of(repo)
         if tree != ent["tree"]:
             raise CheckFailed(f"{repo}: tree {tree[:12]} is not the carried copy of {pinned[:12]} (tree {ent['tree'][:12]})")
-        out[rel] = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+        out[rel] = git.head(repo)
     return out
 
 

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lucepatch import elf, report
+from lucepatch import elf, git, report
 from lucepatch.builders import toolchain
 from lucepatch.builders.probe import prepare_tree, resolve_profile, summarize_errors
 from lucepatch.errors import EnvironmentMissing, UsageError
@@ -192,8 +192,7 @@ class SuperBuild:
 
 
 def _tree_id(path: Path) -> str:
-    r = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD^{tree}"], capture_output=True, text=True)
-    return r.stdout.strip()
+    return git.tree_of(path)
 
 
 def _fingerprint(needs: list[str]) -> dict:
@@ -363,8 +362,8 @@ def relink_dropping(build_dir: Path, repo_dir: Path, patch: Path, targets: list[
     then put the patch back. Where the machine has a libcuda.so.1 (a GPU host), the rebuild runs
     in a private mount namespace with each one covered by an empty file: what a driver-less
     builder (a CUDA devel image) sees. Returns the rebuild's verdict and its undefined symbols."""
-    r = subprocess.run(["git", "apply", "-R", str(patch)], cwd=repo_dir, capture_output=True, text=True)
-    if r.returncode != 0:
+    r = git.run(repo_dir, "apply", "-R", str(patch), check=False)
+    if r.status != 0:
         raise UsageError(f"cannot revert {patch.name} in {repo_dir}: {r.stderr.strip()[:200]}")
     try:
         build = f"cmake --build {shlex.quote(str(build_dir))} --target {' '.join(shlex.quote(t) for t in targets)}"
@@ -375,7 +374,7 @@ def relink_dropping(build_dir: Path, repo_dir: Path, patch: Path, targets: list[
         p = subprocess.run(cmd, capture_output=True, text=True)
         seconds = time.monotonic() - t0
     finally:
-        subprocess.run(["git", "apply", str(patch)], cwd=repo_dir, capture_output=True)
+        git.run(repo_dir, "apply", str(patch), check=False)
     log = p.stdout + p.stderr
     first, count = summarize_errors(log)
     return {"patch": patch.name, "targets": targets, "rc": p.returncode, "seconds": round(seconds, 1),
