@@ -1,9 +1,10 @@
-"""Retirement by behaviour (lucepatch.upstream.retire) on fixtures, with the simulated driver.
+"""Retirement by behaviour (lucepatch.upstream.retire, issue 11's rule) on the twobugs and fakehami
+fixtures, with the simulated driver (the minihami fixture in test_retire_rule.py covers the rest).
 
 twobugs: an interposer with two independent bugs, each fixed by its own patch owning its own
 scenario. Upstream then fixes bug 1 with a textually different change (no patch-id, no
-content match): exactly the bug-1 patch is a retire candidate, the other is still needed.
-fakehami + its no-op "fix" (patches/bad): the patched build still fails -> no-longer-effective.
+content match): exactly the bug-1 patch is superseded, the other is still needed.
+fakehami + its no-op "fix" (patches/bad): no scenario ever distinguishes it -> untestable.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import pytest
 from conftest import FIXTURES, REPO_ROOT, commit_all, init_repo, make_target
 from lucepatch.errors import EnvironmentMissing
 from lucepatch.target import load_target
-from lucepatch.upstream.retire import (INCONCLUSIVE, NO_LONGER_EFFECTIVE, RETIRE, RETIRE_SCHEMA, STILL_NEEDED,
-                                       Behaviour, classify, format_retire_table, retire_exit_code, retire_report)
+from lucepatch.upstream.retire import (CONFLICT, RETIRE_SCHEMA, STILL_NEEDED, SUPERSEDED, UNTESTABLE,
+                                       format_retire_table, retire_exit_code, retire_report)
 from lucepatch.workspace import resolve_workspace
 
 pytestmark = pytest.mark.needs("gcc", "cmake", "/usr/local/cuda/include/cuda.h")
@@ -45,54 +46,52 @@ def _by(doc):
     return {p["name"]: p for p in doc["patches"]}
 
 
-def test_upstream_fixing_one_of_two_behaviours_retires_exactly_that_patch(twobugs):
+def test_upstream_fixing_one_of_two_behaviours_supersedes_exactly_that_patch(twobugs):
     base, fixed = twobugs["commits"][:2]
-    doc = retire_report(twobugs["target"], twobugs["upstream"], fixed, twobugs["cache"], "fake", 3)
+    doc = retire_report(twobugs["target"], twobugs["upstream"], fixed, twobugs["cache"], "fake", 10)
     jsonschema.validate(doc, RETIRE_SCHEMA)
-    assert doc["upstream"]["commit"] == fixed and doc["simulated"] is True
-    assert doc["retire_candidates"] == [LIMIT]
+    assert doc["upstream"]["commit"] == fixed and doc["upstream"]["base"] == base and doc["simulated"] is True
+    assert doc["superseded"] == doc["retire_candidates"] == [LIMIT]
     assert doc["no_longer_effective"] == []
     by = _by(doc)
     lim, mem = by[LIMIT], by[MEMINFO]
-    assert lim["status"] == RETIRE and "upstream fixed" in lim["reason"]
+    assert lim["status"] == SUPERSEDED and lim["needed"] == "superseded"
+    assert "identical with and without it" in lim["reason"] and "at the base it made a difference on " \
+        "twobugs:cumulative-limit" in lim["reason"]
     # upstream's fix is a different text: no patch-id match, no content match -- only behaviour says so
     assert lim["textual"] is None and lim["applies"] is True
-    [s] = lim["scenarios"]
-    assert s["scenario"] == "twobugs:cumulative-limit"
-    assert s["unpatched"]["behaviour"] == "pass" and s["unpatched"]["tally"]["runs"] == 3
-    assert s["unpatched"]["control_ok"] is True
-    assert mem["status"] == STILL_NEEDED
-    [m] = mem["scenarios"]
-    assert m["scenario"] == "twobugs:meminfo-limit"
-    assert m["unpatched"]["behaviour"] == "fail" and m["unpatched"]["tally"]["failures"] == 3
-    assert m["patched"]["behaviour"] == "pass"
-    assert doc["summary"] == {RETIRE: 1, STILL_NEEDED: 1}
-    assert doc["variants"]["unpatched"]["commit"] == fixed and doc["variants"]["unpatched"]["patches"] == []
-    assert doc["variants"]["patched"]["patches"] == [LIMIT, MEMINFO]
+    assert lim["judged"][0] == "twobugs:cumulative-limit"
+    kinds = {(d["at"], d["pair"]) for d in lim["scenarios"] if d["scenario"] == "twobugs:cumulative-limit"}
+    assert kinds == {("ref", "add-one"), ("ref", "leave-one-out"), ("base", "add-one"), ("base", "leave-one-out")}
+    assert all(d["kind"] == "identical" for d in lim["scenarios"] if d["at"] == "ref")
+    assert mem["status"] == STILL_NEEDED and mem["scenario"] == "twobugs:meminfo-limit"
+    assert "add-one" in mem["reason"] and "-> pass" in mem["reason"]
+    assert doc["summary"] == {SUPERSEDED: 1, STILL_NEEDED: 1}
     assert retire_exit_code(doc) == 0
     title, cols, rows = format_retire_table(doc)
-    assert fixed[:12] in title and cols[-2:] == ["status", "why"]
-    assert [r[0] for r in rows] == [LIMIT, MEMINFO] and rows[0][4] == RETIRE and rows[1][4] == STILL_NEEDED
+    assert fixed[:12] in title and cols == ["patch", "status", "decided by", "why"]
+    assert [r[0] for r in rows] == [LIMIT, MEMINFO] and rows[0][1] == SUPERSEDED and rows[1][1] == STILL_NEEDED
 
 
 def test_at_the_pinned_base_nothing_retires(twobugs):
-    doc = retire_report(twobugs["target"], twobugs["upstream"], twobugs["commits"][0], twobugs["cache"], "fake", 2)
+    doc = retire_report(twobugs["target"], twobugs["upstream"], twobugs["commits"][0], twobugs["cache"], "fake", 10)
     jsonschema.validate(doc, RETIRE_SCHEMA)
-    assert doc["retire_candidates"] == []
+    assert doc["superseded"] == []
     assert {p["name"]: p["status"] for p in doc["patches"]} == {LIMIT: STILL_NEEDED, MEMINFO: STILL_NEEDED}
 
 
-def test_a_patch_that_no_longer_applies_is_still_judged_by_behaviour(twobugs):
-    # commit 2 rewrites the line the limit patch changes: the patch conflicts, yet upstream's own
-    # fix (commit 1) makes the behaviour pass unpatched -> still a retire candidate, flagged.
+def test_a_patch_that_no_longer_applies_is_never_superseded(twobugs):
+    # commit 2 rewrites the line the limit patch changes: the patch conflicts. Upstream's own fix
+    # (commit 1) makes the behaviour pass without it, but add-one and leave-one-out need the patch
+    # applied: conflict (rebase it to judge), never superseded
     reworded = twobugs["commits"][2]
-    doc = retire_report(twobugs["target"], twobugs["upstream"], reworded, twobugs["cache"], "fake", 2)
+    doc = retire_report(twobugs["target"], twobugs["upstream"], reworded, twobugs["cache"], "fake", 10)
     jsonschema.validate(doc, RETIRE_SCHEMA)
     by = _by(doc)
-    assert by[LIMIT]["applies"] is False and by[LIMIT]["status"] == RETIRE
-    assert "no longer applies" in by[LIMIT]["scenarios"][0]["reason"]
-    assert doc["variants"]["patched"]["left_out"] == [LIMIT]
-    assert doc["variants"]["patched"]["patches"] == [MEMINFO]
+    assert by[LIMIT]["applies"] is False and by[LIMIT]["status"] == CONFLICT and by[LIMIT]["needed"] == "inconclusive"
+    assert "already behaves as it did with it at the base" in by[LIMIT]["reason"] and "rebase it" in by[LIMIT]["reason"]
+    full = next(b for b in doc["builds"] if b["name"] == f"{reworded[:12]}+series")
+    assert full["patches"] == [MEMINFO]
     assert by[MEMINFO]["status"] == STILL_NEEDED
 
 
@@ -100,31 +99,46 @@ def test_conflicting_patch_whose_behaviour_upstream_did_not_fix(tmp_path):
     repo, commits = tb.upstream(tmp_path, ["reword-limit"])
     ws = tb.workspace(tmp_path, commits[0])
     t = load_target(resolve_workspace(ws), "twobugs")
-    doc = retire_report(t, repo, commits[1], tmp_path / "cache", "fake", 2)
+    doc = retire_report(t, repo, commits[1], tmp_path / "cache", "fake", 10)
     by = _by(doc)
-    assert by[LIMIT]["status"] == "conflict" and "rebase" in by[LIMIT]["reason"]
+    assert by[LIMIT]["status"] == STILL_NEEDED and by[LIMIT]["applies"] is False
+    assert "rebase it" in by[LIMIT]["reason"] and by[LIMIT]["scenario"] == "twobugs:cumulative-limit"
     assert by[MEMINFO]["status"] == STILL_NEEDED
 
 
-def test_patches_without_scenarios_are_untested_and_nothing_is_built(tmp_path):
+def test_patches_without_trailers_are_judged_through_the_coverage_map(tmp_path):
     repo, commits = tb.upstream(tmp_path, [])
     ws = tb.workspace(tmp_path, commits[0])
     for f in (ws / "patches" / "twobugs").glob("*.patch"):
         f.write_text(re.sub(r"(?m)^Reproducer: .*\n", "", f.read_text()))
     t = load_target(resolve_workspace(ws), "twobugs")
-    doc = retire_report(t, repo, commits[0], tmp_path / "cache", "fake", 1)
+    doc = retire_report(t, repo, commits[0], tmp_path / "cache", "fake", 10)
     jsonschema.validate(doc, RETIRE_SCHEMA)
-    assert {p["status"] for p in doc["patches"]} == {"untested"}
-    assert doc["variants"]["unpatched"]["built"] is False and not (tmp_path / "cache" / "builds").exists()
+    by = _by(doc)
+    # the map finds what each patch's code runs under; the measured difference keeps both
+    assert "twobugs:cumulative-limit" in by[LIMIT]["judged"] and "twobugs:meminfo-limit" in by[MEMINFO]["judged"]
+    assert by[LIMIT]["status"] == by[MEMINFO]["status"] == STILL_NEEDED
+
+
+def test_no_reproducer_for_the_target_means_untestable_and_nothing_built(tmp_path):
+    repo, commits = tb.upstream(tmp_path, [])
+    ws = tb.workspace(tmp_path, commits[0])
+    shutil.rmtree(ws / "reproducers" / "twobugs")
+    t = load_target(resolve_workspace(ws), "twobugs")
+    doc = retire_report(t, repo, commits[0], tmp_path / "cache", "fake", 10)
+    jsonschema.validate(doc, RETIRE_SCHEMA)
+    assert {p["status"] for p in doc["patches"]} == {UNTESTABLE}
+    assert doc["builds"] == [] and not (tmp_path / "cache" / "builds").exists()
 
 
 def test_unknown_ref_is_an_environment_error(twobugs):
     with pytest.raises(EnvironmentMissing):
-        retire_report(twobugs["target"], twobugs["upstream"], "0" * 40, twobugs["cache"], "fake", 1)
+        retire_report(twobugs["target"], twobugs["upstream"], "0" * 40, twobugs["cache"], "fake", 10)
 
 
-def test_patched_failing_is_no_longer_effective(tmp_path):
-    # fakehami with its no-op "fix" (Reproducer: async-sched): unpatched and patched both fail
+def test_a_fix_no_scenario_ever_distinguishes_is_untestable(tmp_path):
+    # fakehami with its no-op "fix" (Reproducer: async-sched): identical with and without it, at the
+    # base too -- the positive control fails, so it is untestable, never superseded
     up = init_repo(tmp_path / "upstream")
     shutil.copytree(FIXTURES / "fakehami" / "src", up / "src")
     shutil.copy(FIXTURES / "fakehami" / "CMakeLists.txt", up / "CMakeLists.txt")
@@ -136,36 +150,12 @@ def test_patched_failing_is_no_longer_effective(tmp_path):
     toml = ws / "reproducers" / "async-sched" / "reproducer.toml"
     toml.write_text(re.sub(r'(?m)^target = ".*"$', 'target = "fakehami"', toml.read_text()))
     t = load_target(resolve_workspace(ws), "fakehami")
-    doc = retire_report(t, up, base, tmp_path / "cache", "fake", 2)
+    doc = retire_report(t, up, base, tmp_path / "cache", "fake", 10)
     jsonschema.validate(doc, RETIRE_SCHEMA)
     [p] = doc["patches"]
-    assert p["status"] == NO_LONGER_EFFECTIVE
-    assert doc["no_longer_effective"] == [p["name"]]
-    scen = {s["scenario"]: s for s in p["scenarios"]}
+    assert p["status"] == UNTESTABLE and "no scenario distinguishes it at the base" in p["reason"]
     # a Reproducer: trailer without a scenario names every checked scenario of the reproducer
-    assert set(scen) == {"async-sched:ctxless-async-alloc", "async-sched:ctxless-async-free", "async-sched:ctxless-sync-alloc"}
-    assert scen["async-sched:ctxless-async-alloc"]["status"] == NO_LONGER_EFFECTIVE
-    assert retire_exit_code(doc) == 1
-
-
-def _b(state, control_ok=True, runs=3, failures=None):
-    f = runs if failures is None and state == "fail" else (failures or 0)
-    return Behaviour(state, control_ok, {"runs": runs, "pass": runs - f, "failures": f, "invalid": 0, "skipped": 0})
-
-
-@pytest.mark.parametrize("unpatched,patched,applies,want", [
-    (_b("pass"), _b("pass"), True, RETIRE),
-    (_b("pass"), _b("fail"), True, RETIRE),  # flagged in the reason: the patch breaks upstream's fix
-    (_b("fail"), _b("fail"), True, NO_LONGER_EFFECTIVE),
-    (_b("fail"), _b("pass"), True, STILL_NEEDED),
-    (_b("fail"), Behaviour("not-built", None), False, "conflict"),
-    (_b("pass", control_ok=False), _b("pass"), True, INCONCLUSIVE),
-    (_b("fail"), _b("pass", control_ok=False), True, INCONCLUSIVE),
-    (_b("invalid"), _b("pass"), True, INCONCLUSIVE),
-    (Behaviour("skipped", True), _b("pass"), True, "skipped"),
-])
-def test_classify(unpatched, patched, applies, want):
-    status, why = classify(unpatched, patched, applies)
-    assert status == want and why
-    if unpatched.behaviour == "pass" and patched.behaviour == "fail":
-        assert "FAILS" in why
+    assert set(p["judged"]) >= {"async-sched:ctxless-async-alloc", "async-sched:ctxless-async-free",
+                                "async-sched:ctxless-sync-alloc"}
+    # the bug the no-op leaves in place is still failing on REF + series
+    assert "async-sched:ctxless-async-alloc" in {s["scenario"] for s in doc["still_failing"]}

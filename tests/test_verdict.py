@@ -117,3 +117,12 @@ def test_typed_results_round_trip_through_the_schema_types():
     assert ok.baseline.failures == 5 and ok.patched.passed == 10 and ok.theta == 0.3691
     again = ScenarioResult.from_json(ok.to_json())
     assert again.to_json() == ok.to_json() and again.to_json()["patched"]["pass"] == 10
+
+
+def test_a_failing_control_names_the_build_and_the_runs_never_a_guess():
+    one = scenario_verdict("r:control", True, {"baseline": _recs(["pass"] * 5), "patched": _recs(["fail"] + ["pass"] * 4)}, True)
+    assert one.verdict == "invalid" and one.reason.startswith("control failed on the patched build only")
+    assert "patched 1 failed, 0 invalid of 5" in one.reason and "passes on the baseline build" in one.reason
+    assert "environment" not in one.reason
+    both = scenario_verdict("r:control", True, {"baseline": _recs(["crash"] * 5), "patched": _recs(["crash"] * 5)}, True)
+    assert both.reason.startswith("control failed on both builds (baseline 5 failed")

@@ -369,3 +369,16 @@ def test_a_failing_control_stops_the_reproducer_under_the_sequential_rule(cli, f
     s = sc["ctxless-async-alloc"]
     assert s["verdict"] == "invalid" and "stopped: control harness:control failed" in s["stop_reason"]
     assert sum(s["runs_spent"].values()) < 15 and len(doc["runs"]) < 2 * 5 + 15
+
+
+def test_ref_vs_ref_logs_each_build_under_its_own_name(cli, fh):
+    up = fh["upstream"]
+    (up / "README.ref-a").write_text("a\n")
+    ref_a = commit_all(up, "docs: a")
+    (up / "README.ref-b").write_text("b\n")
+    ref_b = commit_all(up, "docs: b")
+    ws = make_ws(fh, "ws-refs", _series(""), ["async-sched"])
+    res, doc = verify(cli, fh, ws, "--reproducer", "async-sched", "--fixed", "--runs", "1",
+                      "--scenario", "ctxless-sync-alloc", "--baseline-ref", ref_a, "--patched-ref", ref_b)
+    assert f"building fakehami baseline ({ref_a})" in res.err and f"building fakehami patched ({ref_b})" in res.err
+    assert doc["variants"]["baseline"]["ref"] == ref_a and doc["variants"]["patched"]["ref"] == ref_b

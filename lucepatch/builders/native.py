@@ -44,6 +44,8 @@ class BuildResult:
     key: str
     cached: bool
     recipe: dict = field(default_factory=dict)  # Recipe.to_json(): how to rebuild the same bytes
+    label: str = ""  # the name it was built and logged under
+    coverage: dict | None = None  # coverage builds: {"build_dir": .gcno tree, "strip": GCOV_PREFIX_STRIP}
 
     def to_json(self) -> dict:
         return {
@@ -63,10 +65,16 @@ def _first_error(log: str) -> str:
 
 
 def build_variant(target: Target, source: Path, variant: str, cache: Path, *, jobs: int | None = None,
-                  base: str | None = None) -> BuildResult:
+                  base: str | None = None, patches: list | None = None, label: str | None = None,
+                  coverage: bool = False) -> BuildResult:
     """`variant` of `target` built from `source` at `base` (default: the pinned base), reproducibly
     (builders/reproducible.py) and cached by content: a second call with the same inputs returns
-    the cached artifacts, and a build in another cache folder gives the same bytes."""
+    the cached artifacts, and a build in another cache folder gives the same bytes.
+
+    patches: build exactly these patches instead of the variant's (retirement's add-one and
+    leave-one-out builds); label: the name the build is logged under (default: the variant);
+    coverage: compile and link with gcc --coverage and keep the build folder (the .gcno files) next
+    to the artifacts; the manifest's "coverage" says how a run redirects its .gcda files there."""
     cfg = target.build
     if cfg is None:
         raise UsageError(f"target {target.name} has no [build] table in {target.toml_path}; it cannot be built natively")
@@ -77,16 +85,18 @@ def build_variant(target: Target, source: Path, variant: str, cache: Path, *, jo
     toolchain.require("cmake", "install cmake (apt-get install cmake)")
     toolchain.require("cc", "install a C compiler (apt-get install gcc)")
     needs = list(cfg.needs)
-    patches = target.variant_patches(variant)
+    patches = target.variant_patches(variant) if patches is None else list(patches)
+    label = label or variant
     stubs = build_fakecuda(cache / "fakecuda")
 
     with WorkArea(cache, f"build-{target.name}-{variant}") as work:
         series = apply_series(target, source, patches, work, base=base)
         if series.conflicts:
             names = ", ".join(o.patch.name for o in series.conflicts)
-            raise CheckFailed(f"{target.name} {variant}: patch(es) {names} do not apply on {series.base[:12]}; run lucepatch check")
-        recipe = recipe_for(cfg, c_flags=[f"-I{toolchain.nvml_include()}"] if "nvml.h" in needs else [],
-                            link_dirs=[str(stubs)],
+            raise CheckFailed(f"{target.name} {label}: patch(es) {names} do not apply on {series.base[:12]}; run lucepatch check")
+        c_flags = [f"-I{toolchain.nvml_include()}"] if "nvml.h" in needs else []
+        recipe = recipe_for(cfg, c_flags=c_flags + (["--coverage"] if coverage else []),
+                            link_dirs=[str(stubs)], ld_flags=["--coverage"] if coverage else [],
                             env={"CUDA_HOME": str(toolchain.cuda_home()),
                                  "SOURCE_DATE_EPOCH": git.commit_time(work.repo, series.base)})
         key_doc = {
@@ -98,11 +108,11 @@ def build_variant(target: Target, source: Path, variant: str, cache: Path, *, jo
         key = hashlib.sha256(json.dumps(key_doc, sort_keys=True).encode()).hexdigest()[:24]
         out = cache / "builds" / key
         result = partial(BuildResult, variant, target.name, series.base, series.head, series.tree,
-                         [p.name for p in patches], key=key, recipe=recipe.to_json())
+                         [p.name for p in patches], key=key, recipe=recipe.to_json(), label=label)
         cached = _cached(out)
         if cached is not None:
-            return result(*cached, cached=True)
-        report.progress(f"building {target.name} {variant} (tree {series.tree[:12]}) in {out}")
+            return result(*cached, cached=True, coverage=_coverage_of(out))
+        report.progress(f"building {target.name} {label} (tree {series.tree[:12]}) in {out}")
         # a private staging folder per build (never shared by two concurrent builds, even threads
         # of one process); the finished one is renamed into place
         staging = out.with_name(f"{out.name}.tmp-{uuid.uuid4().hex[:12]}")
@@ -120,9 +130,9 @@ def build_variant(target: Target, source: Path, variant: str, cache: Path, *, jo
                         kept = cache / "logs" / f"build-{target.name}-{variant}-{key}.log"
                         kept.parent.mkdir(parents=True, exist_ok=True)
                         shutil.copy(log_path, kept)
-                        raise CheckFailed(f"{target.name} {variant} build failed: {_first_error(kept.read_text())} (log: {kept})")
+                        raise CheckFailed(f"{target.name} {label} build failed: {_first_error(kept.read_text())} (log: {kept})")
                     if n == 0:
-                        check_stamps(cfg, bdir, series.head, where=f"{target.name} {variant}")
+                        check_stamps(cfg, bdir, series.head, where=f"{target.name} {label}")
             shas = {}
             art_dir = staging / "artifacts"
             art_dir.mkdir()
@@ -133,21 +143,31 @@ def build_variant(target: Target, source: Path, variant: str, cache: Path, *, jo
                 shutil.copyfile(src, art_dir / name)
                 os.chmod(art_dir / name, 0o755)
                 shas[name] = sha256_file(art_dir / name)
-            shutil.rmtree(bdir)
+            cov = None
+            if coverage:
+                # a run's .gcda files land in $GCOV_PREFIX/<path under the build folder> when
+                # GCOV_PREFIX_STRIP drops the (staging) build folder's own components
+                cov = {"build_dir": str(out / "build"), "strip": len(bdir.resolve().parts) - 1}
+                for f in bdir.rglob("*"):  # only the notes files are kept
+                    if f.is_file() and f.suffix != ".gcno":
+                        f.unlink()
+            else:
+                shutil.rmtree(bdir)
             arts = {name: out / "artifacts" / name for name in cfg.artifacts}
             (staging / "recipe.sh").write_text(recipe.shell())
             (staging / "manifest.json").write_text(json.dumps({
                 "key": key, "inputs": key_doc, "variant": variant, "commit": series.head,
                 "artifacts": {n: {"path": str(arts[n]), "sha256": shas[n]} for n in arts},
+                **({"coverage": cov} if cov else {}),
             }, indent=2))
             if not _publish(staging, out):
                 cached = _cached(out)  # a concurrent build of the same key finished first: same bytes
                 if cached is not None:
-                    return result(*cached, cached=True)
+                    return result(*cached, cached=True, coverage=_coverage_of(out))
                 raise CheckFailed(f"{target.name} {variant}: could not publish the build into {out}; remove it and retry")
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-        return result(arts, shas, cached=False)
+        return result(arts, shas, cached=False, coverage=cov)
 
 
 def _cached(out: Path) -> tuple[dict[str, Path], dict[str, str]] | None:
@@ -158,8 +178,14 @@ def _cached(out: Path) -> tuple[dict[str, Path], dict[str, str]] | None:
     m = json.loads(manifest.read_text())
     arts = {n: Path(a["path"]) for n, a in m["artifacts"].items()}
     if all(p.is_file() and sha256_file(p) == m["artifacts"][n]["sha256"] for n, p in arts.items()):
+        if "coverage" in m and not any(Path(m["coverage"]["build_dir"]).rglob("*.gcno")):
+            return None  # a coverage build without its notes files is of no use
         return arts, {n: m["artifacts"][n]["sha256"] for n in arts}
     return None
+
+
+def _coverage_of(out: Path) -> dict | None:
+    return json.loads((out / "manifest.json").read_text()).get("coverage")
 
 
 def _publish(staging: Path, out: Path) -> bool:

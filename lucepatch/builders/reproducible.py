@@ -43,6 +43,7 @@ class Recipe:
     targets: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)  # CUDA_HOME, SOURCE_DATE_EPOCH
     unset_env: list[str] = field(default_factory=list)
+    ld_flags: list[str] = field(default_factory=list)  # extra linker flags (coverage builds: --coverage)
 
     @staticmethod
     def prefix_maps(src: str, build: str) -> list[str]:
@@ -52,7 +53,7 @@ class Recipe:
 
     def configure(self, src: str, build: str) -> list[str]:
         flags = " ".join([*self.c_flags, *self.prefix_maps(src, build)])
-        link = " ".join(f"-L{d}" for d in self.link_dirs)
+        link = " ".join([*(f"-L{d}" for d in self.link_dirs), *self.ld_flags])
         return ["cmake", "-S", src, "-B", build, *self.configure_args,
                 f"-DCMAKE_C_FLAGS={flags}", f"-DCMAKE_CXX_FLAGS={flags}", "-DCMAKE_BUILD_RPATH_USE_ORIGIN=ON",
                 f"-DCMAKE_SHARED_LINKER_FLAGS={link}", f"-DCMAKE_EXE_LINKER_FLAGS={link}"]
@@ -86,10 +87,12 @@ class Recipe:
         return "\n".join(lines) + "\n"
 
 
-def recipe_for(build_cfg: BuildConfig, *, c_flags: list[str], link_dirs: list[str], env: dict[str, str]) -> Recipe:
+def recipe_for(build_cfg: BuildConfig, *, c_flags: list[str], link_dirs: list[str], env: dict[str, str],
+               ld_flags: list[str] | None = None) -> Recipe:
     rep = build_cfg.reproducible
     return Recipe(configure_args=[*build_cfg.configure_args, *rep.configure_args], c_flags=c_flags,
-                  link_dirs=link_dirs, targets=list(build_cfg.targets), env=env, unset_env=list(rep.unset_env))
+                  link_dirs=link_dirs, targets=list(build_cfg.targets), env=env, unset_env=list(rep.unset_env),
+                  ld_flags=list(ld_flags or []))
 
 
 def check_stamps(build_cfg: BuildConfig, build_dir: Path, commit: str, *, where: str) -> None:

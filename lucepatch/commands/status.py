@@ -55,17 +55,37 @@ def compute_status(t, src, work, head: str, base: str) -> list[dict]:
 @click.argument("target", required=False)
 @source_option
 @click.option("--fetch", is_flag=True, help="Allow a `git fetch` when the base commit is not in the checkout.")
+@click.option("--behaviour", is_flag=True,
+              help="Also judge each patch by behaviour at HEAD with the retirement rule of `verify --retire` "
+                   "(builds and runs the reproducers); a superseded patch reads already-upstream (signal behaviour).")
 @json_option
 @click.pass_context
-def command(ctx, target, source, fetch, as_json):
+def command(ctx, target, source, fetch, behaviour, as_json):
     """Per patch at the checkout's HEAD: applied / not-applied / already-upstream (signal) / conflicts."""
     ws, t = load_checked(ctx, target)
     src = require_source(source, t.name, family=t.family)
     co.open_checkout(src)
     base = resolve_base(src, t.base, t.name, fetch=fetch)
     head = git.resolve_commit(src, "HEAD", what="HEAD", remedy="the checkout has no commits")
-    with WorkArea(cache(ctx), f"status-{t.name}") as work:
-        rows = compute_status(t, src, work, head, base)
+    hook = judged = None
+    if behaviour:
+        from lucepatch.upstream import retire
+
+        judged = retire.load_saved(t, head, cache(ctx), ws)  # `verify --retire HEAD` already judged it
+        if judged is None:
+            judged = retire.retire_report(t, src, head, cache(ctx), "auto", workspace=ws)
+            retire.save_report(judged, t, cache(ctx), ws)
+        upstreamed.register_behaviour_hook(hook := retire.report_hook(judged))
+    try:
+        with WorkArea(cache(ctx), f"status-{t.name}") as work:
+            rows = compute_status(t, src, work, head, base)
+    finally:
+        if hook:
+            upstreamed.unregister_behaviour_hook(hook)
+    for r in rows if judged else []:
+        b = next(p for p in judged["patches"] if p["name"] == r["name"])
+        r["behaviour"] = {k: b[k] for k in ("status", "needed", "scenario", "reason")}
+        r["detail"] = (r["detail"] + "; " if r["detail"] else "") + f"behaviour: {b['status']} ({b['scenario'] or '-'})"
     if as_json:
         report.emit_json("status", {"workspace": ws.to_json(), "target": t.name, "version": t.version, "line": t.line,
                                      "line_of": t.line_of, "base": base, "head": head,

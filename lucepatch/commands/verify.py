@@ -10,21 +10,28 @@ from lucepatch import git, report
 from lucepatch.commands._common import cache, json_option, require_source, source_option, workspace
 from lucepatch.errors import EXIT_CHECK_FAILED
 from lucepatch.target import load_target
-from lucepatch.upstream.retire import format_retire_table, retire_exit_code, retire_report
 from lucepatch.verify.evidence import write_evidence
 from lucepatch.verify.service import ClusterOptions, VerifyRequest, run_verify, select
 
 
-def _retire(ctx, ws, target_name, source, ref, driver, runs, as_json) -> int:
+def _retire(ctx, ws, target_name, source, ref, driver, runs, as_json, coverage_map) -> int:
+    from lucepatch.upstream import coverage, retire
+
     t = load_target(ws, target_name)
     src = require_source(source, t.name, family=t.family)
     git.open_repo(src)
-    doc = retire_report(t, src, ref, cache(ctx), driver, runs, workspace=ws)
+    if coverage_map:  # the map alone, at REF or at the pinned base
+        m, left_out = coverage.coverage_map_at(t, src, ref or t.base, cache(ctx), driver, workspace=ws)
+        doc = {**m.to_json(), "left_out": left_out, "cached": m.cached}
+        kind, (title, columns, rows), rc = "verify-coverage-map", coverage.format_coverage_map(m), 0
+    else:
+        doc = retire.retire_report(t, src, ref, cache(ctx), driver, runs, workspace=ws)
+        doc["saved"] = str(retire.save_report(doc, t, cache(ctx), ws))  # what a rebase session's `needed` reads
+        kind, (title, columns, rows), rc = "verify-retire", retire.format_retire_table(doc), retire.retire_exit_code(doc)
     if as_json:
-        report.emit_json("verify-retire", {"workspace": ws.to_json(), **doc})
-    title, columns, rows = format_retire_table(doc)
+        report.emit_json(kind, {"workspace": ws.to_json(), **doc})
     report.table(title, columns, rows, to_stdout=not as_json)
-    return retire_exit_code(doc)
+    return rc
 
 
 def verdict_table(ev) -> tuple[str, list[str], list[list]]:
@@ -57,8 +64,11 @@ def verdict_table(ev) -> tuple[str, list[str], list[list]]:
               help="Parallel runs (default: one per CPU when each run can get a private mount namespace "
                    "for /tmp/vgpulock, i.e. as root with unshare; serial otherwise). --jobs 1 forces serial.")
 @click.option("--retire", "retire_ref", default=None, metavar="REF",
-              help="Retirement by behaviour at upstream REF: run each patch's scenarios on unpatched and patched "
-                   "upstream and name patches upstream made unnecessary or ineffective.")
+              help="Retirement by behaviour at upstream REF: add-one, leave-one-out, a positive control at the base, "
+                   "coverage and a joint check per patch (superseded / still-needed / untestable / inconclusive).")
+@click.option("--coverage-map", is_flag=True,
+              help="Show which scenarios execute which patch hunks (gcc --coverage on the configured driver), at "
+                   "--retire REF or at the pinned base.")
 @click.option("--in-cluster", is_flag=True, help="Run the reproducers as Jobs on a HAMi node (see docs/cluster.md).")
 @click.option("--kubeconfig", default=None, help="Kubeconfig for --in-cluster (default: $LUCEPATCH_KUBECONFIG).")
 @click.option("--context", "kube_context", default=None, help="Kubeconfig context for --in-cluster.")
@@ -73,12 +83,12 @@ def verdict_table(ev) -> tuple[str, list[str], list[list]]:
 @json_option
 @click.pass_context
 def command(ctx, reproducer_names, run_all, scenarios, target_name, source, driver, runs, fixed, lib, baseline_lib,
-            baseline_ref, patched_ref, jobs, retire_ref, in_cluster, kubeconfig, kube_context, namespace, node,
+            baseline_ref, patched_ref, jobs, retire_ref, coverage_map, in_cluster, kubeconfig, kube_context, namespace, node,
             gpu_mem, image, from_logs, save_logs, evidence_path, as_json):
     """Run reproducers against the baseline and the patched build and decide whether the fix is proven."""
     ws = workspace(ctx)
-    if retire_ref:
-        return _retire(ctx, ws, target_name, source, retire_ref, driver, runs, as_json)
+    if retire_ref or coverage_map:
+        return _retire(ctx, ws, target_name, source, retire_ref, driver, runs, as_json, coverage_map)
     t, repros = select(ws, target=target_name, reproducers=list(reproducer_names), run_all=run_all)
     cluster = None
     if in_cluster or from_logs:

@@ -36,7 +36,7 @@ NOT_JUDGED = "not-judged"
 VERDICTS = (STILL_NEEDED, SUPERSEDED, UNTESTABLE, INCONCLUSIVE, NOT_JUDGED)
 
 # Modules that register a judge when imported (the retirement rule adds its own here).
-JUDGE_MODULES: tuple[str, ...] = ()
+JUDGE_MODULES: tuple[str, ...] = ("lucepatch.upstream.retire",)  # the retirement rule (issue 11)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,11 @@ def register_behaviour_hook(fn: Callable) -> None:
         _behaviour_hooks.append(fn)
 
 
+def unregister_behaviour_hook(fn: Callable) -> None:
+    if fn in _behaviour_hooks:
+        _behaviour_hooks.remove(fn)
+
+
 @dataclass
 class Upstreamed:
     signal: str
@@ -187,7 +192,8 @@ def detect(patch: Patch, patch_file: Path, *, repo: Path, ref: str, upstream_ids
             verdict = None
             del exc
         if verdict:
-            return Upstreamed("behaviour", None, f"behavioural check {getattr(hook, '__name__', 'hook')} passes on {ref[:12]}")
+            return Upstreamed("behaviour", None, getattr(hook, "detail", lambda p, r: None)(patch, ref)
+                              or f"behavioural check {getattr(hook, '__name__', 'hook')} passes on {ref[:12]}")
     return None
 
 

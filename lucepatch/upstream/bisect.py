@@ -24,14 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucepatch import git, report, trailers
-from lucepatch.builders.native import build_variant
 from lucepatch.errors import CheckFailed, UsageError
 from lucepatch.series import Patch
 from lucepatch.target import Target
 from lucepatch.upstream.retire import B_FAIL, B_PASS, DriverChoice, measure_behaviour, resolve_driver
 from lucepatch.verify.reproducer import Reproducer
-from lucepatch.verify.service import artifact_variant
-from lucepatch.verify.session import derive_driver
+from lucepatch.verify.service import VariantSpec, build_variants
+from lucepatch.verify.session import Variant, derive_driver
 
 SCHEMA_VERSION = 1
 KIND = "lucepatch-bisect"
@@ -132,10 +131,11 @@ def _subject(source: Path, commit: str) -> str:
 def _probe(target: Target, source: Path, repro: Reproducer, scenarios: list[str], commit: str, index: int,
            runs: int, drv: DriverChoice, cache: Path, records: list) -> Probe:
     try:
-        b = build_variant(target, source, "baseline", cache, base=commit)
+        [built] = build_variants(target, source, cache, repro.artifact, specs=[VariantSpec(
+            f"{commit[:12]}+build-only", tuple(p.name for p in target.build_only_patches), commit)])
     except CheckFailed as exc:
         return Probe(commit, index, SKIP, f"does not build: {exc}")
-    upstream = artifact_variant("upstream", b, repro.artifact, target, {"commit": commit})
+    upstream = Variant("upstream", built.lib, {"commit": commit})
     beh, recs = measure_behaviour(repro, scenarios, [upstream], runs, drv, cache)
     records += recs
     per = {s: beh[("upstream", s)] for s in scenarios}

@@ -1,222 +1,149 @@
-"""Retirement by behaviour: has upstream fixed (or outgrown) what a patch fixes?
+"""Retirement by behaviour that can never drop a needed patch (issue 11; docs/design.md "Retirement").
 
-For an upstream commit REF, every scenario a patch names (`Reproducer: name[:scenario]`) runs on
-two builds made at REF:
+At an upstream commit REF, patch P is **superseded** only when all of these hold:
 
-  unpatched  upstream at REF + the Build-Only patches (the same baseline `verify` uses)
-  patched    the whole series applied at REF (patches that conflict there are left out and
-             reported; the rest are applied as `apply` would)
+  (a) add-one        on REF + Build-Only (+ the earlier patches P's text needs), every scenario
+                     that reaches P behaves identically with and without P;
+  (b) leave-one-out  the same on REF + the rest of the series (applicable at REF);
+  (c) positive control  at the pinned base, P made a difference in (a) or (b) on some scenario —
+                     a patch no scenario ever distinguishes is `untestable`, never retired;
+  (d) coverage       every hunk of P is executed by some scenario (lucepatch.upstream.coverage) —
+                     line by line: every line P added that compiled to code ran in some scenario
+                     (a bounds check whose early return never ran has not been shown unneeded),
+                     else `untestable: <file:line> reached by no scenario`;
+  (e) joint check    once the candidates R are chosen, REF + (series − R) behaves like REF + series
+                     on every scenario; a candidate that breaks that stays `still-needed`.
 
-and each (patch, scenario) gets one status:
+"Identically" (lucepatch.upstream.behaviour) = the same outcome class and the same check results
+on all N >= 10 fixed runs per side, controls passing; anything mixed, invalid or skipped is
+`inconclusive`. The scenarios that reach P are its `Reproducer:` trailers plus the measured
+coverage map (the map adds scenarios, it never removes a declared one).
 
-  retire-candidate     the unpatched build passes every run and its controls pass: upstream
-                       fixed the behaviour, whatever the diff looks like (no patch-id needed)
-  no-longer-effective  the unpatched build fails and so does the patched one: the patch no longer
-                       fixes the behaviour at REF
-  still-needed         the unpatched build fails, the patched one passes
-  conflict             the unpatched build fails and the patch does not apply at REF (rebase it)
-  inconclusive         a control failed, a run could not prove what it loaded, or a build failed
-  skipped              the scenario cannot run on this machine (e.g. needs 2 GPUs)
+Statuses (with the coarse `needed` a rebase session shows, lucepatch.engine.needed):
 
-A patch is a retire candidate only when every scenario it names is one. It is judged per
-scenario, so when upstream fixes one of two behaviours exactly the patch owning that behaviour
-retires. Textual signals (patch-id, reverse-apply, content-match) are reported alongside, never
-required.
+  superseded           (a)–(e) hold                                          needed: superseded
+  still-needed         P changes a scenario at REF (named, with both sides);   still-needed
+                       or P does not apply at REF and REF without it still
+                       shows a failure P fixed at the base
+  no-longer-effective  identical at REF, but the common behaviour fails where  still-needed
+                       P made it pass at the base (the bug is back; P no longer fixes it)
+  regression           P makes a scenario fail at REF that passes without it   inconclusive
+  conflict             P does not apply at REF and nothing shows it is needed  inconclusive
+  untestable           Build-Only, (c) or (d) fails, or no scenario reaches P  untestable
+  inconclusive         a comparison was mixed / invalid / skipped, a control   inconclusive
+                       failed or a build could not be made (the reason names the build and the
+                       evidence, never an unmeasured cause)
 
-Entry points: `retire_report(...) -> dict` (schema RETIRE_SCHEMA), `format_retire_table(doc)`,
-`retire_exit_code(doc)`, and `measure_behaviour(...)`, which `bisect` shares.
+The report also lists the scenarios that still fail on REF + series: upstream bugs no patch covers.
+Entry points: retire_report(...) -> dict (RETIRE_SCHEMA), format_retire_table(doc),
+retire_exit_code(doc), behaviour_hook(...) (engine.upstreamed), judge(...) (engine.needed).
 """
 
 from __future__ import annotations
 
-import copy
+import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucepatch import git, report
-from lucepatch.builders.native import build_variant
 from lucepatch.engine.apply import WorkArea, apply_series
-from lucepatch.errors import CheckFailed, UsageError
+from lucepatch.errors import UsageError
 from lucepatch.series import Patch
 from lucepatch.target import Target
-from lucepatch.verify.driver import DriverChoice, choose_driver
-from lucepatch.verify.reproducer import Reproducer, Scenario, load_reproducer_dir
-from lucepatch.verify.runner import FAILURES, INVALID, RunRecord
-from lucepatch.verify.service import artifact_variant
-from lucepatch.verify.session import Variant, derive_driver, run_matrix
-from lucepatch.verify.verdict import tally
+from lucepatch.upstream.behaviour import (B_FAIL, B_MIXED, B_PASS, B_SKIPPED, DIFFERENT, IDENTICAL,  # noqa: F401
+                                          INCONCLUSIVE as C_INCONCLUSIVE, Behaviour, Comparison, Lab,
+                                          describe_signature, measure_behaviour, resolve_driver)
+from lucepatch.verify.driver import DriverChoice
+from lucepatch.verify.reproducer import Reproducer, Scenario, list_reproducers, load_reproducer_dir
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 KIND = "lucepatch-retire"
+MIN_RUNS = 10
 
-RETIRE = "retire-candidate"
-NO_LONGER_EFFECTIVE = "no-longer-effective"
+SUPERSEDED = "superseded"
 STILL_NEEDED = "still-needed"
+NO_LONGER_EFFECTIVE = "no-longer-effective"
+REGRESSION = "regression"
 CONFLICT = "conflict"
+UNTESTABLE = "untestable"
 INCONCLUSIVE = "inconclusive"
-SKIPPED_S = "skipped"
-UNTESTED = "untested"
-STATUSES = (RETIRE, NO_LONGER_EFFECTIVE, STILL_NEEDED, CONFLICT, INCONCLUSIVE, SKIPPED_S, UNTESTED)
+STATUSES = (SUPERSEDED, STILL_NEEDED, NO_LONGER_EFFECTIVE, REGRESSION, CONFLICT, UNTESTABLE, INCONCLUSIVE)
+RETIRE = SUPERSEDED  # the old name of the status ("retire-candidate")
+NEEDED = {SUPERSEDED: "superseded", STILL_NEEDED: "still-needed", NO_LONGER_EFFECTIVE: "still-needed",
+          REGRESSION: "inconclusive", CONFLICT: "inconclusive", UNTESTABLE: "untestable", INCONCLUSIVE: "inconclusive"}
 
-# Behaviour of one scenario on one build.
-B_PASS, B_FAIL, B_INVALID, B_SKIPPED, B_UNBUILT = "pass", "fail", "invalid", "skipped", "not-built"
-
-_TALLY = {
-    "type": "object",
-    "required": ["runs", "pass", "failures", "invalid", "skipped"],
-    "properties": {"runs": {"type": "integer"}, "pass": {"type": "integer"}, "failures": {"type": "integer"},
-                   "invalid": {"type": "integer"}, "skipped": {"type": "integer"}},
-}
-_BEHAVIOUR = {
-    "type": "object",
-    "required": ["behaviour", "control_ok"],
-    "properties": {"behaviour": {"enum": [B_PASS, B_FAIL, B_INVALID, B_SKIPPED, B_UNBUILT]},
-                   "control_ok": {"type": ["boolean", "null"]}, "tally": {"oneOf": [_TALLY, {"type": "null"}]}},
-}
-_VARIANT = {
-    "type": "object",
-    "required": ["built", "patches"],
-    "properties": {"built": {"type": "boolean"}, "commit": {"type": ["string", "null"]},
-                   "tree": {"type": ["string", "null"]}, "patches": {"type": "array", "items": {"type": "string"}},
-                   "artifact_sha256": {"type": ["string", "null"]}, "error": {"type": "string"}},
-}
-# JSON schema of retire_report()'s document (tests validate against it).
+_BUILD = {"type": "object", "required": ["name", "ref", "patches", "built"],
+          "properties": {"name": {"type": "string"}, "ref": {"type": "string"},
+                         "patches": {"type": "array", "items": {"type": "string"}}, "built": {"type": "boolean"}}}
 RETIRE_SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "type": "object",
-    "required": ["schema_version", "kind", "target", "upstream", "driver", "simulated", "runs", "variants",
-                 "patches", "retire_candidates", "no_longer_effective", "summary"],
+    "required": ["schema_version", "kind", "target", "upstream", "driver", "simulated", "runs", "rule", "builds",
+                 "patches", "superseded", "retire_candidates", "no_longer_effective", "still_failing", "summary"],
     "properties": {
         "schema_version": {"const": SCHEMA_VERSION},
         "kind": {"const": KIND},
         "target": {"type": "string"},
         "upstream": {"type": "object", "required": ["ref", "commit", "base"],
-                     "properties": {"url": {"type": "string"}, "ref": {"type": "string"},
-                                    "commit": {"type": "string", "pattern": "^[0-9a-f]{40}$"},
-                                    "base": {"type": "string"}}},
+                     "properties": {"ref": {"type": "string"}, "commit": {"type": "string", "pattern": "^[0-9a-f]{40}$"},
+                                    "base": {"type": "string", "pattern": "^[0-9a-f]{40}$"}}},
         "driver": {"type": "object", "required": ["kind"]},
         "simulated": {"type": "boolean"},
-        "runs": {"type": "integer", "minimum": 1},
-        "variants": {"type": "object", "required": ["unpatched", "patched"],
-                     "properties": {"unpatched": _VARIANT, "patched": _VARIANT}},
+        "runs": {"type": "integer", "minimum": MIN_RUNS},
+        "rule": {"type": "string"},
+        "builds": {"type": "array", "items": _BUILD},
+        "coverage": {"type": ["object", "null"]},
         "patches": {"type": "array", "items": {
             "type": "object",
-            "required": ["name", "patch_id", "status", "reason", "applies", "textual", "scenarios"],
+            "required": ["name", "patch_id", "status", "needed", "reason", "applies", "scenarios", "judged"],
             "properties": {
                 "name": {"type": "string"}, "patch_id": {"type": "string"}, "build_only": {"type": "boolean"},
-                "status": {"enum": list(STATUSES)}, "reason": {"type": "string"}, "applies": {"type": "boolean"},
-                "textual": {"oneOf": [{"type": "null"},
-                                      {"type": "object", "required": ["signal"],
-                                       "properties": {"signal": {"type": "string"},
-                                                      "commit": {"type": ["string", "null"]}}}]},
-                "scenarios": {"type": "array", "items": {
-                    "type": "object",
-                    "required": ["scenario", "status", "reason", "unpatched", "patched"],
-                    "properties": {"scenario": {"type": "string", "pattern": "^[^:]+:[^:]+$"},
-                                   "status": {"enum": list(STATUSES)}, "reason": {"type": "string"},
-                                   "unpatched": _BEHAVIOUR, "patched": _BEHAVIOUR}}},
+                "status": {"enum": list(STATUSES)},
+                "needed": {"enum": ["still-needed", "superseded", "untestable", "inconclusive"]},
+                "reason": {"type": "string"}, "scenario": {"type": ["string", "null"]},
+                "applies": {"type": "boolean"},
+                "judged": {"type": "array", "items": {"type": "string", "pattern": "^[^:]+:[^:]+$"}},
+                "unreached": {"type": "array", "items": {"type": "string"}},
+                "scenarios": {"type": "array", "items": {"type": "object", "required": ["scenario"]}},
+                "textual": {"oneOf": [{"type": "null"}, {"type": "object", "required": ["signal"]}]},
             }}},
+        "superseded": {"type": "array", "items": {"type": "string"}},
         "retire_candidates": {"type": "array", "items": {"type": "string"}},
         "no_longer_effective": {"type": "array", "items": {"type": "string"}},
+        "still_failing": {"type": "array", "items": {"type": "object", "required": ["scenario", "behaviour"]}},
         "summary": {"type": "object", "additionalProperties": {"type": "integer"}},
     },
 }
 
 
-# ---- measuring a behaviour -------------------------------------------------------------------
-
-
-@dataclass
-class Behaviour:
-    """What one scenario did on one build, with the health of its reproducer's controls."""
-    behaviour: str  # pass | fail | invalid | skipped | not-built
-    control_ok: bool | None
-    tally: dict | None = None
-    why: str = ""
-
-    def to_json(self) -> dict:
-        out = {"behaviour": self.behaviour, "control_ok": self.control_ok, "tally": self.tally}
-        if self.why:
-            out["why"] = self.why
-        return out
-
-
-def _state(records: list[RunRecord]) -> tuple[str, dict]:
-    t = tally(records).to_json()
-    if not records:
-        return B_INVALID, t
-    if t["skipped"] == t["runs"]:
-        return B_SKIPPED, t
-    if t["invalid"] or t["skipped"]:
-        return B_INVALID, t
-    return (B_FAIL if t["failures"] else B_PASS), t
-
-
-def measure_behaviour(repro: Reproducer, scenarios: list[str], variants: list[Variant], runs: int,
-                      driver: DriverChoice, cache: Path) -> tuple[dict[tuple[str, str], Behaviour], list[RunRecord]]:
-    """Run `scenarios` (names, controls always added) of `repro` on every variant.
-
-    Returns {(variant name, scenario name): Behaviour} and the raw run records. A scenario
-    "fails" when any run fails (crash, wrong result, timeout, hook error in the log) and
-    "passes" only when every run passes; controls must pass on the same variant for either to
-    count (otherwise control_ok is False and the caller treats the result as inconclusive).
-    """
-    checked = [s for s in scenarios if not repro.scenario(s).control]
-    records = run_matrix([repro], variants, runs, driver, cache, checked or None)
-    out: dict[tuple[str, str], Behaviour] = {}
-    for v in variants:
-        ctrl_ok = True
-        for c in repro.controls:
-            st, _ = _state([r for r in records if r.variant == v.name and r.scenario == f"{repro.name}:{c.name}"])
-            if st not in (B_PASS, B_SKIPPED):
-                ctrl_ok = False
-        for s in checked:
-            recs = [r for r in records if r.variant == v.name and r.scenario == f"{repro.name}:{s}"]
-            st, t = _state(recs)
-            why = next((r.first_error or r.reason for r in recs if r.outcome in FAILURES or r.outcome == INVALID), "")
-            out[(v.name, s)] = Behaviour(st, ctrl_ok, {k: t[k] for k in ("runs", "pass", "failures", "invalid", "skipped",
-                                                                          "failure_rate", "outcomes")}, why[:200])
-    return out, records
-
-
-def resolve_driver(driver: DriverChoice | str, cache: Path) -> DriverChoice:
-    return driver if isinstance(driver, DriverChoice) else choose_driver(driver, cache)
+# ---- inputs -----------------------------------------------------------------------------------
 
 
 def reproducers_dir(target: Target, workspace=None) -> Path:
     if workspace is not None:
         return Path(workspace.reproducers_dir)
-    # patches/<target>/ lives in the workspace, next to reproducers/
-    return target.dir.resolve().parent.parent / "reproducers"
+    return target.dir.resolve().parent.parent / "reproducers"  # patches/<target>/ sits beside reproducers/
 
 
-def load_repro(rdir: Path, name: str) -> Reproducer:
-    d = rdir / name
-    if not (d / "reproducer.toml").is_file():
-        raise UsageError(f"unknown reproducer {name!r} (no {d}/reproducer.toml); fix the patch's Reproducer: trailer")
-    return load_reproducer_dir(d)
+def target_reproducers(target: Target, workspace=None) -> list[Reproducer]:
+    d = reproducers_dir(target, workspace)
+    if not d.is_dir():
+        return []
+    return [r for r in (load_reproducer_dir(p) for p in sorted(d.iterdir()) if (p / "reproducer.toml").is_file())
+            if r.target == target.name]
 
 
-def patch_scenarios(target: Target, rdir: Path) -> tuple[dict[str, list[tuple[Reproducer, Scenario]]], dict[str, str]]:
-    """patch name -> [(reproducer, scenario)] from its Reproducer: trailers (no scenario = every
-    checked scenario of that reproducer); plus patch name -> why it cannot be judged."""
-    out: dict[str, list[tuple[Reproducer, Scenario]]] = {}
+def declared(target: Target, repros: dict[str, Reproducer]) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """patch -> the checked scenarios its Reproducer: trailers name; patch -> why its trailers are wrong."""
+    out: dict[str, list[str]] = {}
     problems: dict[str, str] = {}
-    cache: dict[str, Reproducer] = {}
     for p in target.patches:
-        pairs = []
-        if p.build_only:  # in both builds: behaviour cannot say whether upstream still needs it
-            out[p.name] = []
-            continue
+        keys: list[str] = []
         for name, scen in p.reproducers:
-            try:
-                r = cache.get(name) or load_repro(rdir, name)
-            except UsageError as exc:
-                problems[p.name] = str(exc)
-                continue
-            cache[name] = r
-            if r.target != target.name:
-                problems[p.name] = f"reproducer {name} targets {r.target}, not {target.name}"
+            r = repros.get(name)
+            if r is None:
+                problems[p.name] = f"Reproducer: {name} names no reproducer of {target.name}; fix the trailer"
                 continue
             if scen:
                 try:
@@ -227,58 +154,414 @@ def patch_scenarios(target: Target, rdir: Path) -> tuple[dict[str, list[tuple[Re
                 if s.control:
                     problems[p.name] = f"{name}:{scen} is a control scenario; a patch names the behaviour it fixes"
                     continue
-                pairs.append((r, s))
+                keys.append(f"{name}:{s.name}")
             else:
-                pairs.extend((r, s) for s in r.checked)
-        seen, uniq = set(), []
-        for r, s in pairs:
-            if (r.name, s.name) not in seen:
-                seen.add((r.name, s.name))
-                uniq.append((r, s))
-        out[p.name] = uniq
+                keys += [f"{name}:{s.name}" for s in r.checked]
+        out[p.name] = list(dict.fromkeys(keys))
     return out, problems
 
 
-# ---- the builds at REF -------------------------------------------------------------------------
+# ---- one context (REF or the base): the builds of add-one and leave-one-out ---------------------
 
 
 @dataclass
-class Builds:
-    unpatched: object | None  # BuildResult (None only when nothing needed building)
-    patched: object | None  # BuildResult, None when it could not be built
-    conflicts: list[str] = field(default_factory=list)
-    patched_error: str = ""
+class Context:
+    """The builds of one upstream commit: bare (Build-Only), full (the applicable series), and per
+    patch its add-one pair and leave-one-out pair."""
+    commit: str
+    label: str
+    conflicts: list[str]
+    full: object = None
+    bare: object = None
+    add_one: dict = field(default_factory=dict)  # patch -> (without, with)
+    leave_one_out: dict = field(default_factory=dict)  # patch -> (without, with)
+    notes: dict = field(default_factory=dict)  # patch -> how the pairs were chosen
 
 
-def _subset_target(target: Target, patches: list[Patch]) -> Target:
-    t = copy.copy(target)
-    t.__dict__["patches"] = list(patches)  # cached_property: the copy carries the subset only
-    return t
+class Judge:
+    def __init__(self, target: Target, lab: Lab):
+        self.t, self.lab = target, lab
+        self.order = [p.name for p in target.patches]
+        self.build_only = [p.name for p in target.patches if p.build_only]
+        self._conflicts: dict[tuple, list[str]] = {}
+
+    def conflicts(self, commit: str, names: list[str]) -> list[str]:
+        """The patches among `names` (applied in order at `commit`) that do not apply."""
+        key = (commit, tuple(names))
+        if key not in self._conflicts:
+            by = {p.name: p for p in self.t.patches}
+            with WorkArea(self.lab.cache, f"retire-{self.t.name}") as work:
+                res = apply_series(self.t, self.lab.source, [by[n] for n in names], work, base=commit, trailers=False,
+                                   checkout=False)
+            self._conflicts[key] = [o.patch.name for o in res.conflicts]
+        return self._conflicts[key]
+
+    def applicable(self, commit: str, names: list[str]) -> tuple[list[str], list[str]]:
+        """(the largest prefix-closed set of `names` that applies together at `commit`, the rest):
+        patches are left out until what remains applies without a conflict."""
+        keep, out = list(names), []
+        while True:
+            bad = self.conflicts(commit, keep)
+            if not bad:
+                return keep, out
+            out += bad
+            keep = [n for n in keep if n not in bad]
+
+    def ordered(self, names) -> list[str]:
+        s = set(names)
+        return [n for n in self.order if n in s]
+
+    def context(self, commit: str) -> Context:
+        label = commit[:12]
+        applicable, bad = self.applicable(commit, self.ordered(self.order))
+        cx = Context(commit, label, bad)
+        cx.full = self.lab.build(f"{label}+series", commit, applicable)
+        cx.bare = self.lab.build(f"{label}+build-only", commit, self.build_only)
+        for p in self.t.patches:
+            if p.build_only or p.name in bad:
+                continue
+            # add-one: P on the bare upstream; when its text needs earlier patches, those too
+            deps: list[str] = []
+            if self.conflicts(commit, self.ordered(self.build_only + [p.name])):
+                files = set(p.files)
+                earlier = [n for n in applicable[:applicable.index(p.name)] if n not in self.build_only]
+                same = [n for n in earlier if files & set(_patch(self.t, n).files)]
+                for cand in (same, earlier):
+                    if not self.conflicts(commit, self.ordered(self.build_only + cand + [p.name])):
+                        deps = cand
+                        break
+                else:
+                    cx.notes[p.name] = "it applies at REF only with the whole series"
+                    deps = None
+            if deps is not None:
+                base = self.ordered(self.build_only + deps)
+                without = cx.bare if not deps else self.lab.build(f"{label}+build-only+{_short(deps)}", commit, base)
+                with_ = self.lab.build(f"{label}+build-only+{_short([p.name] + deps)}", commit,
+                                       self.ordered(base + [p.name]))
+                cx.add_one[p.name] = (without, with_)
+                if deps:
+                    cx.notes[p.name] = f"add-one with the patches its text needs: {', '.join(deps)}"
+            # leave-one-out: the rest of the series; later patches that need P's text leave with it
+            rest = [n for n in applicable if n != p.name]
+            rest, dependents = self.applicable(commit, rest)
+            if dependents:
+                without = self.lab.build(f"{label}+series-{_short([p.name] + dependents)}", commit, rest)
+                with_ = self.lab.build(f"{label}+series-{_short(dependents)}", commit,
+                                       [n for n in applicable if n not in dependents])
+                cx.notes[p.name] = (cx.notes.get(p.name, "") + "; " if p.name in cx.notes else "") + \
+                    f"leave-one-out without {', '.join(dependents)} (their text needs it)"
+            else:
+                without, with_ = self.lab.build(f"{label}+series-{_short([p.name])}", commit, rest), cx.full
+            cx.leave_one_out[p.name] = (without, with_)
+        return cx
 
 
-def build_at(target: Target, source: Path, ref: str, cache: Path) -> Builds:
-    """Unpatched (Build-Only patches) and patched (series minus what conflicts) builds at `ref`."""
-    unpatched = build_variant(target, source, "baseline", cache, base=ref)
-    with WorkArea(cache, f"retire-{target.name}") as work:
-        res = apply_series(target, source, target.patches, work, base=ref, trailers=False, checkout=False)
-        conflicts = [o.patch.name for o in res.conflicts]
-    t = target if not conflicts else _subset_target(target, [p for p in target.patches if p.name not in conflicts])
-    try:
-        patched = build_variant(t, source, "patched", cache, base=ref)
-        err = ""
-    except CheckFailed as exc:
-        patched, err = None, str(exc)
-    return Builds(unpatched, patched, conflicts, err)
+def _patch(t: Target, name: str) -> Patch:
+    return next(p for p in t.patches if p.name == name)
 
 
-def _variant_json(b, error: str = "", conflicts: list[str] | None = None) -> dict:
-    if b is None:
-        return {"built": False, "commit": None, "tree": None, "patches": [], "artifact_sha256": None, "error": error}
-    out = {"built": True, "commit": b.commit, "tree": b.tree, "patches": list(b.patches),
-           "artifact_sha256": next(iter(b.sha256.values()), None), "cached": b.cached}
-    if conflicts is not None:
-        out["left_out"] = list(conflicts)
+def _short(names: list[str]) -> str:
+    return "+".join(n.removesuffix(".patch")[:40] for n in names)
+
+
+# ---- the rule -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Verdict:
+    status: str
+    reason: str
+    scenario: str | None = None
+    details: list = field(default_factory=list)
+
+
+def _pairs(cx: Context, name: str) -> list[tuple[str, object, object]]:
+    out = []
+    if name in cx.add_one:
+        out.append(("add-one", *cx.add_one[name]))
+    if name in cx.leave_one_out:
+        out.append(("leave-one-out", *cx.leave_one_out[name]))
     return out
+
+
+def judge_patch(lab: Lab, p: Patch, scen: list[str], ref: Context, base: Context, unreached: list[str],
+                blame) -> Verdict:
+    details = []
+    if not scen:
+        return Verdict(UNTESTABLE, "no scenario reaches it: no Reproducer: trailer names one and the coverage map "
+                                   "shows none executing its code")
+    cmp_ref = [(kind, s, lab.compare(w, wi, s)) for kind, w, wi in _pairs(ref, p.name) for s in scen]
+    cmp_base = cmp_ref if base is ref else [(kind, s, lab.compare(w, wi, s)) for kind, w, wi in _pairs(base, p.name)
+                                            for s in scen]
+    for kind, s, c in cmp_ref:
+        details.append({"scenario": s, "at": "ref", "pair": kind, **c.to_json()})
+    if base is not ref:
+        for kind, s, c in cmp_base:
+            details.append({"scenario": s, "at": "base", "pair": kind, **c.to_json()})
+    diffs = [(kind, s, c) for kind, s, c in cmp_ref if c.kind == DIFFERENT]
+    helps = [(k, s, c) for k, s, c in diffs if not (c.with_.state == B_FAIL and c.without.state == B_PASS)]
+    if helps:
+        kind, s, c = helps[0]
+        return Verdict(STILL_NEEDED, f"{kind} at {ref.label}: {s}: {c.why}", s, details)
+    if diffs:
+        kind, s, c = diffs[0]
+        return Verdict(REGRESSION, f"{kind} at {ref.label}: {s} passes without it and fails with it: {c.why}", s, details)
+    unsure = [(kind, s, c) for kind, s, c in cmp_ref if c.kind != IDENTICAL]
+    if unsure:
+        kind, s, c = unsure[0]
+        return Verdict(INCONCLUSIVE, f"{kind} at {ref.label}: {s}: {blame(c)}", s, details)
+    positive = [(kind, s, c) for kind, s, c in cmp_base if c.kind == DIFFERENT]
+    if not positive:
+        why = "; ".join(f"{s}: {c.why}" for _, s, c in cmp_base if c.kind != IDENTICAL)[:300]
+        return Verdict(UNTESTABLE, f"no scenario distinguishes it at the base {base.label} (positive control)"
+                       + (f"; not measurable there: {why}" if why else ""), None, details)
+    for kind, s, c in positive:
+        now = next(cr for k2, s2, cr in cmp_ref if k2 == kind and s2 == s)
+        if c.with_.passes and not now.with_.passes:
+            return Verdict(NO_LONGER_EFFECTIVE, f"{s}: at the base it made {c.without.describe()} pass; at {ref.label} "
+                                                f"{now.with_.describe()} with and without it", s, details)
+    if unreached:
+        return Verdict(UNTESTABLE, f"{', '.join(unreached[:3])}{' …' if len(unreached) > 3 else ''} (at {ref.label}"
+                                   f"+series) reached by no scenario", None, details)
+    kind, s, c = positive[0]
+    return Verdict(SUPERSEDED, f"identical with and without it at {ref.label} on {', '.join(scen)} ({len(scen)} "
+                               f"scenario(s), add-one and leave-one-out); at the base it made a difference on {s} "
+                               f"({c.why})", s, details)
+
+
+def judge_conflict(lab: Lab, p: Patch, scen: list[str], ref: Context, base: Context, blame) -> Verdict:
+    """P does not apply at REF: needed if REF without it still fails a scenario P fixed at the base."""
+    details = []
+    fixed = []
+    for kind, w, wi in _pairs(base, p.name):
+        for s in scen:
+            c = lab.compare(w, wi, s)
+            details.append({"scenario": s, "at": "base", "pair": kind, **c.to_json()})
+            if c.kind == DIFFERENT and c.with_.passes and s not in {x for x, _ in fixed}:
+                fixed.append((s, c))
+    broken = []
+    for s, c in fixed:
+        now = lab.on(ref.bare, s)
+        ok, why = lab.controls_ok(ref.bare, s)
+        details.append({"scenario": s, "at": "ref", "pair": "bare", "kind": now.state, "without": now.to_json()})
+        if ok and now.state in (B_FAIL, B_MIXED):
+            broken.append((s, c, now))
+    if broken:  # every scenario it fixed at the base that REF still fails without it, named
+        s, c, now = broken[0]
+        more = "".join(f"; {s2}: {n2.describe()}" for s2, _, n2 in broken[1:4]) + \
+            (f"; +{len(broken) - 4} more" if len(broken) > 4 else "")
+        return Verdict(STILL_NEEDED, f"does not apply at {ref.label} (rebase it); without it, on {ref.bare.name}, "
+                                     f"{s}: {now.describe()}{more} — scenario(s) it fixed at the base ({c.why})",
+                       s, details)
+    if not fixed:
+        return Verdict(CONFLICT, f"does not apply at {ref.label}, and no scenario distinguished it at the base", None,
+                       details)
+    return Verdict(CONFLICT, f"does not apply at {ref.label}; without it {ref.bare.name} already behaves as it did with "
+                             f"it at the base on {', '.join(s for s, _ in fixed)} — rebase it to judge add-one and "
+                             "leave-one-out", fixed[0][0], details)
+
+
+# ---- truthful blame ---------------------------------------------------------------------------
+
+
+def make_blame(lab: Lab, base_commit: str, ref_commit: str):
+    """An inconclusive comparison's reason: the build, the runs, where the control passes — never a guess."""
+    def blame(c: Comparison) -> str:
+        why = c.why
+        if not why.startswith("control "):
+            return why
+        ctrl = why.split(" on ", 1)[0].removeprefix("control ")
+        passing = sorted({b.name for b in lab.builds.values() if b.variant is not None
+                          and (lab._id(b), ctrl) in lab.results and lab.results[(lab._id(b), ctrl)].passes})
+        failing = sorted({b.name for b in lab.builds.values()
+                          if (lab._id(b), ctrl) in lab.results and not lab.results[(lab._id(b), ctrl)].passes
+                          and lab.results[(lab._id(b), ctrl)].state != B_SKIPPED})
+        out = f"{why}; the control fails on {', '.join(failing)}"
+        if passing:
+            out += (f" and passes on {', '.join(passing[:3])}{' …' if len(passing) > 3 else ''}: the reproducer's "
+                    "assumptions do not hold on the failing build(s)")
+        if base_commit != ref_commit:
+            out += (f"; first bad commit not known (lucepatch bisect --reproducer {ctrl.split(':')[0]} "
+                    f"--scenario {ctrl.split(':')[1]} {base_commit[:12]}..{ref_commit[:12]} finds it)")
+        return out
+    return blame
+
+
+# ---- the report ---------------------------------------------------------------------------------
+
+
+def retire_report(target: Target, source: Path | str, ref: str, cache: Path, driver: DriverChoice | str = "auto",
+                  runs: int | None = None, *, workspace=None, jobs: int | None = None, coverage: bool = True) -> dict:
+    """Every patch of `target` judged at upstream commit `ref` by the rule above.
+
+    source: the upstream checkout (only read; builds happen in private clones under `cache`);
+    driver: a DriverChoice or auto/real/fake; runs: fixed runs per build and scenario (>= 10, default 10).
+    Raises UsageError (bad input), EnvironmentMissing (ref absent, no compiler or gcov)."""
+    source = Path(source)
+    git.open_repo(source)
+    n = runs or MIN_RUNS
+    if n < MIN_RUNS:
+        raise UsageError(f"--runs {n}: retirement compares fixed runs, at least {MIN_RUNS} per build and scenario")
+    commit = git.resolve_commit(source, ref, what="upstream ref",
+                                remedy="fetch it into the checkout (git fetch origin) and pass a commit that exists")
+    base = git.resolve_commit(source, target.base, what="the pinned base", remedy="fetch it into the checkout")
+    cache = Path(cache)
+    repros = {r.name: r for r in target_reproducers(target, workspace)}
+    decl, problems = declared(target, repros)
+    drv = resolve_driver(driver, cache)
+    lab = Lab(target, source, cache, drv, list(repros.values()), n, jobs)
+    judge = Judge(target, lab)
+    report.progress(f"retire check of {target.name} at {ref} ({commit[:12]}), base {base[:12]}: "
+                    f"{len(repros)} reproducer(s), {n} runs per build and scenario, driver {drv.chosen}")
+    judged_patches = [p for p in target.patches if not p.build_only]
+    if not repros or not judged_patches:
+        return _doc(target, ref, commit, base, lab, n, [
+            _row(p, UNTESTABLE, "Build-Only: part of every build, so behaviour cannot judge it (its build probes can)"
+                 if p.build_only else "no reproducer of this target exists to judge it", True, [], [], None)
+            for p in target.patches], [], None, {})
+    ref_cx = judge.context(commit)
+    base_cx = ref_cx if commit == base else judge.context(base)
+    builds = [b for b in lab.builds.values()]
+    lab.measure(builds)  # every scenario on every build, N runs each (each pair reads from here)
+    cov = cov_base = None
+    if coverage:
+        applicable = [n_ for n_ in judge.order if n_ not in ref_cx.conflicts]  # what REF + series holds
+        from lucepatch.upstream.coverage import coverage_map
+
+        cov = coverage_map(lab, commit, applicable)
+        if ref_cx.conflicts and commit != base:
+            cov_base = coverage_map(lab, base, judge.order)
+    blame = make_blame(lab, base, commit)
+    textual = _textual(target, source, commit)
+    rows, verdicts = [], {}
+    for p in target.patches:
+        applies = p.name not in ref_cx.conflicts
+        if p.build_only:
+            rows.append(_row(p, UNTESTABLE, "Build-Only: part of every build, so behaviour cannot judge it (its build "
+                             "probes can)", applies, [], [], textual.get(p.name)))
+            continue
+        m = cov if applies else (cov_base or cov)
+        reach = [s for s in (m.reaching(p.name) if m else []) if not _is_control(repros, s)]
+        scen = list(dict.fromkeys(decl.get(p.name, []) + reach))
+        if p.name in problems:
+            v = Verdict(INCONCLUSIVE, problems[p.name])
+        elif not applies:
+            v = judge_conflict(lab, p, scen, ref_cx, base_cx, blame)
+        else:
+            unreached = cov.unreached(p.name) if cov else []
+            v = judge_patch(lab, p, scen, ref_cx, base_cx, unreached, blame)
+            if p.name in ref_cx.notes:
+                v.reason += f" ({ref_cx.notes[p.name]})"
+        verdicts[p.name] = v
+        rows.append(_row(p, v.status, v.reason, applies, scen, v.details, textual.get(p.name), v.scenario,
+                         cov.unreached(p.name) if cov and applies else []))
+    _joint(lab, judge, ref_cx, rows, repros)
+    if commit != base:
+        _name_upstream_commits(target, source, base, commit, cache, drv, n, rows, repros)
+    still = []
+    for rname, r in repros.items():
+        for s in r.checked:
+            ob = lab.on(ref_cx.full, f"{rname}:{s.name}")
+            if ob.state in (B_FAIL, B_MIXED):
+                still.append({"scenario": f"{rname}:{s.name}", "behaviour": ob.describe(), "build": ref_cx.full.name,
+                              "first_error": ob.first_error})
+    return _doc(target, ref, commit, base, lab, n, rows, still, cov, {"ref": ref_cx.notes})
+
+
+def _is_control(repros, key: str) -> bool:
+    r = repros.get(key.split(":", 1)[0])
+    return bool(r) and any(s.control and s.name == key.split(":", 1)[1] for s in r.scenarios)
+
+
+def _joint(lab: Lab, judge: Judge, cx: Context, rows: list[dict], repros: dict) -> None:
+    """(e): REF + (series − R) must behave like REF + series on every scenario; greedily keep R so."""
+    cands = [r["name"] for r in rows if r["status"] == SUPERSEDED]
+    if not cands:
+        return
+    scen = [f"{n}:{s.name}" for n, r in repros.items() for s in r.checked]
+    applicable = [n for n in judge.order if n not in cx.conflicts]
+
+    def same(removed: list[str]) -> Comparison | None:
+        b = cx.full if not removed else lab.build(f"{cx.label}+series-{_short(removed)}", cx.commit,
+                                                  [n for n in applicable if n not in removed])
+        for s in scen:
+            c = lab.compare(b, cx.full, s)
+            if c.kind != IDENTICAL:
+                return c
+        return None
+
+    bad = same(cands)
+    keep: list[str] = []
+    if bad is None:
+        keep = cands
+    else:
+        for c in cands:
+            if same(keep + [c]) is None:
+                keep.append(c)
+    for r in rows:
+        if r["name"] in cands and r["name"] not in keep:
+            c = same(keep + [r["name"]])
+            r.update(status=STILL_NEEDED, needed=NEEDED[STILL_NEEDED], scenario=c.scenario if c else None,
+                     reason=f"joint check at {cx.label}: removing it with {', '.join(keep) or 'nothing else'} changes "
+                            f"{c.scenario if c else '?'} ({c.why if c else 'unmeasured'}) although alone it changes "
+                            "nothing there")
+        elif r["name"] in keep:
+            r["reason"] += f"; joint check: {cx.label}+series without {', '.join(keep)} behaves as the whole series " \
+                           f"on all {len(scen)} scenario(s)"
+
+
+def _name_upstream_commits(target, source, base, commit, cache, drv, n, rows, repros) -> None:
+    """For each superseded patch: bisect base..REF on the scenario it made the difference on, on
+    unpatched upstream, to name the commit for its Applied-Upstream: trailer."""
+    from lucepatch.upstream.bisect import FOUND, bisect_behaviour
+
+    for r in rows:
+        if r["status"] != SUPERSEDED or not r.get("scenario"):
+            continue
+        rname, sname = r["scenario"].split(":", 1)
+        spec = f"{base}..{commit}"
+        try:
+            doc = bisect_behaviour(target, source, spec, repros[rname], cache, drv, n, sname)
+        except UsageError as exc:  # REF not on the base's first-parent line, ...
+            r["applied_upstream"] = {"commit": None, "why": str(exc)}
+            continue
+        if doc["result"] == FOUND and doc["direction"] == "fixed":
+            c = doc["first"]["commit"]
+            r["applied_upstream"] = {
+                "commit": c, "subject": doc["first"]["subject"], "signal": f"behaviour (bisect {r['scenario']} over "
+                f"{base[:12]}..{commit[:12]})", "record": f"lucepatch bisect {base[:12]}..{commit[:12]} --reproducer "
+                f"{rname} --scenario {sname} --record {r['name']}"}
+            r["reason"] += f"; upstream fixed it in {c[:12]} ({doc['first']['subject'][:60]})"
+        else:
+            r["applied_upstream"] = {"commit": None, "why": doc["reason"]}
+
+
+def _row(p: Patch, status: str, reason: str, applies: bool, scen: list[str], details: list, textual,
+         scenario: str | None = None, unreached: list[str] | None = None) -> dict:
+    return {"name": p.name, "subject": p.subject, "patch_id": p.patch_id, "build_only": p.build_only,
+            "status": status, "needed": NEEDED[status], "reason": reason, "scenario": scenario, "applies": applies,
+            "judged": scen, "unreached": unreached or [], "scenarios": details, "textual": textual}
+
+
+def _doc(target, ref, commit, base, lab: Lab, n, rows, still, cov, notes) -> dict:
+    ddoc = lab.driver_doc()
+    summary = {s: sum(1 for p in rows if p["status"] == s) for s in STATUSES}
+    return {
+        "schema_version": SCHEMA_VERSION, "kind": KIND, "target": target.name,
+        "series": {"version": target.version, "series_hash": target.series_hash},
+        "upstream": {"url": target.upstream, "ref": ref, "commit": commit, "base": base},
+        "driver": ddoc, "simulated": ddoc.get("kind") == "fake", "runs": n,
+        "rule": "add-one, leave-one-out, positive control at the base, coverage, joint check (docs/design.md)",
+        "builds": [b.to_json() for b in lab.builds.values()],
+        "coverage": cov.to_json() if cov else None,
+        "patches": rows,
+        "superseded": [p["name"] for p in rows if p["status"] == SUPERSEDED],
+        "retire_candidates": [p["name"] for p in rows if p["status"] == SUPERSEDED],
+        "no_longer_effective": [p["name"] for p in rows if p["status"] == NO_LONGER_EFFECTIVE],
+        "still_failing": still,
+        "notes": notes,
+        "summary": {k: v for k, v in summary.items() if v},
+    }
 
 
 def _textual(target: Target, source: Path, ref: str) -> dict[str, dict | None]:
@@ -300,203 +583,116 @@ def _textual(target: Target, source: Path, ref: str) -> dict[str, dict | None]:
     return out
 
 
-# ---- the report -------------------------------------------------------------------------------
-
-
-def classify(unpatched: Behaviour, patched: Behaviour, applies: bool) -> tuple[str, str]:
-    u, p = unpatched, patched
-    if u.behaviour == B_UNBUILT:
-        return INCONCLUSIVE, "the unpatched build failed"
-    if u.behaviour == B_SKIPPED:
-        return SKIPPED_S, "cannot run on this machine"
-    if not u.control_ok:
-        return INCONCLUSIVE, "a control failed on the unpatched build: the environment, not upstream, is broken"
-    if u.behaviour == B_INVALID:
-        return INCONCLUSIVE, f"unpatched runs could not prove what they loaded ({u.why})"
-    n = (u.tally or {}).get("runs", 0)
-    if u.behaviour == B_PASS:
-        why = f"upstream fixed the behaviour: passes {n}/{n} runs unpatched"
-        if p.behaviour == B_FAIL:
-            why += "; the patched build now FAILS it (the patch breaks upstream's fix)"
-        elif not applies:
-            why += "; the patch no longer applies"
-        return RETIRE, why
-    # unpatched fails
-    fails = f"unpatched fails {u.tally['failures']}/{n}"
-    if not applies:
-        return CONFLICT, f"{fails} and the patch does not apply here: rebase it"
-    if p.behaviour == B_UNBUILT:
-        return INCONCLUSIVE, f"{fails}; the patched build failed"
-    if p.behaviour == B_SKIPPED or not p.control_ok or p.behaviour == B_INVALID:
-        return INCONCLUSIVE, f"{fails}; the patched runs are not valid ({p.why or 'a control failed'})"
-    pn = p.tally["runs"]
-    if p.behaviour == B_FAIL:
-        return NO_LONGER_EFFECTIVE, f"{fails}, patched fails {p.tally['failures']}/{pn}: the patch no longer fixes it"
-    return STILL_NEEDED, f"{fails}, patched passes {pn}/{pn}"
-
-
-def _patch_status(scen: list[dict], patch: Patch) -> tuple[str, str]:
-    if patch.build_only:
-        return UNTESTED, "Build-Only: part of both builds, so behaviour cannot retire it (its probes can)"
-    if not scen:
-        return UNTESTED, "names no reproducer scenario (add a Reproducer: trailer)"
-    st = [s["status"] for s in scen]
-    judged = [s for s in st if s != SKIPPED_S]
-    if not judged:
-        return SKIPPED_S, "every scenario it names cannot run on this machine"
-
-    def why(status: str) -> str:
-        return "; ".join(f"{s['scenario']}: {s['reason']}" for s in scen if s["status"] == status)
-
-    for status in (NO_LONGER_EFFECTIVE, INCONCLUSIVE, CONFLICT):
-        if status in judged:
-            return status, why(status)
-    if all(s == RETIRE for s in judged):
-        return RETIRE, why(RETIRE)
-    fixed = [s["scenario"] for s in scen if s["status"] == RETIRE]
-    return STILL_NEEDED, why(STILL_NEEDED) + (f" (upstream already fixes {', '.join(fixed)})" if fixed else "")
-
-
-def retire_report(target: Target, source: Path | str, ref: str, cache: Path, driver: DriverChoice | str = "auto",
-                  runs: int | None = None, *, workspace=None) -> dict:
-    """Per patch and per scenario it names: retire-candidate / no-longer-effective / still-needed
-    (and conflict / inconclusive / skipped / untested) at upstream commit `ref`.
-
-    target: the loaded Target; source: the upstream checkout (only read: builds happen in private
-    clones under `cache`); driver: a DriverChoice or "auto" | "real" | "fake"; runs: runs per
-    build and scenario (default: the largest default_runs of the reproducers involved);
-    workspace: the Workspace (default: the folder holding target.dir's patches/).
-    Raises UsageError (bad reproducer data), EnvironmentMissing (ref absent, no compiler),
-    CheckFailed (the unpatched build fails: upstream at ref does not build with the Build-Only patches).
-    """
-    source = Path(source)
-    git.open_repo(source)
-    commit = git.resolve_commit(source, ref, what="upstream ref",
-                                remedy="fetch it into the checkout (git fetch origin) and pass a commit that exists")
-    cache = Path(cache)
-    rdir = reproducers_dir(target, workspace)
-    by_patch, problems = patch_scenarios(target, rdir)
-    drv = resolve_driver(driver, cache)
-    needed = {(r.name, s.name): r for pairs in by_patch.values() for r, s in pairs}
-    n = runs or max([r.default_runs for r in needed.values()] or [1])
-    report.progress(f"retire check of {target.name} at {ref} ({commit[:12]}): building unpatched and patched")
-    if not needed:  # nothing to run: no builds either
-        report.progress(f"no patch of {target.name} names a reproducer scenario; nothing to judge by behaviour")
-        builds = Builds(None, None, [], "no scenario to run")
-    else:
-        builds = build_at(target, source, commit, cache)
-
-    results: dict[tuple[str, str], tuple[Behaviour, Behaviour]] = {}
-    all_records: list[RunRecord] = []
-    by_repro: dict[str, list[str]] = {}
-    for (rname, sname) in needed:
-        by_repro.setdefault(rname, []).append(sname)
-    for rname, snames in by_repro.items():
-        repro = needed[(rname, snames[0])]
-        variants = []
-        for label, b in (("unpatched", builds.unpatched), ("patched", builds.patched)):
-            if b is None:
-                continue
-            variants.append(artifact_variant(label, b, repro.artifact, target, {"commit": b.commit}))
-        beh, recs = measure_behaviour(repro, snames, variants, n, drv, cache)
-        all_records += recs
-        unbuilt = Behaviour(B_UNBUILT, None, None, builds.patched_error)
-        for s in snames:
-            results[(rname, s)] = (beh[("unpatched", s)], beh.get(("patched", s), unbuilt))
-
-    textual = _textual(target, source, commit)
-    patches = []
-    for p in target.patches:
-        applies = p.name not in builds.conflicts
-        scen = []
-        for r, s in by_patch.get(p.name, []):
-            u, pb = results[(r.name, s.name)]
-            status, why = classify(u, pb, applies)
-            scen.append({"scenario": f"{r.name}:{s.name}", "status": status, "reason": why,
-                         "unpatched": u.to_json(), "patched": pb.to_json()})
-        if p.name in problems:
-            status, why = INCONCLUSIVE, problems[p.name]
-        else:
-            status, why = _patch_status(scen, p)
-        patches.append({"name": p.name, "subject": p.subject, "patch_id": p.patch_id, "build_only": p.build_only,
-                        "status": status, "reason": why, "applies": applies, "textual": textual.get(p.name),
-                        "scenarios": scen})
-
-    ddoc = derive_driver(all_records, drv) if all_records else {"kind": drv.chosen, "requested": drv.requested}
-    summary = {s: sum(1 for p in patches if p["status"] == s) for s in STATUSES}
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "kind": KIND,
-        "target": target.name,
-        "series": {"version": target.version, "series_hash": target.series_hash},
-        "upstream": {"url": target.upstream, "ref": ref, "commit": commit, "base": target.base},
-        "driver": ddoc,
-        "simulated": ddoc.get("kind") == "fake",
-        "runs": n,
-        "variants": {"unpatched": _variant_json(builds.unpatched, builds.patched_error if not needed else ""),
-                     "patched": _variant_json(builds.patched, builds.patched_error, builds.conflicts)},
-        "patches": patches,
-        "retire_candidates": [p["name"] for p in patches if p["status"] == RETIRE],
-        "no_longer_effective": [p["name"] for p in patches if p["status"] == NO_LONGER_EFFECTIVE],
-        "summary": {k: v for k, v in summary.items() if v},
-    }
-
-
 def retire_exit_code(doc: dict) -> int:
     """0 when every patch is judged and none has stopped working; 1 when a patch is no longer
-    effective or a verdict is inconclusive (retire candidates alone are news, not failures)."""
-    bad = {NO_LONGER_EFFECTIVE, INCONCLUSIVE}
+    effective, a regression or inconclusive (superseded patches alone are news, not failures)."""
+    bad = {NO_LONGER_EFFECTIVE, INCONCLUSIVE, REGRESSION}
     return 1 if any(p["status"] in bad for p in doc["patches"]) else 0
 
 
 def format_retire_table(doc: dict) -> tuple[str, list[str], list[list[str]]]:
-    """(title, columns, rows) for report.table: one row per (patch, scenario)."""
+    """(title, columns, rows) for report.table: one row per patch, then the still-failing scenarios."""
     up = doc["upstream"]
-    title = (f"retire check of {doc['target']} at {up['ref']} ({up['commit'][:12]}) — driver "
-             f"{doc['driver'].get('kind')}{' (simulated)' if doc.get('simulated') else ''}, {doc['runs']} run(s)")
-    cols = ["patch", "scenario", "unpatched", "patched", "status", "why"]
+    title = (f"retire check of {doc['target']} at {up['ref']} ({up['commit'][:12]}, base {up['base'][:12]}) — driver "
+             f"{doc['driver'].get('kind')}{' (simulated)' if doc.get('simulated') else ''}, {doc['runs']} runs per side")
     rows = []
-
-    def cell(b: dict) -> str:
-        t = b.get("tally")
-        if not t:
-            return b["behaviour"]
-        if b["behaviour"] == B_PASS:
-            return f"pass {t['pass']}/{t['runs']}"
-        if b["behaviour"] == B_FAIL:
-            return f"fail {t['failures']}/{t['runs']}"
-        return f"{b['behaviour']} ({t['invalid']} invalid, {t['skipped']} skipped of {t['runs']})"
-
     for p in doc["patches"]:
-        if not p["scenarios"]:
-            rows.append([p["name"], "", "", "", p["status"], p["reason"]])
-            continue
-        for i, s in enumerate(p["scenarios"]):
-            last = i == len(p["scenarios"]) - 1
-            status = s["status"] + (f" → patch: {p['status']}" if last and len(p["scenarios"]) > 1 else "")
-            sig = ""
-            if last and p.get("textual"):
-                sig = f" [textual: {p['textual']['signal']}]"
-            rows.append([p["name"] if i == 0 else "", s["scenario"], cell(s["unpatched"]), cell(s["patched"]),
-                         status, s["reason"] + sig])
-    return title, cols, rows
+        sig = f" [textual: {p['textual']['signal']}]" if p.get("textual") else ""
+        rows.append([p["name"], p["status"] + ("" if p["applies"] else " (does not apply)"), p.get("scenario") or "",
+                     p["reason"] + sig])
+    for s in doc.get("still_failing", []):
+        rows.append(["(no patch)", "still failing", s["scenario"], f"{s['behaviour']} on {s['build']}"])
+    return title, ["patch", "status", "decided by", "why"], rows
+
+
+# ---- the hooks: status --behaviour, rebase sessions' `needed` ---------------------------------
 
 
 def behaviour_hook(cache: Path, driver: DriverChoice | str = "auto", runs: int | None = None, workspace=None):
-    """A hook for lucepatch.engine.upstreamed.register_behaviour_hook: True when every scenario the
-    patch names passes on the unpatched upstream at `ref` (controls passing), False when one fails,
-    None when the patch names none or the result is not valid. Builds and runs: opt-in only."""
+    """For lucepatch.engine.upstreamed.register_behaviour_hook: True when the rule calls the patch
+    superseded at `ref`, False when it is still needed, None otherwise. Builds and runs: opt-in."""
     memo: dict[tuple, dict] = {}
 
     def behaviour_fixed_upstream(target, patch, source, ref):
-        if target is None or source is None or not patch.reproducers:
+        if target is None or source is None:
             return None
         key = (target.name, str(source), ref)
         if key not in memo:
             memo[key] = retire_report(target, source, ref, cache, driver, runs, workspace=workspace)
-        for p in memo[key]["patches"]:
-            if p["name"] == patch.name:
-                return True if p["status"] == RETIRE else (None if p["status"] in (INCONCLUSIVE, SKIPPED_S, UNTESTED) else False)
-        return None
+        row = next((p for p in memo[key]["patches"] if p["name"] == patch.name), None)
+        if row is None:
+            return None
+        return True if row["status"] == SUPERSEDED else False if row["needed"] == "still-needed" else None
 
+    behaviour_fixed_upstream.reports = memo
     return behaviour_fixed_upstream
+
+
+def report_hook(doc: dict):
+    """A behaviour hook (engine.upstreamed) answering from one retire report: `status --behaviour`."""
+    by = {p["name"]: p for p in doc["patches"]}
+
+    def retirement_rule(target, patch, source, ref):
+        row = by.get(patch.name)
+        if row is None or ref != doc["upstream"]["commit"]:
+            return None
+        return True if row["status"] == SUPERSEDED else False if row["needed"] == "still-needed" else None
+
+    retirement_rule.detail = lambda patch, ref: f"superseded at {ref[:12]}: {by[patch.name]['reason']}"[:300]
+    return retirement_rule
+
+
+def report_key(target: Target, commit: str, repros: list[Reproducer]) -> str:
+    doc = {"target": target.name, "commit": commit, "series": target.series_hash,
+           "reproducers": sorted((r.name, r.hash) for r in repros)}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def save_report(doc: dict, target: Target, cache: Path, workspace=None) -> Path:
+    """Keep the report where a rebase session's judge finds it (same target, commit, series, reproducers)."""
+    path = Path(cache) / "retire" / f"{report_key(target, doc['upstream']['commit'], target_reproducers(target, workspace))}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def load_saved(target: Target, commit: str, cache: Path, workspace=None) -> dict | None:
+    """The report save_report kept for this target, commit, series and reproducers, if any."""
+    path = Path(cache) / "retire" / f"{report_key(target, commit, target_reproducers(target, workspace))}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def judge(target: Target, source: Path, ref: str, patches, *, cache: Path | None = None) -> dict:
+    """lucepatch.engine.needed's judge: the rule's answer from the report `verify --retire REF` saved
+    for this target, commit, series and reproducers; without one, every patch not-judged with the
+    command that judges it (a rebase session never builds and runs by itself)."""
+    from lucepatch.engine import needed
+    from lucepatch.workspace import resolve_cache
+
+    cache = Path(cache or resolve_cache(None))
+    commit = git.try_resolve(Path(source), ref) or ref
+    doc = load_saved(target, commit, cache)
+    if doc is None:
+        why = f"not judged yet: lucepatch verify --retire {ref} --target {target.name} judges it (builds and runs)"
+        return {p.name: needed.Judgement(needed.NOT_JUDGED, why) for p in patches}
+    kind = doc.get("driver", {}).get("kind")
+    out = {}
+    for row in doc["patches"]:
+        out[row["name"]] = needed.Judgement(row["needed"], f"{row['status']}: {row['reason']}"[:400], row.get("scenario"),
+                                            "fake" if kind == "fake" else "real" if kind == "real" else None)
+    return out
+
+
+def _register() -> None:
+    from lucepatch.engine import needed
+
+    needed.register_judge(judge)
+
+
+_register()
+
+__all__ = ["retire_report", "retire_exit_code", "format_retire_table", "behaviour_hook", "judge", "save_report",
+           "measure_behaviour", "Behaviour", "RETIRE_SCHEMA", "STATUSES", "SUPERSEDED", "STILL_NEEDED", "UNTESTABLE",
+           "INCONCLUSIVE", "CONFLICT", "NO_LONGER_EFFECTIVE", "REGRESSION", "Scenario", "list_reproducers"]

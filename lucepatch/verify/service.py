@@ -85,18 +85,46 @@ def artifact_variant(name: str, build, artifact: str, target: Target, provenance
     return Variant(name, build.artifacts[artifact], provenance)
 
 
+@dataclass(frozen=True)
+class VariantSpec:
+    """One build beyond the two verify makes: `patches` (names, in series order) applied on `ref`
+    (default: the pinned base), built under `name` (what the logs and reports call it)."""
+    name: str
+    patches: tuple[str, ...]
+    ref: str | None = None
+    coverage: bool = False
+
+
 def build_variants(target: Target, source: Path, cache: Path, artifact: str, *,
-                   baseline_ref: str | None = None, patched_ref: str | None = None) -> list[Variant]:
+                   baseline_ref: str | None = None, patched_ref: str | None = None,
+                   specs: list[VariantSpec] | None = None) -> list[Variant]:
     """The baseline (pinned base + Build-Only patches) and patched (whole series) builds — or, in
     ref-vs-ref mode, upstream at each ref plus Build-Only — each giving the reproducer's declared
-    artifact. The one place both variants are built (verify, ci, the API)."""
+    artifact. The one place variants are built (verify, ci, the API, retire's add-one and
+    leave-one-out builds through `specs`, the coverage map). Every build is logged under its own
+    name: in ref-vs-ref mode "baseline (REF)" and "patched (REF)"."""
     from lucepatch.builders.native import build_variant
 
+    if specs is not None:
+        by_name = {p.name: p for p in target.patches}
+        out = []
+        for spec in specs:
+            unknown = [n for n in spec.patches if n not in by_name]
+            if unknown:
+                raise UsageError(f"no patch {', '.join(unknown)} in {target.name}'s series")
+            b = build_variant(target, source, "patched", cache, base=spec.ref, patches=[by_name[n] for n in spec.patches],
+                              label=spec.name, coverage=spec.coverage)
+            prov = {"from": "series", "commit": b.commit, "base": b.base, "tree": b.tree, "patches": b.patches,
+                    "build_key": b.key, "recipe": b.recipe, "name": spec.name}
+            if b.coverage:
+                prov["coverage"] = b.coverage
+            out.append(artifact_variant(spec.name, b, artifact, target, prov))
+        return out
     out = []
     for name in ("baseline", "patched"):
         ref = baseline_ref if name == "baseline" else patched_ref
         if ref:
-            b = build_variant(target, source, "baseline", cache, base=ref)
+            b = build_variant(target, source, "baseline", cache, base=ref, label=f"{name} ({ref})")
             prov = {"from": "ref", "ref": ref, "commit": b.commit, "base": b.base, "tree": b.tree, "patches": b.patches,
                     "recipe": b.recipe}
         else:

@@ -155,10 +155,13 @@ def run_scenarios(repros: list[Reproducer], variants: list[Variant], rule: Rule,
             rec.scenario, rec.launch = job.key, job.launch
             return rec
 
+        last = [time.monotonic()]
+
         def done(job: Job, rec: RunRecord) -> None:
             sched.complete(job, rec.outcome)
             records.append(rec)
-            if len(records) % max(8, 2 * slots) == 0:
+            if time.monotonic() - last[0] >= 5:  # a line every 5 s at most
+                last[0] = time.monotonic()
                 open_ = sum(1 for k in by_key if not _settled(sched, k))
                 report.progress(f"  {names}: {len(records)} run(s) done, {open_} scenario(s) still open")
 

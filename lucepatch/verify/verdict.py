@@ -54,8 +54,17 @@ def judge(base: Tally, pat: Tally, *, control: bool, control_ok: bool, guard: bo
     if skipped:
         return INVALID_V, f"{skipped} run(s) skipped and the others did not: the machine changed under the runs", None
     if control:
-        ok = base.invalid == 0 and pat.invalid == 0 and base.failures == 0 and pat.failures == 0
-        return (PASS_V, "", None) if ok else (INVALID_V, "control failed: the environment or the harness is broken, not the fix", None)
+        bad = [(n, t) for n, t in (("baseline", base), ("patched", pat)) if t.invalid or t.failures]
+        if not bad:
+            return PASS_V, "", None
+        # name the build and the evidence; never guess at a cause that was not measured
+        what = "; ".join(f"{n} {t.failures} failed, {t.invalid} invalid of {t.runs}"
+                         + (f" (first error: {t.first_error[:120]})" if t.first_error else "") for n, t in bad)
+        if len(bad) == 1:
+            other = "patched" if bad[0][0] == "baseline" else "baseline"
+            return INVALID_V, (f"control failed on the {bad[0][0]} build only ({what}; it passes on the {other} "
+                               f"build): the reproducer's assumptions do not hold on that build"), None
+        return INVALID_V, f"control failed on both builds ({what}): nothing can be proven with this harness here", None
     p = fisher_one_sided(base.failures, base.passed, pat.failures, pat.passed)
     if base.invalid or pat.invalid:
         return INVALID_V, "some runs could not prove what they loaded", p
