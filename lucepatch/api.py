@@ -28,7 +28,7 @@ from lucepatch.workspace import Workspace, resolve_cache, resolve_source, resolv
 
 __all__ = [
     "open_workspace", "cache_dir", "target", "source", "check", "apply", "rebase", "build", "build_variants",
-    "reproducers", "verify", "write_evidence", "load_evidence", "write_pr", "gate", "lint",
+    "reproducers", "verify", "retire", "write_evidence", "load_evidence", "write_pr", "gate", "lint",
     "Workspace", "Target", "Evidence", "SeriesResult", "LucepatchError", "UsageError", "CheckFailed",
     "EnvironmentMissing",
 ]
@@ -147,19 +147,30 @@ def reproducers(ws: Workspace, names: list[str] | None = None, *, target_name: s
 def verify(ws: Workspace, t: Target, reproducer_names: list[str] | None = None, *, source: Path | None = None,
            cache: Path, driver: str = "auto", runs: int | None = None, scenarios: list[str] | None = None,
            lib: Path | None = None, baseline_lib: Path | None = None, baseline_ref: str | None = None,
-           patched_ref: str | None = None, jobs: int | None = None, progress=None) -> Evidence:
-    """Build (or take `lib`/`baseline_lib`) both variants, run every selected scenario `runs`
-    times per variant and return the typed evidence (verdicts, p-values, fingerprints, what each
-    run mapped). `driver`: auto | real | fake. `progress`: a callable for the progress lines
-    (default: stderr, as the CLI)."""
+           patched_ref: str | None = None, jobs: int | None = None, fixed: bool = False, progress=None) -> Evidence:
+    """Build (or take `lib`/`baseline_lib`) both variants, run every selected scenario and return
+    the typed evidence (verdicts, p-values, fingerprints, what each run mapped, the run policy).
+    `runs` is the most runs per variant under the sequential rule (a scenario stops once its
+    verdict is settled); `fixed=True` runs every scenario exactly `runs` times. `driver`: auto |
+    real | fake. `progress`: a callable for the progress lines (default: stderr, as the CLI)."""
     from lucepatch.verify.service import VerifyRequest, run_verify
 
     _, repros = reproducers(ws, reproducer_names, target_name=t.name)
     req = VerifyRequest(workspace=ws, target=t, reproducers=repros, source=source, driver=driver, runs=runs,
                         scenarios=list(scenarios or []), lib=Path(lib) if lib else None,
                         baseline_lib=Path(baseline_lib) if baseline_lib else None, baseline_ref=baseline_ref,
-                        patched_ref=patched_ref, jobs=jobs)
+                        patched_ref=patched_ref, jobs=jobs, fixed=fixed)
     return run_verify(req, cache, progress=progress)
+
+
+def retire(ws: Workspace, t: Target, src: Path, cache: Path, ref: str, *, driver: str = "auto",
+           runs: int | None = None) -> dict:
+    """Every patch judged at upstream `ref` by the retirement rule (superseded / still-needed /
+    untestable / inconclusive, with the scenario and the builds that decided; docs/design.md
+    "Retirement"); the lucepatch-retire report (lucepatch.upstream.retire.RETIRE_SCHEMA)."""
+    from lucepatch.upstream.retire import retire_report
+
+    return retire_report(t, src, ref, cache, driver, runs, workspace=ws)
 
 
 def write_pr(ws: Workspace, t: Target, src: Path, cache: Path, out_dir: Path, *,
