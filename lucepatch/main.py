@@ -35,6 +35,7 @@ VERBS = {
     "deploy": "deploy",
     "cluster": "cluster",
     "inspect": "inspect",
+    "show": "show",
     "probe": "probe",
     "rebase": "rebase",
     "matrix": "matrix",

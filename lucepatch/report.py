@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from rich.console import Console
@@ -13,6 +14,12 @@ SCHEMA_VERSION = 1
 
 # Progress and tables for people go to stderr, so stdout stays machine-readable.
 err = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 200)
+
+
+def out() -> Console:
+    """The console for results on stdout: the terminal's width, $COLUMNS, else 200 (logs, pipes)."""
+    tty = sys.stdout.isatty() or bool(os.environ.get("COLUMNS"))
+    return Console(highlight=False, width=None if tty else 200)
 
 
 def progress(msg: str) -> None:

@@ -117,6 +117,37 @@ def test_table_parses_back_to_the_evidence(cli, proven, tmp_path):
     assert payload["title"].startswith("fix(allocator):")
 
 
+def test_pr_carries_the_evidence_page_and_a_per_run_strip(cli, proven, tmp_path):
+    """The body (what maintainers read) has the table plus a compact strip inside <details>; the
+    directory has the self-contained page `lucepatch show --html` writes."""
+    out = tmp_path / "pr"
+    assert pr(cli, proven, out, "--evidence", proven["evidence"]).code == 0
+    body = (out / "pr-body.md").read_text()
+    doc = proven["doc"]
+    details = body[body.index("<details>"):body.index("</details>")]
+    assert parse_verdict_table(body[:body.index("<details>")])  # the table comes first, outside <details>
+    block = details.split("```text\n", 1)[1].split("```", 1)[0].splitlines()
+    assert block[0].split() == ["scenario", "baseline", "patched"]
+    runs = {}
+    for r in doc["runs"]:
+        runs.setdefault((r["scenario"], r["variant"]), []).append(r)
+    glyph = {"pass": "+", "crash": "X", "fail": "x", "fail-log": "!", "timeout": "T", "invalid": "?", "skipped": "-"}
+    assert len(block) - 1 == len(doc["scenarios"])
+    total = 0
+    for line, s in zip(block[1:], doc["scenarios"]):
+        name, base, patched = line.split()
+        assert name == s["scenario"]
+        for v, got in (("baseline", base), ("patched", patched)):
+            want = "".join(glyph[r["outcome"]] for r in sorted(runs[(s["scenario"], v)], key=lambda r: r["index"]))
+            assert got == want
+            total += len(got)
+    assert total == len(doc["runs"]) == sum(s[v]["runs"] for s in doc["scenarios"] for v in ("baseline", "patched"))
+    assert f"{total} runs" in details and "evidence.html" in details
+    page = (out / "evidence.html").read_text()
+    assert page.count('class="run ') == total and "<script" not in page
+    assert "async-sched" in page and "cuMemAllocAsync" in page  # the reproducer source
+
+
 def test_patches_am_cleanly_and_give_the_branch_tree(cli, proven, tmp_path):
     out = tmp_path / "pr"
     assert pr(cli, proven, out, "--evidence", proven["evidence"]).code == 0

@@ -107,6 +107,30 @@ def test_fix_series_is_proven_with_per_scenario_verdicts(cli, fh, tmp_path):
     assert json.loads(ev.read_text())["verdict"] == "proven"
 
 
+@pytest.mark.parametrize("columns", [80, 100, 160])
+def test_verify_table_is_readable_at_the_terminal_width(cli, fh, monkeypatch, columns):
+    """Results on stdout, at 80/100/160 columns: every scenario by its own name, on one line with its
+    numbers and verdict; the full reason only with --wide."""
+    ws = make_ws(fh, "ws-width", _series(""), ["async-sched"])
+    monkeypatch.setenv("COLUMNS", str(columns))
+    res = cli("--workspace", ws, "--cache-dir", fh["cache"], "verify", "--source", fh["upstream"], "--driver", "fake",
+              "--reproducer", "async-sched", "--runs", "3")
+    assert res.code == 1, res.err  # 3 runs cannot reach p < 0.01: not proven, and the table says why
+    lines = res.out.splitlines()
+    assert lines and all(len(l) <= columns for l in lines), lines
+    names = ["control", "ctxless-async-alloc", "ctxless-async-free", "ctxless-sync-alloc"]
+    for n in names:
+        row = [l for l in lines if l.split() and l.split()[0] == n]
+        assert len(row) == 1, (n, lines)
+        assert "3/3" in row[0] or "0/3" in row[0]
+    assert "async-sched:" not in res.out  # the shared prefix is not repeated on every row
+    assert "too few baseline failures" in res.out and "baseline failures not significant" not in res.out
+    assert "lucepatch: verdict: not-proven" in res.err  # progress on stderr
+    wide = cli("--workspace", ws, "--cache-dir", fh["cache"], "verify", "--source", fh["upstream"], "--driver", "fake",
+               "--reproducer", "async-sched", "--runs", "3", "--wide")
+    assert "baseline failures not significant" in " ".join(wide.out.split())
+
+
 def test_jobs_1_runs_serially(cli, fh):
     ws = make_ws(fh, "ws-serial", _series(""), ["async-sched"])
     res, doc = verify(cli, fh, ws, "--reproducer", "async-sched", "--runs", "5", "--jobs", "1",

@@ -9,6 +9,8 @@ import click
 from lucepatch import git, report
 from lucepatch.commands._common import cache, json_option, require_source, source_option, workspace
 from lucepatch.errors import EXIT_CHECK_FAILED
+from lucepatch.show.model import build_view
+from lucepatch.show.terminal import verdict_table
 from lucepatch.target import load_target
 from lucepatch.verify.evidence import write_evidence
 from lucepatch.verify.service import ClusterOptions, VerifyRequest, run_verify, select
@@ -32,16 +34,6 @@ def _retire(ctx, ws, target_name, source, ref, driver, runs, as_json, coverage_m
         report.emit_json(kind, {"workspace": ws.to_json(), **doc})
     report.table(title, columns, rows, to_stdout=not as_json)
     return rc
-
-
-def verdict_table(ev) -> tuple[str, list[str], list[list]]:
-    d = ev.driver
-    title = (f"verify {', '.join(r['name'] for r in ev.reproducers)} on {ev.target} — driver {d.get('kind')} "
-             f"({d.get('gpu')}, driver {d.get('version')})")
-    rows = [[s.scenario + (" (control)" if s.control else " (guard)" if s.regression_guard else ""),
-             f"{s.baseline.failures}/{s.baseline.runs}", f"{s.patched.failures}/{s.patched.runs}",
-             "" if s.p_value is None else f"{s.p_value:.3g}", s.verdict, s.reason] for s in ev.scenarios]
-    return title, ["scenario", "baseline fail", "patched fail", "p-value", "verdict", "why"], rows
 
 
 @click.command("verify")
@@ -80,11 +72,12 @@ def verdict_table(ev) -> tuple[str, list[str], list[list]]:
               help="Re-evaluate recorded pod logs (<reproducer>.<scenario>.<variant>.log) instead of running.")
 @click.option("--save-logs", type=click.Path(file_okay=False), default=None, help="Keep the fetched pod logs here.")
 @click.option("--evidence", "evidence_path", type=click.Path(dir_okay=False), default=None, help="Write the evidence JSON here.")
+@click.option("--wide", is_flag=True, help="Full verdict reasons in the table (the evidence always has them).")
 @json_option
 @click.pass_context
 def command(ctx, reproducer_names, run_all, scenarios, target_name, source, driver, runs, fixed, lib, baseline_lib,
             baseline_ref, patched_ref, jobs, retire_ref, coverage_map, in_cluster, kubeconfig, kube_context, namespace, node,
-            gpu_mem, image, from_logs, save_logs, evidence_path, as_json):
+            gpu_mem, image, from_logs, save_logs, evidence_path, wide, as_json):
     """Run reproducers against the baseline and the patched build and decide whether the fix is proven."""
     ws = workspace(ctx)
     if retire_ref or coverage_map:
@@ -105,8 +98,8 @@ def command(ctx, reproducer_names, run_all, scenarios, target_name, source, driv
         write_evidence(evidence_path, ev)
     if as_json:
         report.emit_json("verify", {"evidence_path": evidence_path, "evidence": ev.to_json()})
-    title, columns, rows = verdict_table(ev)
-    report.table(title, columns, rows, to_stdout=not as_json)
+    else:
+        report.out().print(verdict_table(build_view(ev), wide=wide))
     ex = ev.execution
     report.progress(f"{ex['processes']} processes in {ex['wall_s']:.1f}s, {ex['mode']}"
                     + (f" x{ex['jobs']}" if ex["mode"] == "parallel" else ""))

@@ -18,13 +18,15 @@ from lucepatch import __version__, git, trailers
 from lucepatch.engine.apply import WorkArea, apply_series
 from lucepatch.errors import CheckFailed, UsageError
 from lucepatch.series import Patch
+from lucepatch.show.model import build_view, driver_display
+from lucepatch.show.page import html
 from lucepatch.target import Target
 from lucepatch.upstream.checks import CheckResult, run_checks
 from lucepatch.upstream.conventions import conventions_for, repo_slug
 from lucepatch.upstream.render import render
 from lucepatch.upstream.scrub import Scrubber
-from lucepatch.verify.evidence import combine as combine_evidence
 from lucepatch.verify.evidence import Evidence, load_evidence, staleness
+from lucepatch.verify.evidence import combine as combine_evidence
 from lucepatch.verify.rules import fmt_theta
 
 META = "lucepatch.json"
@@ -78,19 +80,6 @@ def check_evidence(ev: Evidence, target: Target, repro_hashes: dict[str, str], u
 
 # ---- the before/after table ---------------------------------------------------------------------
 
-def driver_display(doc: "Evidence | dict") -> dict:
-    """GPU and driver as a reviewer reads them: '580.159.04 (CUDA 13.0)', never from a flag."""
-    drv = (doc.driver if isinstance(doc, Evidence) else doc.get("driver")) or {}
-    kind = drv.get("kind")
-    api = drv.get("version")
-    cuda = f"CUDA {api // 1000}.{(api % 1000) // 10}" if isinstance(api, int) and api > 0 else "CUDA ?"
-    path = (drv.get("libcuda") or {}).get("path") or ""
-    m = re.search(r"libcuda\.so\.(\d+\.\d+(?:\.\d+)?)", path)
-    if kind == "real":
-        version = f"{m.group(1)} ({cuda})" if m else cuda
-    else:
-        version = f"simulated ({cuda})"
-    return {"kind": kind, "gpu": drv.get("gpu") or "unknown", "driver": version}
 
 
 def verdict_rows(ev: Evidence) -> list[dict]:
@@ -260,7 +249,15 @@ def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, *, patc
                    "maintainer_can_modify": True}
         (staging / "pr.json").write_text(json.dumps(payload, indent=2) + "\n")
         if ev is not None:
-            (staging / "evidence.json").write_text(json.dumps(scrub.evidence(ev.to_json()), indent=2) + "\n")
+            clean = scrub.evidence(ev.to_json())
+            (staging / "evidence.json").write_text(json.dumps(clean, indent=2) + "\n")
+            # the page is rendered from the scrubbed evidence; the reproducer sources are scrubbed
+            # as text before rendering (scrubbing rendered HTML would cut across its tags)
+            view = build_view(Evidence.from_json(clean), reproducers=reproducers or {})
+            for rep in view.reproducers:
+                for src in rep["sources"]:
+                    src["text"] = scrub.text(src["text"])
+            (staging / "evidence.html").write_text(html(view))
         head = git.head(work.repo)
         git.run(work.repo, "bundle", "create", "--quiet", str(staging / "branch.bundle"), f"{res.base}..{pr_branch}")
         pushed = None
@@ -355,6 +352,8 @@ def _body_context(target: Target, patches: list[Patch], ev: Evidence | None, bas
     }
     if ev is not None:  # the templates read plain dicts (Evidence.to_json())
         d = driver_display(ev)
+        view = build_view(ev)
+        ctx.update(run_strip=view.strip_block(), run_legend=view.legend_text(), run_count=view.glyph_count)
         ctx.update(
             run_policy=ev.run_policy.to_json() if ev.run_policy else {"rule": "fixed", "alpha": 0.01},
             theta_text=fmt_theta,

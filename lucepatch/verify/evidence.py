@@ -302,6 +302,9 @@ def upgrade(doc: dict) -> dict:
                          "note": "read from schema 1 evidence: every scenario ran a fixed number of runs"}
     # the oldest schema 1 files predate these two fields; both follow from what the file holds
     out.setdefault("simulated", (out.get("driver") or {}).get("kind") == "fake")
+    # schema 1 combined evidence (pr --evidence A --evidence B) dropped the runs: only tallies remain
+    if "combined_from" in out:
+        out.setdefault("runs", [])
     out.setdefault("skipped", [{"scenario": s["scenario"], "reason": s.get("reason", "")}
                                for s in out.get("scenarios", []) if s.get("verdict") == "skipped"])
     for s in out.get("scenarios", []):
@@ -415,13 +418,18 @@ def combine(docs: list[dict], reproducer_hashes: dict[str, str]) -> dict:
         for rep in d.get("reproducers", []):
             if reproducer_hashes.get(rep["name"], rep["hash"]) == rep["hash"]:
                 picked[rep["name"]] = d  # newest current run of this reproducer wins
-    scenarios, reps = [], []
+    scenarios, reps, runs, skipped = [], [], [], []
     for name, d in sorted(picked.items()):
         reps.append(next(r for r in d["reproducers"] if r["name"] == name))
+        mine = set()
         for s in d["scenarios"]:
             if s.get("reproducer", s["scenario"].split(":", 1)[0]) == name:
+                mine.add(s["scenario"])
                 scenarios.append({**s, "driver": d.get("driver"), "variants": d.get("variants"),
                                   "evidence_created": d.get("tool", {}).get("created")})
+        # the runs and skips of the scenarios taken from this document travel with them
+        runs += [r for r in d.get("runs", []) if r.get("scenario") in mine]
+        skipped += [k for k in d.get("skipped", []) if k.get("scenario") in mine]
     drivers = {(s["driver"] or {}).get("kind") for s in scenarios}
     used = [d for d in docs if d in picked.values()]
     newest = used[-1] if used else first
@@ -429,6 +437,8 @@ def combine(docs: list[dict], reproducer_hashes: dict[str, str]) -> dict:
         **{k: v for k, v in newest.items() if k not in ("scenarios", "runs", "reproducers", "skipped")},
         "reproducers": reps,
         "scenarios": scenarios,
+        "runs": runs,
+        "skipped": skipped,
         "verdict": overall(scenarios) if scenarios else "invalid",
         "driver": newest.get("driver") if len(drivers) == 1 else {"kind": "mixed", "kinds": sorted(map(str, drivers))},
         "combined_from": [{"created": d.get("tool", {}).get("created"), "verdict": d.get("verdict"),

@@ -1,0 +1,39 @@
+"""`lucepatch show EVIDENCE.json`: the verdict table, the provenance and one glyph per run; `--html`
+writes the same as one self-contained page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from lucepatch import report
+from lucepatch.commands._common import json_option, workspace
+from lucepatch.show import terminal
+from lucepatch.show.model import build_view
+from lucepatch.show.page import write_html
+from lucepatch.verify.evidence import load_evidence
+
+
+@click.command("show")
+@click.argument("evidence", type=click.Path(dir_okay=False))
+@click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write one self-contained HTML page (no network, inline CSS/SVG) to this file.")
+@click.option("--wide", is_flag=True, help="The full verdict reasons, not the short ones.")
+@json_option
+@click.pass_context
+def command(ctx, evidence, html_path, wide, as_json):
+    """Show what EVIDENCE (from lucepatch verify --evidence) proves: verdicts, what was built from
+    which commit, the driver and GPU, and every run of both variants."""
+    ev = load_evidence(Path(evidence))
+    view = build_view(ev, workspace(ctx))
+    if html_path:
+        write_html(view, Path(html_path))
+    if as_json:
+        report.emit_json("show", {"evidence_path": evidence, "html": html_path, "view": view.to_json()})
+    else:
+        terminal.show(view, report.out(), wide=wide)
+    if html_path:
+        report.progress(f"evidence page written to {html_path} ({view.glyph_count} runs, "
+                        f"{len(view.rows)} scenarios; open it in any browser, it loads nothing)")
+    return 0
