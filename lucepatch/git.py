@@ -216,7 +216,7 @@ def _commit(repo: gitpython.Repo, ref: str):
 def resolve_commit(repo_dir: Path | str, ref: str, *, what: str = "base commit", remedy: str = "") -> str:
     sha = try_resolve(repo_dir, ref)
     if sha is None:
-        hint = remedy or "fetch it (git fetch --unshallow / the right remote) or pass --fetch"
+        hint = remedy or "fetch it into the checkout (git fetch from the right remote; git fetch --unshallow if shallow)"
         raise EnvironmentMissing(f"{what} {ref} is not in the checkout {repo_dir}; {hint}")
     return sha
 

@@ -1,4 +1,6 @@
-"""Output: JSON on stdout (one schema per verb, always with schema_version), humans on stderr."""
+"""The output rule (docs/design.md "Output and exit codes"), for every verb: results — tables,
+reports, what the user ran the verb to see — on stdout; progress, notes and hints on stderr;
+`--json` replaces the human result on stdout with one document (schema_version + verb)."""
 
 from __future__ import annotations
 
@@ -9,10 +11,11 @@ import sys
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 SCHEMA_VERSION = 1
 
-# Progress and tables for people go to stderr, so stdout stays machine-readable.
+# Progress for people goes to stderr, so a result on stdout can be redirected or parsed alone.
 err = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 200)
 
 
@@ -23,7 +26,8 @@ def out() -> Console:
 
 
 def progress(msg: str) -> None:
-    err.print(f"[dim]lucepatch:[/dim] {escape(msg)}")  # messages are text ("[not_applicable]"), not markup
+    # messages are text, never markup: "pip install 'lucepatch[docker]'" must print as written
+    err.print(Text.assemble(("lucepatch:", "dim"), " ", str(msg)))
 
 
 def emit_json(verb: str, payload: dict) -> None:
@@ -32,14 +36,19 @@ def emit_json(verb: str, payload: dict) -> None:
     sys.stdout.flush()
 
 
-def table(title: str, columns: list[str], rows: list[list], *, to_stdout: bool = False) -> None:
-    # cells are data (trailers like "Submitted [url]", "[serves]"), never rich markup
-    t = Table(title=escape(title), show_lines=False)
+def table(title: str, columns: list[str], rows: list[list], *, as_json: bool = False) -> None:
+    """A result table on stdout; nothing under --json (the JSON document carries the same rows)."""
+    if as_json:
+        return
+    t = Table(title=Text(title), show_lines=False)
     for c in columns:
         t.add_column(escape(c))
     for r in rows:
-        t.add_row(*["" if v is None else escape(str(v)) for v in r])
-    if to_stdout:
-        Console(highlight=False, width=None if sys.stdout.isatty() else 200).print(t)
-    else:
-        err.print(t)
+        t.add_row(*[Text("" if v is None else str(v)) for v in r])  # cells are text, not markup
+    out().print(t)
+
+
+def result(msg: str, *, as_json: bool = False) -> None:
+    """One line of a result (not progress) on stdout; nothing under --json."""
+    if not as_json:
+        out().print(msg, markup=False, highlight=False, soft_wrap=True)

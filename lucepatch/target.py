@@ -84,6 +84,10 @@ class Target:
     def branch_name(self) -> str:
         return f"lucepatch/{self.name}/{self.version}"
 
+    def sub_targets(self) -> list["Target"]:
+        """One Target per [[submodule]] with a series of its own (name `<target>.<submodule>`)."""
+        return [sub_target(self, s) for s in self.submodules]
+
     def to_json(self, with_patches: bool = True) -> dict:
         out = {
             "name": self.name,
@@ -100,6 +104,11 @@ class Target:
         }
         if with_patches:
             out["patches"] = [p.to_json() for p in self.patches]
+            if self.submodules:
+                # a submodule series has no target.toml of its own, hence no series_hash
+                out["submodules"] = [{"name": s.name, "path": s.raw.get("path"), "upstream": s.upstream,
+                                      "branch": s.branch, "base": s.base, "patches": [p.to_json() for p in s.patches]}
+                                     for s in self.sub_targets()]
         return out
 
 
@@ -235,3 +244,15 @@ def load_target(ws: Workspace, name: str | None) -> Target:
     if name not in names:
         raise UsageError(f"unknown target {name!r} in workspace {ws.path}; known: {', '.join(names) or 'none'}")
     return load_target_dir(ws.patches_dir / name)
+
+
+def sub_target(target: Target, sub: Submodule) -> Target:
+    """A Target-like object for one [[submodule]]: its own base and series under series_dir."""
+    for key in ("path", "base", "series_dir"):
+        if not getattr(sub, key):
+            raise UsageError(f"{target.toml_path}: a [[submodule]] has an empty {key}")
+    sdir = (target.dir / sub.series_dir).resolve()
+    if not sdir.is_relative_to(target.dir.resolve()):
+        raise UsageError(f"{target.toml_path}: series_dir {sub.series_dir!r} leaves the target folder")
+    return Target(name=f"{target.name}.{sub.label}", dir=sdir, upstream=sub.url, branch=sub.branch,
+                  base=sub.base, version=target.version, raw=sub.to_json())

@@ -49,8 +49,9 @@ def test_names_the_commit_that_fixed_the_behaviour(cli, hist):
     after = [tb.git(up, *a) for a in (["status", "--porcelain", "--ignored"], ["for-each-ref"], ["rev-parse", "HEAD"],
                                        ["worktree", "list"], ["stash", "list"])]
     assert after == before and not (up / ".git" / "BISECT_LOG").exists()
-    assert res.out.startswith(f"fixed by {c[4]} allocator: count memory in use against the limit")
-    assert c[4][:12] in res.err
+    # results on stdout: the probe table, then the answer as the last line
+    assert res.out.strip().splitlines()[-1].startswith(f"fixed by {c[4]} allocator: count memory in use against the limit")
+    assert c[4][:12] in res.out.split("fixed by")[0]
 
 
 def test_json_document_and_probes(cli, hist):

@@ -103,3 +103,50 @@ def test_missing_named_reproducer_fails_the_gate(cli, two_targets):
 def test_usage(cli, two_targets):
     assert cli("--workspace", two_targets["ws"], "ci", "fakehami", "--all").code == 2
     assert cli("--workspace", two_targets["ws"], "ci", "--all", "--source", two_targets["good"]["up"]).code == 2
+
+
+def test_ci_all_gates_what_has_a_checkout_and_reports_the_rest_skipped(cli, two_targets, tmp_path, monkeypatch):
+    """Without a target's checkout `ci --all` still gates the others and writes its reports; the
+    missing one is skipped in JUnit and markdown, and fails the gate only with --strict."""
+    monkeypatch.delenv("LUCEPATCH_SRC_FAKEHAMI_NOOP")
+    junit, md = tmp_path / "report.xml", tmp_path / "report.md"
+    args = ("--workspace", two_targets["ws"], "ci", "--all", "--driver", "fake", "--junit", junit, "--markdown", md)
+    r = cli(*args)
+    assert r.code == 0, r.err
+    root = _junit(junit)
+    noop = [c for c in root.iter("testcase") if c.get("classname").startswith("fakehami-noop.")]
+    assert len(noop) == 1 and noop[0].find("skipped") is not None
+    assert "LUCEPATCH_SRC_FAKEHAMI_NOOP" in noop[0].find("skipped").get("message")
+    good = [c for c in root.iter("testcase") if c.get("classname").startswith("fakehami.")]
+    assert good and all(c.find("failure") is None for c in good)
+    text = md.read_text()
+    assert "### fakehami-noop: skipped — no upstream checkout: set LUCEPATCH_SRC_FAKEHAMI_NOOP" in text
+    assert "(1 of 2 targets gated)" in text and "### fakehami: gate pass" in text
+    # results on stdout: one table per target and the verdict line
+    assert "ci fakehami: gate pass" in r.out and "ci fakehami-noop: skipped" in r.out
+    assert "ci: gate passed (1 of 2 target(s) gated)" in r.out
+    # --strict: the skipped target fails the gate, and the report says so
+    r = cli(*args, "--strict", "--json")
+    assert r.code == 1
+    by = {t["target"]: t for t in r.json["targets"]}
+    assert by["fakehami-noop"]["gate"] == "skip" and by["fakehami-noop"]["skipped"]
+    noop = [c for c in _junit(junit).iter("testcase") if c.get("classname").startswith("fakehami-noop.")]
+    assert noop[0].find("failure") is not None
+    # a checkout variable that points at no checkout is a skip too, naming the path
+    monkeypatch.setenv("LUCEPATCH_SRC_FAKEHAMI_NOOP", str(tmp_path / "nowhere"))
+    r = cli(*args, "--json")
+    assert r.code == 0 and "nowhere" in {t["target"]: t for t in r.json["targets"]}["fakehami-noop"]["skipped"]
+
+
+def test_ci_all_that_gates_nothing_exits_1_with_reports(cli, two_targets, tmp_path, monkeypatch):
+    monkeypatch.delenv("LUCEPATCH_SRC_FAKEHAMI")
+    monkeypatch.delenv("LUCEPATCH_SRC_FAKEHAMI_NOOP")
+    junit = tmp_path / "report.xml"
+    r = cli("--workspace", two_targets["ws"], "ci", "--all", "--driver", "fake", "--junit", junit)
+    assert r.code == 1, r.err
+    root = _junit(junit)
+    assert int(root.get("tests")) == 2 and int(root.get("skipped")) == 2 and int(root.get("failures")) == 0
+    assert "no target was gated" in r.err and "0 of 2 target(s) gated" in r.out
+    # one named target still needs its checkout: exit 3, one line
+    r = cli("--workspace", two_targets["ws"], "ci", "fakehami", "--driver", "fake")
+    assert r.code == 3 and "LUCEPATCH_SRC_FAKEHAMI" in r.err and len(r.err.strip().splitlines()) <= 2

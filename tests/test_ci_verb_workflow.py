@@ -32,3 +32,6 @@ def test_shape():
     assert "--driver fake" in str(jobs["cpu"])
     canary = str(jobs["canary"])
     assert "--upstream-head" in canary and "--strict" in canary and "schedule" in jobs["canary"]["if"]
+    # every gate the template runs is strict: nothing is skipped or warned past silently
+    runs = [st["run"] for j in ("cpu", "gpu", "canary") for st in jobs[j]["steps"] if "lucepatch --workspace . ci" in st.get("run", "")]
+    assert len(runs) == 3 and all("--strict" in r for r in runs), runs

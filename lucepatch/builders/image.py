@@ -25,8 +25,9 @@ from pathlib import Path
 import jinja2
 
 from lucepatch import __version__, report
-from lucepatch.builders.probe import AppliedTree, prepare_tree, resolve_profile, sub_target
+from lucepatch.builders.probe import AppliedTree, prepare_tree, resolve_profile
 from lucepatch.builders.superbuild import plan_for
+from lucepatch.target import sub_target
 from lucepatch.errors import CheckFailed, EnvironmentMissing, UsageError
 from lucepatch.target import Target
 from lucepatch.target_sections import BuildConfig

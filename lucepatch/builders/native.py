@@ -114,8 +114,10 @@ def build_variant(target: Target, source: Path, variant: str, cache: Path, *, jo
             return result(*cached, cached=True, coverage=_coverage_of(out))
         report.progress(f"building {target.name} {label} (tree {series.tree[:12]}) in {out}")
         # a private staging folder per build (never shared by two concurrent builds, even threads
-        # of one process); the finished one is renamed into place
-        staging = out.with_name(f"{out.name}.tmp-{uuid.uuid4().hex[:12]}")
+        # of one process); the finished one is renamed into place. An interrupted build removes its
+        # own (finally below); one killed outright is swept by the next build of the key (its pid is gone).
+        _sweep_stale_staging(out)
+        staging = out.with_name(f"{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:12]}")
         bdir = staging / "build"
         bdir.mkdir(parents=True)
         try:
@@ -168,6 +170,20 @@ def build_variant(target: Target, source: Path, variant: str, cache: Path, *, jo
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         return result(arts, shas, cached=False, coverage=cov)
+
+
+def _sweep_stale_staging(out: Path) -> None:
+    """Remove `<key>.tmp-<pid>-*` folders whose process no longer runs (a build killed by SIGKILL)."""
+    for d in out.parent.glob(f"{out.name}.tmp-*"):
+        pid = d.name[len(out.name) + 5:].split("-", 1)[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+        except PermissionError:
+            pass  # another user's live process
 
 
 def _cached(out: Path) -> tuple[dict[str, Path], dict[str, str]] | None:

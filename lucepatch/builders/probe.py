@@ -34,8 +34,7 @@ from lucepatch.builders import toolchain
 from lucepatch.elf import GpuCode, is_elf
 from lucepatch.engine.apply import WorkArea, apply_series
 from lucepatch.errors import CheckFailed, EnvironmentMissing, UsageError
-from lucepatch.target import Target
-from lucepatch.target_sections import Submodule
+from lucepatch.target import Target, sub_target
 
 KINDS = ("compile", "link", "runpath", "targets")
 PASS, FAIL, ERROR, NA = "pass", "fail", "error", "n/a"
@@ -191,18 +190,6 @@ def resolve_profile(target: Target, name: str | None) -> tuple[str, dict]:
     merged["name"] = name
     merged["hash"] = hashlib.sha256(repr(sorted((k, repr(v)) for k, v in merged.items())).encode()).hexdigest()[:16]
     return name, merged
-
-
-def sub_target(target: Target, sub: Submodule) -> Target:
-    """A Target-like object for one [[submodule]]: its own base and series under series_dir."""
-    for key in ("path", "base", "series_dir"):
-        if not getattr(sub, key):
-            raise UsageError(f"{target.toml_path}: a [[submodule]] has an empty {key}")
-    sdir = (target.dir / sub.series_dir).resolve()
-    if not sdir.is_relative_to(target.dir.resolve()):
-        raise UsageError(f"{target.toml_path}: series_dir {sub.series_dir!r} leaves the target folder")
-    return Target(name=f"{target.name}.{sub.label}", dir=sdir, upstream=sub.url, branch=sub.branch,
-                  base=sub.base, version=target.version, raw=sub.to_json())
 
 
 # ---------------------------------------------------------------------------------- the tree

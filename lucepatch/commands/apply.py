@@ -12,10 +12,10 @@ from lucepatch.errors import EXIT_CHECK_FAILED, UsageError
 from lucepatch.target import load_target
 
 
-def print_outcomes(title: str, result) -> None:
+def print_outcomes(title: str, result, *, as_json: bool = False) -> None:
     report.table(title, ["#", "patch", "status", "commit", "detail"],
                  [[i, o.patch.name, o.status + (" (after conflict)" if o.after_conflict and o.status != CONFLICT else ""),
-                   (o.commit or "")[:12], o.detail] for i, o in enumerate(result.outcomes, 1)])
+                   (o.commit or "")[:12], o.detail] for i, o in enumerate(result.outcomes, 1)], as_json=as_json)
 
 
 def load_checked(ctx, target):
@@ -55,7 +55,7 @@ def command(ctx, target, source, partial, force, stash, fetch, as_json):
         report.emit_json("apply", {"workspace": ws.to_json(), "target": t.name, "version": t.version,
                                     "branch": branch, "switched": switched, "stash": info, **result.to_json()})
     report.progress(f"workspace {ws.describe()}; {t.name} {t.version} ({len(t.patches)} patches) onto {result.base[:12]}")
-    print_outcomes(f"apply {t.name} {t.version} onto {result.base[:12]}", result)
+    print_outcomes(f"apply {t.name} {t.version} onto {result.base[:12]}", result, as_json=as_json)
     if switched:
         report.progress(f"{src} is now on {branch} ({result.head[:12]})")
         if info["stashed"]:

@@ -65,11 +65,9 @@ def command(ctx, range_spec, reproducer_name, scenario, target_name, source, dri
     rows = [[p["commit"][:12], str(p["index"]), p["state"], p["why"]] for p in doc["probes"]]
     report.table(f"bisect {'+'.join(doc['scenarios'])} over {doc['range']['spec']} — driver {doc['driver'].get('kind')}"
                  f"{' (simulated)' if doc.get('simulated') else ''}, {doc['runs']} run(s) per probe",
-                 ["commit", "#", "behaviour", "why"], rows)
+                 ["commit", "#", "behaviour", "why"], rows, as_json=as_json)
     if doc["result"] == FOUND:
-        line = f"{doc['direction']} by {doc['first']['commit']} {doc['first']['subject']}"
-        if not as_json:
-            click.echo(line)
+        report.result(f"{doc['direction']} by {doc['first']['commit']} {doc['first']['subject']}", as_json=as_json)
         report.progress(doc["reason"])
     else:
         report.progress(f"{doc['result']}: {doc['reason']}")

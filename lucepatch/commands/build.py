@@ -84,7 +84,7 @@ def command(ctx, target, source, baseline, both, jobs, as_image, profile, repo, 
         rows = [["tag", res.tag], ["id", res.image_id[:19]], ["closure", closure],
                 ["evidence sha256", res.labels.get("org.lucepatch.evidence-sha256", "")], ["saved", res.saved or "-"],
                 ["pushed", res.pushed or "-"], ["time", f"{res.seconds:.0f}s"]]
-        report.table(f"build {t.name} {t.version} --image", ["", ""], rows, to_stdout=not as_json)
+        report.table(f"build {t.name} {t.version} --image", ["", ""], rows, as_json=as_json)
         return 0
     variants = ["baseline", "patched"] if both else (["baseline"] if baseline else ["patched"])
     if t.profiles and not t.build.artifacts:  # a superproject built per profile (Lucebox)
@@ -98,5 +98,5 @@ def command(ctx, target, source, baseline, both, jobs, as_image, profile, repo, 
     rows = [[r.variant, name, r.sha256[name], str(path), "cached" if r.cached else "built"]
             for r in results for name, path in r.artifacts.items()]
     report.table(f"build {t.name} {t.version}", ["variant", "artifact", "sha256", "path", ""], rows,
-                 to_stdout=not as_json)
+                 as_json=as_json)
     return 0

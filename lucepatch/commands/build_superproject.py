@@ -30,7 +30,7 @@ def run(ws, t, src: Path, cache: Path, variants: list[str], profile: str | None,
             report.table(head, ["", ""], [["result", "FAILED"], ["phase", f.get("phase", "")],
                                           ["first error", (f.get("first_error") or "")[:200]],
                                           ["error lines", str(f.get("error_lines", ""))], ["log", r.log or "-"]],
-                         to_stdout=not as_json)
+                         as_json=as_json)
             continue
         libs = r.sass.get("libraries", {})
         rows = []
@@ -49,5 +49,5 @@ def run(ws, t, src: Path, cache: Path, variants: list[str], profile: str | None,
                      "absent as allowed: " + (", ".join(cl.get("absent_allowed", [])) or "none")
                      + ("" if cl.get("ok") else f"; missing {json.dumps(cl.get('missing'))[:120]}")])
         rows.append(["SASS vs profile", "ok" if r.sass.get("ok") else "MISMATCH", ", ".join(r.sass.get("expected", [])), ""])
-        report.table(head, ["file", "sha256", "SASS", "notes"], rows, to_stdout=not as_json)
+        report.table(head, ["file", "sha256", "SASS", "notes"], rows, as_json=as_json)
     return 0 if all(r.ok and r.sass.get("ok", True) for r in results) else EXIT_CHECK_FAILED

@@ -5,8 +5,10 @@ verify every scenario the series names (`Reproducer:` trailers) -> probes (when 
 probes.toml). Reports: JUnit XML (--junit), JSON (--json), markdown appended to
 $GITHUB_STEP_SUMMARY when set (and --markdown FILE).
 
-Exit 0 only when every target's pinned-base gate passes; a failing canary warns (exit 0) unless
---strict. Results are cached under <cache>/ci/<key>.json, key = sha256 of every input (series and
+Exit 0 only when every gated target's pinned-base gate passes; a failing canary warns (exit 0)
+unless --strict. `--all` gates the targets that have a checkout ($LUCEPATCH_SRC_<TARGET>) and reports
+the others as skipped (JUnit <skipped>, markdown); they fail the gate only with --strict, and a run
+that gated nothing exits 1. Results are cached under <cache>/ci/<key>.json, key = sha256 of every input (series and
 target.toml bytes, reproducer hashes, upstream commits, driver kind and version, runs, lucepatch
 version); --no-cache re-runs.
 """
@@ -21,7 +23,7 @@ from lucepatch import report
 from lucepatch.commands._common import cache as cache_dir
 from lucepatch.commands._common import json_option, require_source, workspace
 from lucepatch.errors import UsageError
-from lucepatch.gate import WARN, exit_code, gate_target, write_reports
+from lucepatch.gate import WARN, exit_code, find_checkout, gate_target, skipped_target, write_reports
 from lucepatch.target import list_targets, load_target
 
 
@@ -31,7 +33,7 @@ from lucepatch.target import list_targets, load_target
 @click.option("--source", type=click.Path(), default=None,
               help="Upstream checkout (one target only; otherwise $LUCEPATCH_SRC_<TARGET> per target).")
 @click.option("--upstream-head", default=None, metavar="REF", help="Canary: also check the series on this upstream ref.")
-@click.option("--strict", is_flag=True, help="A failing canary fails the gate.")
+@click.option("--strict", is_flag=True, help="A failing canary, or (with --all) a target without a checkout, fails the gate.")
 @click.option("--driver", type=click.Choice(["auto", "real", "fake"]), default="auto", show_default=True)
 @click.option("--runs", type=click.IntRange(1, 10000), default=5, show_default=True, help="Runs per variant and scenario.")
 @click.option("--no-cache", is_flag=True, help="Re-run everything even when no input changed.")
@@ -57,22 +59,32 @@ def command(ctx, target, all_targets, source, upstream_head, strict, driver, run
     report.progress(f"workspace {ws.describe()}; targets {', '.join(names)}")
     for n in names:
         t = load_target(ws, n)
-        src = require_source(source, t.name)
-        r = gate_target(ws, t, src, c, upstream_head=upstream_head, driver=driver, runs=runs,
-                        use_cache=not no_cache, evidence_dir=Path(evidence_dir) if evidence_dir else None,
-                        probes=not no_probes)
-        results.append(r)
-        for s in r.steps:
-            report.progress(f"  {t.name} {s.name}: {s.status} — {s.detail}")
-        report.progress(f"{t.name}: gate {r.gate}, canary {r.canary}{' (cached: no input changed)' if r.cached else ''}")
+        src, why = find_checkout(source, t)
+        if src is None:
+            if not all_targets:
+                require_source(source, t.name)  # one named target: its checkout is required (exit 3)
+            results.append(skipped_target(t, why))
+            report.progress(f"{t.name}: skipped — {why}" + ("" if strict else " (not gating; --strict fails on it)"))
+            continue
+        report.progress(f"{t.name}: gating with {src}")
+        results.append(gate_target(ws, t, src, c, upstream_head=upstream_head, driver=driver, runs=runs,
+                                   use_cache=not no_cache, evidence_dir=Path(evidence_dir) if evidence_dir else None,
+                                   probes=not no_probes))
     code = exit_code(results, strict)
     write_reports(results, code, strict=strict, junit_path=junit_path, md_path=md_path)
     if as_json:
         report.emit_json("ci", {"workspace": ws.to_json(), "exit_code": code, "strict": strict,
                                 "upstream_head": upstream_head, "targets": [r.to_json() for r in results]})
     for r in results:
+        report.table(f"ci {r.target}: " + (f"skipped — {r.skipped}" if r.skipped else
+                                           f"gate {r.gate}, canary {r.canary}{' (cached: no input changed)' if r.cached else ''}"),
+                     ["step", "status", "detail"], [[s.name, s.status, s.detail] for s in r.steps], as_json=as_json)
         if r.canary == WARN:
             report.progress(f"warning: {r.target}: the canary on {upstream_head} failed"
                             + ("" if strict else " (not gating; pass --strict to gate on it)"))
-    report.progress("ci: " + ("gate passed" if code == 0 else "gate FAILED"))
+    gated = sum(1 for r in results if not r.skipped)
+    if not gated:
+        report.progress("ci: no target was gated (no checkout for any): exit 1")
+    report.result(f"ci: {'gate passed' if code == 0 else 'gate FAILED'} ({gated} of {len(results)} target(s) gated)",
+                  as_json=as_json)
     return code

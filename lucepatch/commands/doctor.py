@@ -47,7 +47,7 @@ def command(ctx, for_verbs, lib, image, pod, namespace, container, lib_path, ham
     else:
         report.table("lucepatch doctor", ["tool", "status", "version", "detail", "needed by", "fix"],
                      [[i.name, "present" if i.ok else "MISSING", i.version, i.detail,
-                       ", ".join(i.needed_by) or "optional", "" if i.ok else i.remedy] for i in items], to_stdout=True)
+                       ", ".join(i.needed_by) or "optional", "" if i.ok else i.remedy] for i in items])
     for i in block:
         report.progress(f"{i.name} is missing ({i.detail}); needed by {', '.join(v for v in i.needed_by if not for_verbs or v in for_verbs)}: {i.remedy}")
     return EXIT_ENVIRONMENT if block else 0

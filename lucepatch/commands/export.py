@@ -36,7 +36,8 @@ def command(ctx, target, source, branch, check_only, as_json):
                                      "head": res.head, "check": check_only, "series_changed": res.series_changed,
                                      "patches": [{"name": n, "action": a} for n, _, a in plan], "removed": removed})
     report.table(f"export {t.name} from {res.branch} ({res.head[:12]}) into {t.dir}", ["#", "patch", "action"],
-                 [[i, n, a] for i, (n, _, a) in enumerate(plan, 1)] + [["-", n, "removed"] for n in removed])
+                 [[i, n, a] for i, (n, _, a) in enumerate(plan, 1)] + [["-", n, "removed"] for n in removed],
+                 as_json=as_json)
     if check_only and (res.changed or res.series_changed):
         report.progress(f"export would change {len(res.changed) or 'the series'}; run lucepatch export")
         return EXIT_CHECK_FAILED

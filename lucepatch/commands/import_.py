@@ -42,5 +42,5 @@ def command(ctx, target, from_path, from_branch, source, base, upstream_url, rep
                                      "kind": res.kind, "created": res.created,
                                      "patches": [{"name": n, "action": a} for n, _, a in res.plan]})
     report.table(f"import {res.kind} into {res.dir}", ["#", "patch", "action"],
-                 [[i, n, a] for i, (n, _, a) in enumerate(res.plan, 1)])
+                 [[i, n, a] for i, (n, _, a) in enumerate(res.plan, 1)], as_json=as_json)
     return 0

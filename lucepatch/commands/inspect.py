@@ -28,7 +28,7 @@ def command(image, as_json):
         if pid:
             rows.append(["patch", pid])
     rows.append(["user", info["user"] or "root"])
-    report.table(f"inspect {image} ({info['id'][:19]})", ["label", "value"], rows, to_stdout=not as_json)
+    report.table(f"inspect {image} ({info['id'][:19]})", ["label", "value"], rows, as_json=as_json)
     if not labels.get(LABEL_PREFIX + "target"):
         report.progress(f"{image} carries no lucepatch labels: not built by lucepatch build --image")
         return EXIT_CHECK_FAILED

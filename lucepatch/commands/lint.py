@@ -43,6 +43,7 @@ def command(ctx, target, pending_days, strict, as_json):
                                    "findings": [f.to_json() for f in findings]})
     if findings:
         report.table(f"lint ({ws.path})", ["level", "target", "patch", "check", "message"],
-                     [[f.level, f.target, f.patch, f.check, f.message] for f in findings])
-    report.progress(f"lint: {len(names)} target(s), {len(errors)} error(s), {len(findings) - len(errors)} warning(s)")
+                     [[f.level, f.target, f.patch, f.check, f.message] for f in findings], as_json=as_json)
+    report.result(f"lint: {len(names)} target(s), {len(errors)} error(s), {len(findings) - len(errors)} warning(s)",
+                  as_json=as_json)
     return EXIT_CHECK_FAILED if errors else 0

@@ -33,19 +33,20 @@ def command(ctx, as_json):
     if any(len(v) > 1 for v in families.values()):
         report.table("lines", ["series", "line", "target", "version", "base", "serves"],
                      [[f, t.line, t.name, t.version, t.base[:12], _serves(t)] for f, ts in families.items()
-                      for t in sorted(ts, key=lambda t: (t.line_of is not None, t.name))], to_stdout=True)
-    for t in targets:
+                      for t in sorted(ts, key=lambda t: (t.line_of is not None, t.name))])
+    # each submodule series is listed under its superproject, as its own table
+    for t in [x for tt in targets for x in (tt, *tt.sub_targets())]:
+        where = f"submodule {t.raw['path']}, " if t.raw.get("series_dir") else ""
         report.table(
-            f"{t.name} {t.version} on {t.base[:12]} ({t.upstream})" + (f" — line {t.line} of {t.line_of}" if t.line_of else ""),
+            f"{t.name} {t.version} on {t.base[:12]} ({where}{t.upstream})"
+            + (f" — line {t.line} of {t.line_of}" if t.line_of else ""),
             ["#", "patch", "patch-id", "upstream-status", "reproducer", "build-only"],
             [[i, p.name, p.patch_id[:12], p.trailer("Upstream-Status"),
               ", ".join(f"{r}:{s}" if s else r for r, s in p.reproducers), "yes" if p.build_only else ""]
              for i, p in enumerate(t.patches, 1)],
-            to_stdout=True,
         )
     report.table("reproducers", ["name", "kind", "target", "scenarios", "default runs"],
-                  [[r.name, r.kind, r.target, ", ".join(s.name for s in r.scenarios), r.default_runs] for r in repros],
-                  to_stdout=True)
+                  [[r.name, r.kind, r.target, ", ".join(s.name for s in r.scenarios), r.default_runs] for r in repros])
     return 0
 
 

@@ -46,5 +46,5 @@ def command(ctx, target, patch, submitted, status, as_json):
     if as_json:
         report.emit_json("mark", {"workspace": ws.to_json(), "target": t.name, "patch": p.name,
                                   "before": before, "after": status, "patch_id": p.patch_id})
-    report.progress(f"{t.name}/{p.name}: Upstream-Status {before or '(none)'} -> {status}")
+    report.result(f"{t.name}/{p.name}: Upstream-Status {before or '(none)'} -> {status}", as_json=as_json)
     return 0

@@ -6,7 +6,7 @@ import time
 
 import click
 
-from lucepatch import report
+from lucepatch import git, report
 from lucepatch.commands._common import cache, json_option, require_source, source_option
 from lucepatch.commands.apply import load_checked
 from lucepatch.engine import checkout as co
@@ -18,7 +18,7 @@ from lucepatch.errors import UsageError
 @click.command("matrix")
 @click.argument("target", required=False)
 @source_option
-@click.option("--range", "rev_range", required=True, metavar="A..B", help="Upstream commits to evaluate (git range, first parent).")
+@click.option("--range", "rev_range", required=True, metavar="A..B", help="Upstream commits to evaluate (a git range; every commit unless --first-parent).")
 @click.option("--independent", is_flag=True, help="Each patch alone on each commit (default: cumulative in series order).")
 @click.option("--first-parent", is_flag=True, help="Only the first-parent chain of the range (default: every commit).")
 @click.option("--jobs", type=click.IntRange(min=1), default=None, help="Parallel workers (default: CPU count).")
@@ -35,8 +35,6 @@ def command(ctx, target, source, rev_range, independent, first_parent, jobs, new
     t0 = time.monotonic()
     with WorkArea(cache(ctx), f"matrix-{t.name}") as work:
         a, b = rev_range.split("..", 1)
-        from lucepatch import git
-
         for ref in (a, b or "HEAD"):
             if ref:
                 git.resolve_commit(src, ref, what="range end", remedy="fetch it or pass an existing ref")
@@ -56,8 +54,7 @@ def command(ctx, target, source, rev_range, independent, first_parent, jobs, new
             "distinct_states": res.states, "evaluation": res.stats, "newest_compatible": newest,
             "seconds": round(elapsed, 3)})
     if newest_compatible:
-        if not as_json:
-            click.echo(newest or "")
+        report.result(newest or "", as_json=as_json)
         report.progress(f"newest commit of {rev_range} where the series applies: {newest or 'none'}")
         return 0 if newest else 1
     # compress runs of identical rows for people
@@ -73,6 +70,6 @@ def command(ctx, target, source, rev_range, independent, first_parent, jobs, new
     report.table(f"matrix {t.name} {t.version} over {rev_range} ({len(res.commits)} commits, {res.states} distinct "
                  f"states, {elapsed:.2f}s; A=applied 3=3-way U=already upstream X=conflict; patches "
                  f"{', '.join(str(k) for k in range(1, len(t.patches) + 1))})",
-                 ["commits", "cells", "last subject"], rows)
-    report.progress(f"newest compatible: {newest or 'none'}")
+                 ["commits", "cells", "last subject"], rows, as_json=as_json)
+    report.result(f"newest compatible: {newest or 'none'}", as_json=as_json)
     return 0

@@ -51,11 +51,11 @@ def command(ctx, target, source, out_dir, evidence_paths, no_evidence, real_clie
     if as_json:
         report.emit_json("pr", {"workspace": ws.to_json(), "target": t.name, **res.to_json()})
     report.progress(f"workspace {ws.describe()}")
-    for c in res.checks:
-        report.progress(f"  check {c.name}: {'skipped — ' if c.skipped else ('ok — ' if c.ok else 'FAILED — ')}{c.summary}")
-    report.progress(f"PR v{res.revision} for {t.name} {t.version}: branch {res.branch} on {res.base[:12]} "
-                    f"(template {res.template}); files in {res.out_dir}")
-    for f in res.files:
-        report.progress(f"  {f.name}")
-    report.progress(f"pushed: {res.pushed}" if res.pushed else "nothing was pushed (use --push REMOTE --branch NAME)")
+    lines = [f"  check {c.name}: {'skipped — ' if c.skipped else ('ok — ' if c.ok else 'FAILED — ')}{c.summary}"
+             for c in res.checks]
+    lines.append(f"PR v{res.revision} for {t.name} {t.version}: branch {res.branch} on {res.base[:12]} "
+                 f"(template {res.template}); files in {res.out_dir}")
+    lines += [f"  {f.name}" for f in res.files]
+    lines.append(f"pushed: {res.pushed}" if res.pushed else "nothing was pushed (use --push REMOTE --branch NAME)")
+    report.result("\n".join(lines), as_json=as_json)
     return 0

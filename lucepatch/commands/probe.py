@@ -42,5 +42,5 @@ def command(ctx, target, source, profile, baseline, both, only, as_json):
     title = f"probe {t.name} {t.version} profile {runs[0].profile}: " + \
         ", ".join(f"{r.variant} {r.seconds:.0f}s" for r in runs)
     report.table(title, ["fix", "probe", "variant", "status", "verdict", "TU", "time", "errors", "first error / evidence"],
-                 rows, to_stdout=not as_json)
+                 rows, as_json=as_json)
     return 0 if ok else EXIT_CHECK_FAILED

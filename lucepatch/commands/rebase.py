@@ -91,8 +91,8 @@ def _drive(sess: S.Session, as_json: bool, *, interactive: bool) -> int:
     pause_at(len(sess.st.patches))
     sess.write(plan)
     doc = S.summary(sess.st, None, plan, written=True)
-    if plan["range_diff"] and not as_json:
-        report.err.print(plan["range_diff"].rstrip(), markup=False, highlight=False)
+    if plan["range_diff"]:
+        report.result(plan["range_diff"].rstrip(), as_json=as_json)
     return _emit(as_json, doc, f"{sess.st.target_dir} now on {sess.st.onto[:12]} ({sess.st.direction}), version "
                                f"{plan['new_version']} ({plan['bump']})")
 
@@ -112,8 +112,8 @@ def _emit(as_json: bool, doc: dict | None, line: str) -> int:
     if as_json:
         report.emit_json("rebase", doc or {"session": None})
     if doc:
-        report.table(S.title(doc), S.TABLE_COLUMNS, S.table_rows(doc))
+        report.table(S.title(doc), S.TABLE_COLUMNS, S.table_rows(doc), as_json=as_json)
         for w in doc.get("warnings") or []:
-            report.err.print(f"warning: {w}", markup=False)
-    report.err.print(f"lucepatch: {line}", markup=False, highlight=False)
+            report.progress(f"warning: {w}")
+    report.progress(line)
     return 0

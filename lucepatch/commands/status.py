@@ -18,6 +18,9 @@ APPLIED = "applied"
 NOT_APPLIED = "not-applied"
 UPSTREAM = "already-upstream"
 CONFLICTS = "conflicts"
+# how a not-applied patch would go on (the engine's words are its outcome names, which read as
+# "applied" beside "not-applied"; the JSON keeps them)
+WOULD = {"applied": "exactly", "applied-3way": "with a 3-way merge"}
 
 
 def compute_status(t, src, work, head: str, base: str) -> list[dict]:
@@ -92,7 +95,7 @@ def command(ctx, target, source, fetch, behaviour, as_json):
                                      "branch": git.current_branch(src), "patches": rows})
     line = f", line {t.line} of {t.line_of}" if t.line_of else ""
     report.table(f"status {t.name} {t.version} at {head[:12]} (base {base[:12]}{line})",
-                 ["#", "patch", "status", "signal / would", "commit", "detail"],
-                 [[i, r["name"], r["status"], r["signal"] or r["would"] or "", (r["commit"] or "")[:12], r["detail"]]
-                  for i, r in enumerate(rows, 1)])
+                 ["#", "patch", "status", "signal / would apply", "commit", "detail"],
+                 [[i, r["name"], r["status"], r["signal"] or WOULD.get(r["would"], r["would"] or ""),
+                   (r["commit"] or "")[:12], r["detail"]] for i, r in enumerate(rows, 1)], as_json=as_json)
     return EXIT_CHECK_FAILED if any(r["status"] == CONFLICTS for r in rows) else 0

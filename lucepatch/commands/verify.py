@@ -32,7 +32,7 @@ def _retire(ctx, ws, target_name, source, ref, driver, runs, as_json, coverage_m
         kind, (title, columns, rows), rc = "verify-retire", retire.format_retire_table(doc), retire.retire_exit_code(doc)
     if as_json:
         report.emit_json(kind, {"workspace": ws.to_json(), **doc})
-    report.table(title, columns, rows, to_stdout=not as_json)
+    report.table(title, columns, rows, as_json=as_json)
     return rc
 
 

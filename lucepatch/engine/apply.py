@@ -142,9 +142,12 @@ def clone_private(source: Path, dest: Path) -> None:
             str(Path(source).resolve()), str(dest), env={"GIT_OPTIONAL_LOCKS": "0"})
 
 
-def resolve_base(source: Path, ref: str, target_name: str, *, fetch: bool = False) -> str:
-    remedy = ("fetch it into the checkout (git fetch origin; or git fetch --unshallow if the clone is shallow) "
-              "or pass --fetch to let lucepatch run git fetch")
+def resolve_base(source: Path, ref: str, target_name: str, *, fetch: bool | None = None) -> str:
+    """The base commit in `source`. `fetch`: True = git fetch when missing; False = the verb has a
+    --fetch option that was not given (the hint names it); None = the verb has none (no such hint)."""
+    remedy = "fetch it into the checkout (git fetch origin; or git fetch --unshallow if the clone is shallow)"
+    if fetch is False:
+        remedy += " or pass --fetch to let lucepatch run git fetch"
     sha = git.try_resolve(source, ref)
     if sha is None and fetch:
         git.run(source, "fetch", "--quiet", "origin", check=False)
@@ -299,7 +302,7 @@ def _apply_loop(engine: IndexEngine, target: Target, patches: list[Patch], files
 
 def apply_series(target: Target, source: Path, patches: list[Patch], work: WorkArea,
                  base: str | None = None, *, trailers: bool = True, am_args: tuple[str, ...] = (),
-                 am_env: dict | None = None, checkout: bool = True, fetch: bool = False) -> SeriesResult:
+                 am_env: dict | None = None, checkout: bool = True, fetch: bool | None = None) -> SeriesResult:
     """Clone `source` privately and apply `patches` in order onto `base` (default: the pinned base).
 
     `am_args` accepts "--signoff" (the committer identity from `am_env` signs each commit);

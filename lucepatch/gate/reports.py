@@ -24,7 +24,8 @@ def junit_xml(results: list[TargetResult], strict: bool) -> str:
                 name = c["name"] if items is step.cases else step.name
                 tc = ET.SubElement(suite, "testcase", classname=f"{r.target}.{step.name}", name=name,
                                    time=f"{step.seconds / max(len(items), 1):.3f}")
-                failing = c["status"] == FAIL or (c["status"] == WARN and step.name == "canary" and strict)
+                failing = (c["status"] == FAIL or (c["status"] == WARN and step.name == "canary" and strict)
+                           or (r.skipped is not None and strict))  # --strict: a target without a checkout fails
                 if failing:
                     f += 1
                     ET.SubElement(tc, "failure", message=c.get("detail", "")[:500], type=step.name).text = c.get("detail", "")
@@ -50,8 +51,13 @@ _ICON = {PASS: "✅", FAIL: "❌", SKIP: "⏭️", WARN: "⚠️"}
 
 
 def markdown(results: list[TargetResult], exit_code: int) -> str:
-    lines = [f"## lucepatch ci — {'passed' if exit_code == 0 else 'FAILED'}", ""]
+    gated = [r for r in results if not r.skipped]
+    lines = [f"## lucepatch ci — {'passed' if exit_code == 0 else 'FAILED'}"
+             + (f" ({len(gated)} of {len(results)} targets gated)" if len(gated) < len(results) else ""), ""]
     for r in results:
+        if r.skipped:
+            lines += [f"### {r.target}: skipped — {r.skipped.replace('|', '/')}", ""]
+            continue
         lines += [f"### {r.target}: gate {r.gate}, canary {r.canary}{' (cached)' if r.cached else ''}", "",
                   "| step | status | detail |", "|---|---|---|"]
         for s in r.steps:

@@ -28,9 +28,12 @@ class TargetResult:
     steps: list[Step] = field(default_factory=list)
     cached: bool = False
     evidence: str | None = None
+    skipped: str | None = None  # why the target was not gated (`ci --all` without its checkout)
 
     @property
     def gate(self) -> str:
+        if self.skipped:
+            return SKIP
         return FAIL if any(s.gate and s.status == FAIL for s in self.steps) else PASS
 
     @property
@@ -40,10 +43,11 @@ class TargetResult:
 
     def to_json(self) -> dict:
         return {"target": self.target, "key": self.key, "cached": self.cached, "gate": self.gate,
-                "canary": self.canary, "evidence": self.evidence, "steps": [s.to_json() for s in self.steps]}
+                "canary": self.canary, "evidence": self.evidence, "skipped": self.skipped,
+                "steps": [s.to_json() for s in self.steps]}
 
     @classmethod
     def from_json(cls, d: dict) -> "TargetResult":
-        r = cls(d["target"], d["key"], cached=True, evidence=d.get("evidence"))
+        r = cls(d["target"], d["key"], cached=True, evidence=d.get("evidence"), skipped=d.get("skipped"))
         r.steps = [Step(s["name"], s["status"], s["detail"], s["seconds"], s["gate"], s["cases"]) for s in d["steps"]]
         return r

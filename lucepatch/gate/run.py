@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from pathlib import Path
 
 from lucepatch import __version__, git
-from lucepatch.errors import EXIT_CHECK_FAILED, from_exception
+from lucepatch.errors import EXIT_CHECK_FAILED, UsageError, from_exception
 from lucepatch.gate.result import FAIL, SKIP, WARN, Step, TargetResult
 from lucepatch.gate.steps import check_on, named_scenarios, step_build_and_verify, step_lint, step_probes
 from lucepatch.target import Target
@@ -88,7 +89,32 @@ def gate_target(ws, t: Target, src: Path, cache: Path, *, upstream_head: str | N
     return res
 
 
+def find_checkout(source: str | None, target: Target) -> tuple[Path | None, str]:
+    """The target's upstream checkout (the one given, else $LUCEPATCH_SRC_<TARGET>) when it is a git
+    checkout; otherwise (None, why) — `ci --all` then reports the target as skipped."""
+    from lucepatch.workspace import source_env
+
+    env = source_env(target.name)
+    path = source or os.environ.get(env)
+    if not path:
+        return None, f"no upstream checkout: set {env} (or pass --source with one target)"
+    try:
+        git.open_repo(path, what=env if not source else "--source")
+    except UsageError as exc:
+        return None, str(exc)
+    return Path(path), ""
+
+
+def skipped_target(t: Target, why: str) -> TargetResult:
+    r = TargetResult(t.name, "", skipped=why)
+    r.steps = [Step("checkout", SKIP, why)]
+    return r
+
+
 def exit_code(results: list[TargetResult], strict: bool) -> int:
-    """0 when every pinned-base gate passed (and, with strict, every canary)."""
-    failed = any(r.gate == FAIL for r in results) or (strict and any(r.canary in (WARN, FAIL) for r in results))
+    """0 when every gated target's pinned-base gate passed and at least one target was gated; with
+    strict, also every canary passed and no target was skipped for want of a checkout."""
+    gated = [r for r in results if not r.skipped]
+    failed = (not gated or any(r.gate == FAIL for r in gated)
+              or (strict and (any(r.canary in (WARN, FAIL) for r in gated) or len(gated) < len(results))))
     return EXIT_CHECK_FAILED if failed else 0
