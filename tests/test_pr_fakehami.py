@@ -145,6 +145,9 @@ def test_pr_carries_the_evidence_page_and_a_per_run_strip(cli, proven, tmp_path)
     assert f"{total} runs" in details and "evidence.html" in details
     page = (out / "evidence.html").read_text()
     assert page.count('class="run ') == total and "<script" not in page
+    # well formed: scrubbing never cuts across tags (paths are scrubbed before rendering)
+    for tag in ("dt", "dd", "tr", "td", "table", "details", "pre", "svg"):
+        assert page.count(f"<{tag}") == page.count(f"</{tag}>"), tag
     assert "async-sched" in page and "cuMemAllocAsync" in page  # the reproducer source
 
 
