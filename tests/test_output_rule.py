@@ -28,7 +28,7 @@ def _verbs(toy) -> dict[str, tuple[list, str]]:
         "check": ([*w, "check", "toy", "--source", up], "applied"),
         "lint": ([*w, "lint", "toy"], "lint"),
         "matrix": ([*w, "matrix", "toy", "--source", up, "--range", f"{base}..{head}"], head[:10]),
-        "rebase": ([*w, "rebase", "toy", "--source", up, "--onto", head, "--dry-run"], "fix(b): return twenty"),
+        "rebase": ([*w, "rebase", "toy", "--source", up, "--onto", head, "--dry-run"], "fix-b-return-twenty.patch"),
         "mark": ([*w, "mark", "toy", "fix-a-return-ten.patch", "--status", "Denied"], "Upstream-Status Pending -> Denied"),
         "apply": ([*w, "apply", "toy", "--source", up], "applied"),
         "show": (["show", EVIDENCE], "ctxless-async-alloc"),

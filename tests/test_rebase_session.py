@@ -309,7 +309,8 @@ def test_needed_labels_never_drop_a_patch_by_themselves(carry, judge):
     assert by[cf.ADD_CHUNK]["needed"] == {"needed": "superseded", "reason": "test judge", "scenario": "carry:fix-alloc-ad",
                                          "driver": "fake", "simulated": True}
     assert by[cf.BUILD_PATCH]["needed"]["needed"] == "not-judged"
-    assert "superseded (simulated driver)" in r.err
+    # the human report (stdout; --json replaces it) says a simulated driver decided
+    assert "superseded (simulated driver)" in " ".join(rb("--status").out.split())
     assert rb("--abort").code == 0
     r = rb("--source", up, "--onto", "upstream-next", "--no-behaviour", "--json")
     assert {p["needed"]["needed"] for p in r.json["patches"]} == {"not-judged"}
