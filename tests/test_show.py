@@ -100,6 +100,13 @@ def test_short_reasons_say_why_in_a_few_words(verdict, b, p, control, want):
     assert len(short_reason(s)) <= 30
 
 
+def test_short_reason_keeps_the_runs_hint():
+    s = _scenario("not-proven", (3, 3), (0, 3), reason="baseline failures not significant (p=0.05 >= 0.01); with "
+                  "--runs 3 the smallest possible p is 0.05 (>= 0.01): proven needs --runs 5 or more, and --runs 10 "
+                  "for a patched failure rate below 0.37 at 99 %")
+    assert short_reason(s) == "needs --runs 5 or more"
+
+
 def test_skipped_reason_is_the_machine_reason_clipped():
     s = _scenario("skipped", (0, 0, 0, 20), (0, 0, 0, 20),
                   reason="not run on this machine: needs 2 devices, the machine has 1 (multi-device scenarios)")

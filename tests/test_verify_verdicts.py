@@ -317,6 +317,9 @@ def test_unknown_scenario_is_a_usage_error(cli, fh):
     res = cli("--workspace", ws, "--cache-dir", fh["cache"], "verify", "--source", fh["upstream"], "--driver", "fake",
               "--reproducer", "async-sched", "--scenario", "nope")
     assert res.code == 2 and "nope" in res.err
+    # the error lists the scenarios that exist, and the build never started
+    assert "valid: async-sched:ctxless-async-alloc" in res.err and "async-sched:ctxless-sync-alloc" in res.err
+    assert len(res.err.strip().splitlines()) == 1
 
 
 # ---- the sequential rule (default) against --fixed ---------------------------------------------

@@ -213,7 +213,9 @@ def short_reason(s: ScenarioResult) -> str:
             return f"patched still fails {p.failures}/{p.runs}"
         if not b.failures:
             return "baseline never failed"
-        return "too few baseline failures"
+        # the verdict rule's hint when --runs could never reach p < alpha (lucepatch/verify/rules.py)
+        m = re.search(r"proven needs (--runs \d+) or more", s.reason)
+        return f"needs {m.group(1)} or more" if m else "too few baseline failures"
     return _clip(s.reason, 28)
 
 
