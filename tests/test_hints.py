@@ -140,8 +140,11 @@ def test_interrupted_build_leaves_no_staging_behind(toy, tmp_path, sig, code):
     t.write_text(t.read_text().replace(toy["base"], base) + "\n" + BUILD)
     cache = tmp_path / "cache"
     env = {**os.environ, "PYTHONPATH": str(REPO), "LUCEPATCH_CACHE": str(cache)}
+    # the child starts with SIGINT/SIGTERM unblocked whatever an earlier in-process test left in this
+    # process's signal mask (a blocked mask is inherited across fork and exec)
     proc = subprocess.Popen([sys.executable, "-m", "lucepatch", "--workspace", str(ws), "build", "toy", "--source", str(up)],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM}))
     deadline = time.monotonic() + 120
     while not list((cache / "builds").glob("*.tmp-*/build")) and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.1)
