@@ -26,6 +26,7 @@ PROCESS_HELPERS = {
     "lucepatch/verify/trace/record_all.py": "the trace recorder's driver probe",
     "lucepatch/doctor.py": "tool version checks",
     "lucepatch/upstream/checks.py": "the upstream's own PR checks (cpplint, scripts)",
+    "lucepatch/upstream/coverage.py": "gcov (the measured coverage map)",
     "lucepatch/k8s/swap.py": "the node swap script",
 }
 DOCKER_SDK = {"lucepatch/builders/image.py", "lucepatch/k8s/plugin_image.py", "lucepatch/doctor.py",

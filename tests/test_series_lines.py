@@ -81,7 +81,9 @@ def test_list_status_lint_and_verify_know_the_lines(line):
     git(ws.parent, "clone", "-q", "--no-local", str(up), str(fresh))
     git(mine, "checkout", "-q", "--detach", line["c"]["c0"])
     r = cli("--workspace", ws, "status", "carry-v0.9", "--source", mine, "--json")
-    assert r.json["line"] == "v0.9" and r.json["line_of"] == "carry" and "line v0.9 of carry" in r.err
+    assert r.json["line"] == "v0.9" and r.json["line_of"] == "carry"
+    r = cli("--workspace", ws, "status", "carry-v0.9", "--source", mine)  # the table is the result: stdout
+    assert r.code == 0 and "line v0.9 of carry" in r.out, r.err
     assert cli("--workspace", ws, "check", "carry-v0.9", "--source", up).code == 0
     from lucepatch.verify.service import select
     from lucepatch.workspace import resolve_workspace
