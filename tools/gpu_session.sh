@@ -42,7 +42,11 @@ set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
 PYPATH=$PWD
 if compgen -G ".whl/*.whl" >/dev/null; then  # the GPU machine: carried wheels, no index
-  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl || exit 3
+  # installed once per machine: two sessions started side by side must not rewrite /tmp/site under each other
+  if [ ! -e /tmp/site/.lucepatch-wheels ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl || exit 3
+    touch /tmp/site/.lucepatch-wheels
+  fi
   PYPATH=/tmp/site:$PWD
 fi
 export PYTHONPATH=$PYPATH PYTHONUNBUFFERED=1 LUCEPATCH_CACHE=${LUCEPATCH_CACHE:-/tmp/lpcache}
