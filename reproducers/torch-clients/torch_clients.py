@@ -68,7 +68,10 @@ def _check_accounting(torch, what: str, used0: int, reserved0: int, device: int 
     charged = _used(torch, device) - used0
     lp.value(f"{prefix}reserved_delta", reserved)
     lp.value(f"{prefix}accounted_delta", charged)
-    ok = lp.check_eq(f"{prefix}{what}: the allocator reserved the allocations", True, reserved >= TASKS * BLOCK)
+    # the pool's total, not its growth: what it already held free before the tensors (the 32 MiB a
+    # stream-ordered pool reserved at init, measured on the H200) serves part of them
+    ok = lp.check_eq(f"{prefix}{what}: the allocator reserved the allocations", True,
+                     torch.cuda.memory_reserved(device) >= TASKS * BLOCK)
     want = min(TASKS * BLOCK, reserved)
     return ok & lp.check_within(f"{prefix}{what}: HAMi's accounted usage follows the allocator",
                                 want, charged, _tolerance(want))
