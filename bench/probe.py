@@ -37,6 +37,8 @@ def main() -> int:
     ap.add_argument("--measure-full", metavar="SUMMARY.json", default=None,
                     help="in the same run, time a cold full build (`build lucebox --profile P`, same -j = cores, build "
                          "tree kept) and write its summary here; the ratio is then probe/full on one machine")
+    ap.add_argument("--cuda-archs", default=None, metavar="LIST",
+                    help="the full build's CUDA arch list instead of the profile's (e.g. '120;90': an H200 runs sm_90)")
     a = ap.parse_args()
     full = json.loads((ROOT / "bench" / "full_build.json").read_text()) if (ROOT / "bench" / "full_build.json").is_file() else FIELD
     t = load_target_dir(ROOT / "patches" / "lucebox")
@@ -52,8 +54,9 @@ def main() -> int:
         from lucepatch.builders.superbuild import build_superproject  # noqa: PLC0415
         from lucepatch.errors import LucepatchError  # noqa: PLC0415
         try:
+            archs = [x for x in a.cuda_archs.replace(",", ";").split(";") if x] if a.cuda_archs else None
             fb = build_superproject(t, Path(a.source), a.profile, Path(tempfile.mkdtemp(prefix="lp-bench-full-")),
-                                    jobs=os.cpu_count(), keep_build=True)
+                                    jobs=os.cpu_count(), keep_build=True, cuda_archs=archs)
         except LucepatchError as exc:  # e.g. no cuBLAS headers: say so, keep the probe figures
             print(f"probe bench: full build not possible here: {exc}", file=sys.stderr)
             out["full_build_ok"] = False

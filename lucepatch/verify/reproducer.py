@@ -11,9 +11,14 @@ under, or $LUCEPATCH_WORKLOAD_PYTHON), {dir} (the reproducer's folder), {scenari
 (lucepatch's workload helpers: lp_workload.py) and ${VAR} (the caller's environment) are
 replaced; a scenario may give its own `command`. `requires` says what the machine must have
 (python_modules, executables, files, driver = "real"); a scenario whose requirements are not met
-is `skipped` with the reason, never run and never passed. `load_proof` says who proves what was
-loaded: "program" (the workload reports it after CUDA init and before its action, through
-lp_workload) or "preload" (lucepatch's preloaded reporter reports it at exit and on a fatal
+is `skipped` with the reason, never run and never passed. `[build]` (optional) is a program
+lucepatch compiles before the runs, cached like every compile (lucepatch.compiling): `sources`
+from the reproducer's folder, `output`, `flags` ({dir}, {common} = reproducers/common,
+{cuda_include} and ${VAR} replaced), `headers` hashed into the cache key, `language` "c" or
+"c++"; the command names it as {build}/<output>. It is built only when some selected scenario's
+requirements are met (a build against a library the machine lacks would fail, not skip).
+`load_proof` says who proves what was loaded: "program" (the workload reports it after CUDA
+init and before its action, through lp_workload or lp_report.h) or "preload" (lucepatch's preloaded reporter reports it at exit and on a fatal
 signal: for programs that cannot be changed). `ranks` > 1: that many processes must each prove it.
 """
 
@@ -30,6 +35,7 @@ from lucepatch.workspace import Workspace
 KINDS = ("c", "workload")
 LOAD_PROOFS = ("program", "preload")
 REQUIREMENT_KEYS = ("python_modules", "executables", "files", "driver")
+BUILD_KEYS = ("language", "sources", "output", "flags", "headers")
 
 
 @dataclass
@@ -59,6 +65,41 @@ class Requirements:
 
     def to_json(self) -> dict:
         return {k: v for k, v in vars(self).items() if v not in ([], "any")}
+
+
+@dataclass
+class WorkloadBuild:
+    """A program a workload runs, compiled by lucepatch (reproducer.toml [build])."""
+    sources: list[str]
+    output: str
+    flags: list[str] = field(default_factory=list)
+    headers: list[str] = field(default_factory=list)  # ${VAR} expanded; their bytes key the cache
+    language: str = "c"  # c | c++
+
+    @classmethod
+    def from_toml(cls, d: dict, where: str, rdir: Path) -> "WorkloadBuild":
+        unknown = sorted(set(d) - set(BUILD_KEYS))
+        if unknown:
+            raise UsageError(f"{where}: unknown key {', '.join(unknown)}; known: {', '.join(BUILD_KEYS)}")
+        for key in ("sources", "output"):
+            if key not in d:
+                raise UsageError(f"{where} lacks required key {key!r}")
+        out = cls(sources=_str_list(d["sources"], f"{where} sources"), output=str(d["output"]),
+                  flags=_str_list(d["flags"], f"{where} flags") if d.get("flags") else [],
+                  headers=_str_list(d["headers"], f"{where} headers") if d.get("headers") else [],
+                  language=str(d.get("language", "c")))
+        if out.language not in ("c", "c++"):
+            raise UsageError(f'{where}: language must be "c" or "c++", not {out.language!r}')
+        if not out.output or "/" in out.output:
+            raise UsageError(f"{where}: output must be a file name, not {out.output!r}")
+        for src in out.sources:
+            if not (rdir / src).is_file():
+                raise UsageError(f"{where}: source {src} does not exist")
+        return out
+
+    def to_json(self) -> dict:
+        return {"language": self.language, "sources": self.sources, "output": self.output,
+                "flags": self.flags, "headers": self.headers}
 
 
 @dataclass
@@ -110,6 +151,7 @@ class Reproducer:
     requires: Requirements = field(default_factory=Requirements)
     load_proof: str = "program"
     extra_hash_files: list[Path] = field(default_factory=list)  # lucepatch files a workload runs with
+    build: WorkloadBuild | None = None  # a workload's compiled program ([build])
 
     @property
     def is_workload(self) -> bool:
@@ -134,7 +176,8 @@ class Reproducer:
         """sha256 over every file of the reproducer and the shared header folder (evidence identity);
         a workload's also covers the lucepatch helpers it runs with (lp_workload.py, the reporter)."""
         h = hashlib.sha256()
-        for base in (self.dir,) if self.is_workload else (self.dir, self.common_dir):
+        # a workload's program built by lucepatch may include the shared headers (lp_report.h)
+        for base in (self.dir,) if self.is_workload and self.build is None else (self.dir, self.common_dir):
             if not base.is_dir():
                 continue
             for f in sorted(p for p in base.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
@@ -150,6 +193,8 @@ class Reproducer:
                "scenarios": [s.to_json() for s in self.scenarios]}
         if self.is_workload:
             out.update(command=self.command, load_proof=self.load_proof, requires=self.requires.to_json())
+            if self.build is not None:
+                out["build"] = self.build.to_json()
         return out
 
 
@@ -175,12 +220,13 @@ def load_reproducer_dir(rdir: Path) -> Reproducer:
         if key not in data:
             raise UsageError(f"{toml_path} lacks required key {key!r}")
     if not workload:
-        for key in ("command", "requires", "load_proof"):
+        for key in ("command", "requires", "load_proof", "build"):
             if key in data:
                 raise UsageError(f"{toml_path}: {key!r} is for kind = \"workload\" reproducers")
     requires = Requirements.from_toml(data.get("requires", {}), f"{toml_path} [requires]") if workload else Requirements()
     command = _str_list(data["command"], f"{toml_path}: command") if workload and "command" in data else []
     load_proof = data.get("load_proof", "program")
+    build = WorkloadBuild.from_toml(data["build"], f"{toml_path} [build]", rdir) if workload and "build" in data else None
     if load_proof not in LOAD_PROOFS:
         raise UsageError(f"{toml_path}: load_proof must be one of {', '.join(LOAD_PROOFS)}, not {load_proof!r}")
     scenarios = []
@@ -229,7 +275,7 @@ def load_reproducer_dir(rdir: Path) -> Reproducer:
         description=data.get("description", ""), sources=list(data.get("sources", [])),
         libs=list(data.get("libs", ["cuda", "pthread"])), env={k: str(v) for k, v in data.get("env", {}).items()},
         scenarios=scenarios, kind=kind, command=command, requires=requires, load_proof=load_proof,
-        extra_hash_files=extra,
+        extra_hash_files=extra, build=build,
     )
 
 

@@ -178,7 +178,7 @@ def run_once(binary: Path | None, repro: Reproducer, scenario: Scenario, variant
     if repro.is_workload:
         env.pop("PYTHONPATH", None)
         env.update(wl.workload_env(repro, scenario))
-        argv = wl.command_for(repro, scenario)
+        argv = wl.command_for(repro, scenario, binary)  # binary: the folder of its [build], if any
     else:
         env.update(repro.env)
         env.update(scenario.env)

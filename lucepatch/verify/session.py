@@ -20,7 +20,7 @@ from lucepatch.verify.rules import FixedRule, Rule, proof_hint
 from lucepatch.verify.runner import INVALID, SKIPPED, RunRecord, compile_reproducer, namespace_isolation, run_once
 from lucepatch.verify.schedule import Job, Scheduler, kind_of
 from lucepatch.verify.verdict import NOT_PROVEN, overall, scenario_verdict
-from lucepatch.verify.workload import build_reporter, workload_env
+from lucepatch.verify.workload import build_program, build_reporter, workload_env
 
 
 @dataclass
@@ -123,6 +123,9 @@ def run_scenarios(repros: list[Reproducer], variants: list[Variant], rule: Rule,
     selected = _selected(repros, scenario_filter)
     by_key = {f"{r.name}:{s.name}": (r, s) for r, s in selected}
     unmet = workload_requirements(selected, driver)
+    for r in repros:  # a workload's [build], only where some scenario can run (else every one is skipped)
+        if r.is_workload and r.build is not None and any(not unmet.get(k) for k, (rr, _) in by_key.items() if rr is r):
+            binaries[r.name] = build_program(r, cache)
     sched = Scheduler(rule, [(k, kind_of(s), r.name) for k, (r, s) in by_key.items()], [v.name for v in variants])
     libs = {v.name: v for v in variants}
     shas = {v.name: v.sha256 for v in variants}
@@ -312,7 +315,8 @@ def build_evidence(target: Target, repros: list[Reproducer], variants: list[Vari
                    "patches": [{"name": p.name, "patch_id": p.patch_id, "build_only": p.build_only}
                                for p in target.patches]},
         "upstream": {"url": target.upstream, "base": upstream_base or target.base},
-        "reproducers": [{"name": r.name, "hash": r.hash, "kind": r.kind} for r in repros],
+        "reproducers": [{"name": r.name, "hash": r.hash, "kind": r.kind,
+                         **({"build": r.build.to_json()} if getattr(r, "build", None) else {})} for r in repros],
         "driver": drv,
         "simulated": drv.get("kind") == "fake",
         "execution": {**(execution.to_json() if execution else {"mode": "serial"}),

@@ -40,17 +40,46 @@ def python_for(repro=None) -> str:
     return os.environ.get(PYTHON_ENV) or sys.executable
 
 
-def expand(text: str, repro, scenario_name: str) -> str:
-    """{python} {dir} {scenario} {workload} and ${VAR} in one command argument or env value."""
+def expand(text: str, repro, scenario_name: str, build: Path | None = None) -> str:
+    """{python} {dir} {scenario} {workload} {build} and ${VAR} in one command argument or env value."""
     import os
 
     out = (text.replace("{python}", python_for(repro)).replace("{dir}", str(repro.dir))
            .replace("{scenario}", scenario_name).replace("{workload}", str(HERE)))
+    if build is not None:
+        out = out.replace("{build}", str(build))
     return os.path.expandvars(out)
 
 
-def command_for(repro, scenario) -> list[str]:
-    return [expand(a, repro, scenario.name) for a in (scenario.command or repro.command)]
+def command_for(repro, scenario, build: Path | None = None) -> list[str]:
+    return [expand(a, repro, scenario.name, build) for a in (scenario.command or repro.command)]
+
+
+def build_program(repro, cache: Path) -> Path:
+    """The folder holding the workload's [build] output, compiled once per key into the cache.
+
+    Flags may name {dir}, {common} (the shared reproducer headers), {cuda_include} and ${VAR}
+    (expanded here, so a different library folder is a different key); `headers` are hashed into
+    the key (a rebuilt library with changed headers recompiles the client). A compile failure is
+    the reproducer's fault (exit 1, the compiler's first error line)."""
+    import os
+
+    from lucepatch.builders import toolchain
+
+    b = repro.build
+
+    def sub(a: str) -> str:
+        a = (a.replace("{dir}", str(repro.dir)).replace("{common}", str(repro.common_dir))
+             .replace("{cuda_include}", str(toolchain.cuda_include())))
+        return os.path.expandvars(a)
+
+    compiler = compiling.cxx() if b.language == "c++" else compiling.cc()
+    sources = [repro.dir / s for s in b.sources]
+    step = [compiler, *[str(s) for s in sources], "-o", f"{{out}}/{b.output}", *[sub(f) for f in b.flags]]
+    unit = compiling.Unit(what=f"workload {repro.name}'s program {b.output}", steps=[step], outputs=[b.output],
+                          inputs=sources, key_extra=[repro.hash],
+                          headers=[Path(sub(h)) for h in b.headers if Path(sub(h)).is_file()], user_error=True)
+    return compiling.build_cached(unit, Path(cache) / "workloads", compiler=compiler)
 
 
 def workload_env(repro, scenario) -> dict:
