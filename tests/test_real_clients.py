@@ -15,7 +15,9 @@ from lucepatch.upstream import real_clients as rc
 EVIDENCE_DIR = REPO_ROOT / "docs" / "evidence"
 # the table's order: ref vs ref first, then pin vs series (the README command lists them so)
 TABLE = ["torch-clients-nccl-refs.h200.json", "torch-clients-threadpool.h200.json",
-         "torch-clients-guards.h200.json", "ctypes-clients.h200.json"]
+         "torch-clients-guards.h200.json", "ctypes-clients.h200.json",
+         # issue 17 item 4 (tools/gpu_session.sh ggml-client): e3c3477 vs the pin, the pin vs the series
+         "ggml-client-refs.h200.json", "ggml-client.h200.json"]
 
 
 def _doc(driver_kind="real"):
