@@ -25,6 +25,7 @@ KNOWN = tomllib.loads((TRACE_DIR / "known-differences.toml").read_text())
 
 RECORDED = {p.name.rsplit(".h200.jsonl", 1)[0] for p in TRACES}
 AWAITING = KNOWN.get("awaiting-trace", {})
+AWAITING_VALUES = KNOWN.get("awaiting-values", {})
 
 
 def _programs() -> list[str]:
@@ -90,8 +91,13 @@ def test_h200_traces_carry_output_values():
     if not with_values:
         pytest.skip("no-gpu: the committed H200 traces predate value recording; re-record them with "
                     "tools/gpu_session.sh traces (values are then compared on every replay)")
-    assert with_values == [p.name for p in TRACES], "re-record every trace in one GPU session"
+    without = {p.name.rsplit(".h200.jsonl", 1)[0] for p in TRACES if p.name not in with_values}
+    assert without == set(AWAITING_VALUES), (
+        "every trace records values except those [awaiting-values] in known-differences.toml lists "
+        "(re-record the rest with tools/gpu_session.sh traces; drop an entry once its trace has values)")
     for p in TRACES:
+        if p.name not in with_values:
+            continue
         for e in trace.load(p):
             if e["written"] is True and e["call"] != "cuDeviceGetName":
                 assert e["value"] is not None, (p.name, e)
