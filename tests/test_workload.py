@@ -164,7 +164,10 @@ def test_unmodified_program_is_proven_by_the_reporter(cli, env):
     assert by["control"]["load_proof"]["when"] == "at-exit" and by["control"]["load_proof"]["reporter"] == "preload"
     assert by["segv"]["outcome"] == "crash" and by["segv"]["load_proof"]["when"] == "on-signal"
     assert by["exit-7"]["outcome"] == "fail" and by["exit-7"]["reason"] == "exit 7"
-    assert by["no-cuda"]["outcome"] == "invalid" and by["no-cuda"]["reason"] == "no libcuda.so.1 mapped"
+    # an invalid run settles its scenario: under the sequential rule the first invalid run of either
+    # variant may end it before a patched run starts (timing), so every run of it is checked
+    no_cuda = [r for r in doc["runs"] if r["scenario"].endswith(":no-cuda")]
+    assert no_cuda and all(r["outcome"] == "invalid" and r["reason"] == "no libcuda.so.1 mapped" for r in no_cuda)
 
 
 def test_a_preload_that_does_not_load_is_invalid(cli, env, tmp_path):
