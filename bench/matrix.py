@@ -40,7 +40,8 @@ set -u
 for c in "$@"; do
   git checkout -q -f --detach "$c"
   git am -3 -q --keep-cr $PATCHES >/dev/null 2>&1
-  while [ -d .git/rebase-apply ]; do git am --skip >/dev/null 2>&1 || true; done
+  n=0
+  while [ -d .git/rebase-apply ] && [ $n -lt $NPATCHES ]; do git am --skip >/dev/null 2>&1; n=$((n+1)); done
   git am --abort >/dev/null 2>&1
   git reset -q --hard "$c"
 done
@@ -76,7 +77,7 @@ def bench(name: str, src: Path, target: str, limit: int, runs: int):
         sample = commits[::step][:limit]
 
         def naive():
-            dt, _ = run_group(["bash", "-c", NAIVE, "naive", *sample], cwd=repo, env={**ENV, "PATCHES": pfiles},
+            dt, _ = run_group(["bash", "-c", NAIVE, "naive", *sample], cwd=repo, env={**ENV, "PATCHES": pfiles, "NPATCHES": str(len(series))},
                               check=False)
             return dt / len(sample) * len(commits)
 

@@ -21,14 +21,23 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-# GitPython probes for git at import and raises ImportError when it is missing; that must be the
-# one-line "git not found" below instead (exit 3), so let run() find out.
-os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
-
-import git as gitpython  # noqa: E402
-from git.exc import GitCommandNotFound, InvalidGitRepositoryError, NoSuchPathError  # noqa: E402
-
 from lucepatch.errors import EnvironmentMissing, ToolFailed, UsageError
+
+class _GitPython:
+    """GitPython, imported on first use: the import costs more start-up time than applying a
+    series, and `lucepatch --help` or a verb that asks no repository question never pays it."""
+
+    def __getattr__(self, name):
+        # GitPython probes for git at import and raises ImportError when it is missing; that must
+        # be the one-line "git not found" of run() instead (exit 3)
+        os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
+        import git as real
+
+        globals()["gitpython"] = real
+        return getattr(real, name)
+
+
+gitpython = _GitPython()
 
 # Commits lucepatch creates get a fixed committer so re-runs give identical commit ids.
 _ENV = {
@@ -108,8 +117,15 @@ def user_clock() -> dict:
     return {k: os.environ.get(k) for k in ("GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "GIT_COMMITTER_DATE")}
 
 
+# a repository named by the caller's environment (lucepatch run from a git hook, say) must not
+# redirect the commands lucepatch runs in other repositories
+_REPO_ENV = {k: None for k in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
+                               "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_COMMON_DIR", "GIT_NAMESPACE",
+                               "GIT_PREFIX", "GIT_QUARANTINE_PATH")}
+
+
 def _environment(env: dict | None) -> dict:
-    full = {**os.environ, **_ENV, **(env or {})}
+    full = {**os.environ, **_REPO_ENV, **_ENV, **(env or {})}
     return {k: v for k, v in full.items() if v is not None}
 
 
@@ -132,6 +148,18 @@ def run(repo_dir: Path | str, *args: str, stdin: bytes | None = None, check: boo
     return Result(p.returncode, out, err)
 
 
+def run_bytes(repo_dir: Path | str, *args: str, stdin: bytes | None = None, env: dict | None = None) -> bytes:
+    """`git <args>` whose stdout is binary (cat-file --batch); GitFailed on a non-zero status."""
+    try:
+        p = subprocess.run(["git", *args], cwd=str(repo_dir), input=stdin if stdin is not None else b"",
+                           capture_output=True, env=_environment(env))
+    except FileNotFoundError as exc:
+        raise EnvironmentMissing("git not found on PATH: install git (apt-get install git) or fix PATH") from exc
+    if p.returncode != 0:
+        raise GitFailed(repo_dir, args, p.returncode, p.stderr.decode("utf-8", "replace"))
+    return p.stdout
+
+
 def open_repo(path: Path | str, what: str = "--source") -> gitpython.Repo:
     p = Path(path).expanduser()
     if not p.exists():
@@ -140,7 +168,7 @@ def open_repo(path: Path | str, what: str = "--source") -> gitpython.Repo:
         raise UsageError(f"{what} {p} is not a directory; pass the path of an upstream git checkout")
     try:
         repo = gitpython.Repo(str(p))
-    except (InvalidGitRepositoryError, NoSuchPathError):
+    except (gitpython.exc.InvalidGitRepositoryError, gitpython.exc.NoSuchPathError):
         raise UsageError(f"{what} {p} is not a git checkout; clone the upstream repository there first")
     if repo.bare:
         raise UsageError(f"{what} {p} is a bare repository; lucepatch needs a checkout with a work tree")
@@ -170,9 +198,9 @@ def repo_at(repo_dir: Path | str):
         if entry is None:
             try:
                 entry = (gitpython.Repo(str(repo_dir)), threading.Lock())
-            except (InvalidGitRepositoryError, NoSuchPathError):
+            except (gitpython.exc.InvalidGitRepositoryError, gitpython.exc.NoSuchPathError):
                 raise UsageError(f"{repo_dir} is not a git checkout; pass the path of one")
-            except GitCommandNotFound:
+            except gitpython.exc.GitCommandNotFound:
                 raise EnvironmentMissing("git not found on PATH: install git (apt-get install git) or fix PATH")
         _OPEN[key] = entry
         while len(_OPEN) > MAX_OPEN:
@@ -184,7 +212,7 @@ def repo_at(repo_dir: Path | str):
     with lock:
         try:
             yield repo
-        except GitCommandNotFound:  # its helper process could not start (git left PATH)
+        except gitpython.exc.GitCommandNotFound:  # its helper process could not start (git left PATH)
             with _OPEN_LOCK:
                 _OPEN.pop(key, None)
             raise EnvironmentMissing("git not found on PATH: install git (apt-get install git) or fix PATH")

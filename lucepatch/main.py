@@ -43,9 +43,48 @@ VERBS = {
 }
 
 
+# `lucepatch --help` lists these without importing any verb module (each pulls in its engine,
+# docker or kubernetes code); tests/test_packaging.py keeps them equal to the commands' own help.
+SUMMARY = {
+    "list": "List targets, their series and patches, and the reproducers.",
+    "apply": "Apply TARGET's series to an upstream checkout, on branch lucepatch/<target>/<version>.",
+    "check": "Report, patch by patch, whether TARGET's series applies; the checkout is not touched.",
+    "status": "Per patch at the checkout's HEAD: applied / not-applied / already-upstream (signal) / conflicts.",
+    "export": "Write TARGET's patch files from the commits of its lucepatch branch (base..branch).",
+    "build": "Build TARGET's artifacts (e.g. libvgpu.so) or, with --image, its container image.",
+    "verify": "Run reproducers against the baseline and the patched build and decide whether the fix is proven.",
+    "bisect": "Find the first upstream commit in A..B (first parent) where R's scenario flips (fixed or broke), "
+              "judged on unpatched upstream (+ Build-Only patches) built in a private clone.",
+    "pr": "Write DIR/*.patch (with base-commit), DIR/pr-body.md and DIR/pr.json for TARGET's series.",
+    "mark": "Set PATCH's Upstream-Status (e.g. after opening its PR).",
+    "lint": "Check series files, patch headers, trailers, whitespace and paths.",
+    "doctor": "Show which tools lucepatch can use here (git, cmake, nvcc, nvml.h, docker, GPU/driver, valgrind, "
+              "quilt), or with --lib/--image/--pod which series line fits a node's libvgpu.so.",
+    "ci": "The gate: lint, check on the pinned base, canary on --upstream-head, build, verify, probes.",
+    "render": "Render files lucepatch produces for other tools (Kubernetes manifests).",
+    "deploy": "Roll a proven fix out to a cluster (needs LUCEPATCH_KUBECONFIG unless --dry-run).",
+    "cluster": "Inspect what lucepatch put on a cluster (needs LUCEPATCH_KUBECONFIG).",
+    "inspect": "Print what IMAGE was built from: upstream revision, series version/hash, patch ids, evidence.",
+    "probe": "Compile/link probes proving TARGET's build fixes (minutes, not a full build).",
+    "rebase": "Carry TARGET's series from its base to --onto REF, stopping for a human on conflicts.",
+    "matrix": "Which patches apply (exact / 3-way / already upstream / conflict) at every commit of A..B.",
+    "import": "Import patches into TARGET from a quilt folder, a format-patch/mbox folder or file, or a branch.",
+}
+
+
 class LazyGroup(click.Group):
     def list_commands(self, ctx):
-        return sorted(name for name in VERBS if self._module(name) is not None)
+        return sorted(VERBS)
+
+    def format_commands(self, ctx, formatter):
+        """click's own layout, from SUMMARY: no verb module is imported to print the list."""
+        names = self.list_commands(ctx)
+        if not names:
+            return
+        limit = formatter.width - 6 - max(len(n) for n in names)
+        rows = [(n, click.utils.make_default_short_help(SUMMARY.get(n, ""), limit)) for n in names]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def get_command(self, ctx, name):
         module = self._module(name)

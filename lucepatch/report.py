@@ -1,6 +1,9 @@
 """The output rule (docs/design.md "Output and exit codes"), for every verb: results — tables,
 reports, what the user ran the verb to see — on stdout; progress, notes and hints on stderr;
-`--json` replaces the human result on stdout with one document (schema_version + verb)."""
+`--json` replaces the human result on stdout with one document (schema_version + verb).
+
+rich is imported on first use only (it costs more start-up time than applying a whole series):
+a progress line to a non-terminal is written as the same text without it."""
 
 from __future__ import annotations
 
@@ -8,25 +11,60 @@ import json
 import os
 import sys
 
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
-from rich.text import Text
-
 SCHEMA_VERSION = 1
 
-# Progress for people goes to stderr, so a result on stdout can be redirected or parsed alone.
-err = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 200)
+
+class _Console:
+    """rich's Console for stderr, made on first use. Progress for people goes to stderr, so a
+    result on stdout can be redirected or parsed alone."""
+
+    _real = None
+
+    def _get(self):
+        if _Console._real is None:
+            from rich.console import Console
+
+            _Console._real = Console(stderr=True, highlight=False, soft_wrap=True,
+                                     width=None if sys.stderr.isatty() else 200)
+        return _Console._real
+
+    def print(self, *objects, markup: bool = True, highlight: bool = False, **kw) -> None:
+        if not markup and not _rich_wanted() and all(isinstance(o, str) for o in objects) and not kw:
+            sys.stderr.write(" ".join(objects) + "\n")
+            sys.stderr.flush()
+            return
+        self._get().print(*objects, markup=markup, highlight=highlight, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self._get(), name)
 
 
-def out() -> Console:
+err = _Console()
+
+
+def _rich_wanted() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def out():
     """The console for results on stdout: the terminal's width, $COLUMNS, else 200 (logs, pipes)."""
+    from rich.console import Console
+
     tty = sys.stdout.isatty() or bool(os.environ.get("COLUMNS"))
     return Console(highlight=False, width=None if tty else 200)
 
 
 def progress(msg: str) -> None:
     # messages are text, never markup: "pip install 'lucepatch[docker]'" must print as written
+    if not _rich_wanted():
+        sys.stderr.write(f"lucepatch: {msg}\n")
+        sys.stderr.flush()
+        return
+    from rich.text import Text
+
     err.print(Text.assemble(("lucepatch:", "dim"), " ", str(msg)))
 
 
@@ -40,6 +78,10 @@ def table(title: str, columns: list[str], rows: list[list], *, as_json: bool = F
     """A result table on stdout; nothing under --json (the JSON document carries the same rows)."""
     if as_json:
         return
+    from rich.markup import escape
+    from rich.table import Table
+    from rich.text import Text
+
     t = Table(title=Text(title), show_lines=False)
     for c in columns:
         t.add_column(escape(c))

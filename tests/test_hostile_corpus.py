@@ -210,8 +210,18 @@ CASES = [
 ]
 
 
+@pytest.fixture(params=["fast", "per-patch"])
+def engine_path(request, monkeypatch):
+    """Every hostile input goes through both apply paths (engine/apply.py FastSeries and apply_loop)."""
+    if request.param == "per-patch":
+        monkeypatch.setenv("LUCEPATCH_ENGINE", "per-patch")
+    else:
+        monkeypatch.delenv("LUCEPATCH_ENGINE", raising=False)
+    return request.param
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_hostile(env, cli, case):
+def test_hostile(env, cli, case, engine_path):
     _id, setup, extra, expected = case
     needle = setup(env)
     fmt = {k: str(v) for k, v in env.items() if isinstance(v, Path)}

@@ -1,20 +1,23 @@
 """hypothesis: 2,000+ mutations of valid patches through the same steps `apply` runs (parse,
 safety, git's own diff validation, the index engine). Each either applies, conflicts, or is
-refused with a one-line LucepatchError; nothing else may escape."""
+refused with a one-line LucepatchError; nothing else may escape. Both paths of apply see every
+mutation: where the fast path (engine/fastapply.py) applies a patch in Python, the engine must
+say `applied` with the very same tree."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import commit_all, format_patches, git, init_repo, write
-from lucepatch.engine.apply import clone_private
+from lucepatch.engine.apply import FastSeries, clone_private
 from lucepatch.engine.core import STATUSES, IndexEngine, validate_diffs
-from lucepatch.engine.safety import check_series_safety
+from lucepatch.engine.safety import base_listing, check_series_safety
 from lucepatch.errors import LucepatchError
 from lucepatch.series import parse_patch
 
@@ -37,7 +40,8 @@ def corpus(tmp_path_factory):
     pf = format_patches(up, f"{base}..w", tmp / "fp")
     repo = tmp / "clone"
     clone_private(up, repo)
-    return {"up": up, "base": base, "patches": [p.read_bytes() for p in pf], "repo": repo, "tmp": tmp}
+    return {"up": up, "base": base, "patches": [p.read_bytes() for p in pf], "repo": repo, "tmp": tmp,
+            "listing": base_listing(up, base)}
 
 
 def mutate(data: bytes, ops) -> bytes:
@@ -89,6 +93,10 @@ def test_mutated_patches_never_crash(corpus, which, ops):
         status, _ = eng.apply(d, name=str(f))
         assert status in STATUSES
         _ = p.patch_id
+        fs = FastSeries(SimpleNamespace(repo=repo, path=corpus["tmp"]), repo, corpus["base"], corpus["listing"],
+                        write_objects=False)
+        if fs.try_python(fs.prefetch([p])[0]):
+            assert status == "applied" and fs.tree_id == eng.write_tree(), (status, data)
     except LucepatchError as exc:
         msg = str(exc)
         assert "\n" not in msg and msg

@@ -76,3 +76,25 @@ def test_wheel_installs_into_a_fresh_venv_with_its_dependencies(tmp_path):
     assert "async-sched" in {r["name"] for r in doc["reproducers"]}
     hami = next(t for t in doc["targets"] if t["name"] == "hami-core")
     assert len(hami["patches"]) >= 7 and all(len(p["patch_id"]) == 40 for p in hami["patches"])
+
+
+def test_help_lists_every_verb_without_importing_one():
+    """`lucepatch --help` reads main.SUMMARY, never a command module (start-up time); SUMMARY is
+    what each command says of itself."""
+    import importlib
+    import subprocess
+    import sys
+
+    from lucepatch.main import SUMMARY, VERBS
+
+    assert set(SUMMARY) == set(VERBS)
+    for verb, mod in VERBS.items():
+        cmd = importlib.import_module(f"lucepatch.commands.{mod}").command
+        assert cmd.get_short_help_str(limit=1000) == SUMMARY[verb], verb
+    code = ("import sys; from lucepatch.main import main; main(['--help']); "
+            "print([m for m in sys.modules if m.startswith(('lucepatch.commands.', 'git', 'rich'))])")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**__import__('os').environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    assert r.stdout.strip().splitlines()[-1] == "[]", r.stdout[-500:]
+    for verb in VERBS:
+        assert verb in r.stdout

@@ -1,11 +1,13 @@
 """Apply a series in a private working copy: exact first, then 3-way, every patch reported.
 
-The working copy is a `git clone --shared --no-checkout` under the cache, so the user's checkout
-(work tree, index, refs, reflog, worktree list) is only read until the very end, when `apply`
-fetches the finished branch and switches to it. Patches go through the index-only core
-(engine/core.py, shared with matrix/status/rebase): one commit per applied patch is made with
-`commit-tree`, author and message from the patch. A conflicting patch is skipped and the later
-ones are still tried (`after-conflict`), which `git am` alone cannot do.
+The working copy is a private repository under the cache borrowing the source's objects
+(clone_private), so the user's checkout (work tree, index, refs, reflog, worktree list) is only
+read until the very end, when `apply` copies the new objects in and switches to the finished
+branch (engine/checkout.py). Patches git would apply exactly are applied in Python (FastSeries,
+engine/fastapply.py); the others go through the index-only core (engine/core.py, shared with
+matrix/status/rebase). One commit per applied patch, author and message from the patch, built
+by `commit_object` on both paths. A conflicting patch is skipped and the later ones are still
+tried (`after-conflict`), which `git am` alone cannot do.
 
 Test-only hook: with LUCEPATCH_TEST_PAUSE_AT_PATCH=<dir>, at every patch boundary k (before patch
 k+1; k = len(series) is "all applied, before the checkout moves") the run creates
@@ -34,7 +36,7 @@ from lucepatch.engine.core import (
 )
 from lucepatch.engine.faults import PAUSE_ENV, pause  # noqa: F401 (PAUSE_ENV re-exported)
 from lucepatch.engine.safety import check_series_safety
-from lucepatch.errors import EnvironmentMissing
+from lucepatch.errors import EnvironmentMissing, UsageError
 from lucepatch.series import Patch
 from lucepatch.target import Target
 
@@ -69,6 +71,7 @@ class SeriesResult:
     tree: str
     outcomes: list[PatchOutcome] = field(default_factory=list)
     workdir: Path | None = None
+    method: dict = field(default_factory=dict)  # patches applied in Python / by the per-patch engine
 
     @property
     def conflicts(self) -> list[PatchOutcome]:
@@ -81,6 +84,7 @@ class SeriesResult:
             "tree": self.tree,
             "patches": [o.to_json() for o in self.outcomes],
             "conflicts": len(self.conflicts),
+            "applied_by": self.method,
         }
 
 
@@ -136,10 +140,22 @@ def pause_at(boundary: int) -> None:
 
 
 def clone_private(source: Path, dest: Path) -> None:
-    """`git clone --shared --no-checkout`: objects are borrowed, nothing is written in `source`."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    git.run(dest.parent, "clone", "--quiet", "--shared", "--no-checkout", "--no-tags",
-            str(Path(source).resolve()), str(dest), env={"GIT_OPTIONAL_LOCKS": "0"})
+    """A private repository at `dest` that borrows `source`'s objects (objects/info/alternates),
+    as `git clone --shared --no-checkout` does, without copying refs or hook samples: made in
+    a millisecond, removed with the work area, and holding only this run's new objects, so
+    nothing is reused across runs that a `git gc --prune=now` in the source could break.
+    Nothing is ever written in `source`."""
+    res = git.run(source, "rev-parse", "--git-common-dir", "--show-object-format", env={"GIT_OPTIONAL_LOCKS": "0"})
+    common, fmt = res.stdout.split("\n")[:2]
+    objects = (Path(source) / common).resolve() / "objects"
+    gd = dest / ".git"
+    for sub in ("objects/info", "objects/pack", "refs/heads", "refs/tags"):
+        (gd / sub).mkdir(parents=True, exist_ok=True)
+    (gd / "objects" / "info" / "alternates").write_text(f"{objects}\n")
+    (gd / "HEAD").write_text("ref: refs/heads/lucepatch\n")
+    ext = f"[extensions]\n\tobjectformat = {fmt}\n" if fmt != "sha1" else ""
+    (gd / "config").write_text(f"[core]\n\trepositoryformatversion = {0 if fmt == 'sha1' else 1}\n"
+                               "\tfilemode = true\n\tbare = false\n\tlogallrefupdates = false\n" + ext)
 
 
 def resolve_base(source: Path, ref: str, target_name: str, *, fetch: bool | None = None) -> str:
@@ -300,31 +316,232 @@ def _apply_loop(engine: IndexEngine, target: Target, patches: list[Patch], files
     return outcomes, head
 
 
+ENGINE_ENV = "LUCEPATCH_ENGINE"  # "per-patch": skip the fast path (tests run both paths)
+
+
+def _signoff(am_args: tuple[str, ...], commit_env: dict) -> str | None:
+    if "--signoff" in am_args:
+        n, e = commit_env.get("GIT_COMMITTER_NAME"), commit_env.get("GIT_COMMITTER_EMAIL")
+        if n and e:
+            return f"Signed-off-by: {n} <{e}>"
+    return None
+
+
+def _extra_trailers(p: Patch, target: Target, trailers: bool, signoff: str | None) -> list[str]:
+    extra = []
+    if signoff and signoff not in p.trailer_all("Signed-off-by") and \
+            signoff.split(": ", 1)[1] not in p.trailer_all("Signed-off-by"):
+        extra.append(signoff)
+    if trailers:
+        extra += series_trailers(target, p)
+    return extra
+
+
+class FastSeries:
+    """The series applied in Python where git would apply a patch exactly (engine/fastapply.py),
+    the per-patch engine for the others (3-way, conflicts, anything unusual): the same trees,
+    and commit objects built by the same `commit_object` as `apply_loop`, so the same commit ids.
+    A series that applies exactly costs two git processes (the base's blobs and, for apply,
+    nothing else: the objects are written here), not two per patch."""
+
+    def __init__(self, work: WorkArea, source: Path, base: str, listing: str, write_objects: bool):
+        from lucepatch.engine import fastapply
+
+        self.fa = fastapply
+        self.work, self.source = work, source
+        self.algo = "sha256" if len(base) == 64 else "sha1"
+        self.tree = fastapply.Tree(listing, self.algo)
+        self.tree.dirty.add("")
+        self.tree_id = self.tree.write()
+        self.tree.new_objects.clear()  # the base tree exists already
+        self.blobs: dict[str, bytes] = {}
+        self.objects: dict[str, tuple[str, bytes]] = {}
+        self.write_objects = write_objects
+        self.engine: IndexEngine | None = None
+        self.python_applied = 0
+
+    def prefetch(self, patches: list[Patch]) -> list:
+        parsed = [self.fa.parse(p.diff) for p in patches]
+        want = set()
+        for fds in parsed:
+            for fd in fds or []:
+                e = self.tree.get(fd.path)
+                if e is not None and fd.kind != "add":
+                    want.add(e[1])
+        self._read_blobs(self.source, want)
+        return parsed
+
+    def _read_blobs(self, repo: Path, oids: set[str]) -> None:
+        oids = sorted(o for o in oids if o not in self.blobs)
+        if not oids:
+            return
+        out = git.run_bytes(repo, "cat-file", "--batch", stdin="".join(f"{o}\n" for o in oids).encode(),
+                            env={"GIT_OPTIONAL_LOCKS": "0"})
+        pos = 0
+        for _ in oids:
+            nl = out.index(b"\n", pos)
+            head = out[pos:nl].split()
+            if len(head) != 3 or head[1] != b"blob":
+                raise UsageError(f"the base tree names {head[0].decode()} as a file but it is not a blob")
+            size = int(head[2])
+            self.blobs[head[0].decode()] = out[nl + 1:nl + 1 + size]
+            pos = nl + 1 + size + 1
+
+    def try_python(self, fds) -> bool:
+        """Apply the patch's files in Python; False (nothing changed) when git must decide."""
+        if not fds:
+            return False
+        changes = []
+        for fd in fds:
+            e = self.tree.get(fd.path)
+            if fd.kind == "add":
+                if not self.tree.can_create(fd.path):
+                    return False
+                content, mode = b"", fd.mode
+            else:
+                if e is None or e[0] not in ("100644", "100755"):
+                    return False
+                if e[1] not in self.blobs:
+                    self._read_blobs(self.work.repo, {e[1]})
+                content, mode = self.blobs[e[1]], e[0]
+            out = self.fa.apply_file(content, fd.hunks)
+            if out is None or (fd.kind == "delete" and out):
+                return False
+            changes.append((fd, mode, out))
+        for fd, mode, out in changes:
+            if fd.kind == "delete":
+                self.tree.delete(fd.path)
+                continue
+            oid = self.fa.object_id("blob", out, self.algo)
+            self.blobs[oid] = out
+            self.objects.setdefault(oid, ("blob", out))
+            self.tree.put(fd.path, mode, oid)
+        self.tree_id = self.tree.write()
+        self.objects.update(self.tree.new_objects)
+        self.tree.new_objects.clear()
+        self.python_applied += 1
+        return True
+
+    def flush(self) -> None:
+        """Write the objects made here into the private repository: one pack (two files, which
+        the switch copies into the checkout as they are), loose objects for sha256 ids."""
+        d = self.work.repo / ".git" / "objects"
+        if not self.objects:
+            return
+        if self.algo == "sha1" and sum(len(b) for _, b in self.objects.values()) < 1 << 30:
+            self.fa.write_pack(d / "pack", self.objects)
+            self.objects.clear()
+            return
+        for oid, (kind, body) in self.objects.items():
+            f = d / oid[:2] / oid[2:]
+            if f.exists():
+                continue
+            f.parent.mkdir(exist_ok=True)
+            tmp = f.with_name(f".tmp-{oid[2:]}-{os.getpid()}")
+            tmp.write_bytes(self.fa.loose_bytes(kind, body))
+            os.replace(tmp, f)
+        self.objects.clear()
+
+    def with_engine(self, f: Path, name: str, strip: int) -> tuple[str, str]:
+        """The per-patch engine on the current tree, then the tree read back."""
+        self.flush()
+        if self.engine is None:
+            self.engine = IndexEngine(self.work.repo, self.work.path / "index")
+        self.engine.reset(self.tree_id)
+        status, detail = self.engine.apply(f, name=name, strip=strip)
+        if status in (APPLIED, APPLIED_3WAY):
+            new = self.engine.write_tree()
+            if new != self.tree_id:
+                self.tree = self.fa.Tree(safety_listing(self.work.repo, new), self.algo)
+                self.tree_id = new
+        return status, detail
+
+
+def safety_listing(repo: Path, tree: str) -> str:
+    from lucepatch.engine.safety import base_listing
+
+    return base_listing(repo, tree)
+
+
+def fast_loop(work: WorkArea, source: Path, target: Target, patches: list[Patch], files: list[Path], base: str,
+              listing: str, *, trailers: bool = True, am_args: tuple[str, ...] = (), am_env: dict | None = None,
+              pause: bool = False, write_objects: bool = True) -> tuple[list[PatchOutcome], str, str, dict]:
+    fs = FastSeries(work, source, base, listing, write_objects)
+    parsed = fs.prefetch(patches)
+    commit_env = dict(am_env or {})
+    signoff = _signoff(am_args, commit_env)
+    outcomes, head, seen_conflict = [], base, False
+    for i, (p, f, fds) in enumerate(zip(patches, files, parsed)):
+        if pause:
+            pause_at(i)
+        if fs.try_python(fds):
+            status, detail = APPLIED, ""
+        else:
+            status, detail = fs.with_engine(f, str(p.path), 1)
+        outcome = PatchOutcome(p, status, detail=detail)
+        if status in (APPLIED, APPLIED_3WAY):
+            msg = commit_message(p, _extra_trailers(p, target, trailers, signoff))
+            obj = commit_object(fs.tree_id, head, p, msg, commit_env)
+            if obj is not None:
+                head = fs.fa.object_id("commit", obj, fs.algo)
+                fs.objects[head] = ("commit", obj)
+            else:  # an identity commit_object does not build: git's own commit-tree
+                fs.flush()
+                head = git.run(work.repo, "commit-tree", fs.tree_id, "-p", head, "-F", "-",
+                               stdin=msg.encode("utf-8", "surrogateescape"),
+                               env={**commit_env, **patch_author(p)}).stdout.strip()
+            outcome.commit = head
+        outcome.after_conflict = seen_conflict
+        seen_conflict = seen_conflict or status == CONFLICT
+        outcomes.append(outcome)
+    if write_objects:
+        fs.flush()
+    stats = {"python": fs.python_applied, "engine": len(patches) - fs.python_applied}
+    return outcomes, head, fs.tree_id, stats
+
+
 def apply_series(target: Target, source: Path, patches: list[Patch], work: WorkArea,
                  base: str | None = None, *, trailers: bool = True, am_args: tuple[str, ...] = (),
-                 am_env: dict | None = None, checkout: bool = True, fetch: bool | None = None) -> SeriesResult:
-    """Clone `source` privately and apply `patches` in order onto `base` (default: the pinned base).
+                 am_env: dict | None = None, checkout: bool = True, fetch: bool | None = None,
+                 write_objects: bool = True) -> SeriesResult:
+    """Apply `patches` in order onto `base` (default: the pinned base) in a private repository.
 
     `am_args` accepts "--signoff" (the committer identity from `am_env` signs each commit);
-    `checkout=False` leaves the private clone without a work tree (apply/check/status do not need one).
+    `checkout=False` leaves the private repository without a work tree (apply/check/status do
+    not need one); `write_objects=False` (check) computes the outcomes without writing the new
+    commits anywhere. Patches that git would apply exactly are applied in Python (FastSeries),
+    the others by the per-patch engine; LUCEPATCH_ENGINE=per-patch uses the engine for all.
     """
+    from lucepatch.engine.safety import base_listing
+
     base_sha = resolve_base(source, base or target.base, target.name, fetch=fetch)
-    check_series_safety(patches, source, base_sha)
+    listing = base_listing(source, base_sha)
+    check_series_safety(patches, source, base_sha, listing)
     clone_private(source, work.repo)
     files = prepare_patch_files(patches, work)
     validate_diffs(work.repo, [(f, str(p.path)) for f, p in zip(files, patches)])
-    engine = IndexEngine(work.repo, work.path / "index")
-    engine.reset(base_sha)
-    result = SeriesResult(base=base_sha, head=base_sha, tree=engine.write_tree(), workdir=work.repo)
-    outcomes, head = apply_loop(engine, target, patches, files, base_sha, trailers=trailers,
-                                am_args=am_args, am_env=am_env, pause=True)
+    if os.environ.get(ENGINE_ENV) == "per-patch":
+        engine = IndexEngine(work.repo, work.path / "index")
+        engine.reset(base_sha)
+        result = SeriesResult(base=base_sha, head=base_sha, tree=engine.write_tree(), workdir=work.repo)
+        outcomes, head = apply_loop(engine, target, patches, files, base_sha, trailers=trailers,
+                                    am_args=am_args, am_env=am_env, pause=True)
+        tree = engine.write_tree()
+        result.method = {"python": 0, "engine": len(patches)}
+    else:
+        write = write_objects or checkout
+        outcomes, head, tree, stats = fast_loop(work, source, target, patches, files, base_sha, listing,
+                                                trailers=trailers, am_args=am_args, am_env=am_env, pause=True,
+                                                write_objects=write)
+        result = SeriesResult(base=base_sha, head=base_sha, tree=tree, workdir=work.repo)
+        result.method = stats
     result.outcomes.extend(outcomes)
     pause_at(len(patches))
     result.head = head
-    result.tree = engine.write_tree()
+    result.tree = tree
     if checkout:
         git.run(work.repo, "checkout", "--quiet", "--detach", head)
-    else:
+    elif write_objects:
         git.run(work.repo, "update-ref", "--no-deref", "HEAD", head)
     return result
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -212,11 +213,23 @@ def _added_paths(workrepo: Path, base: str, head: str, src: Path) -> tuple[list[
     return added, dirs
 
 
-def user_env(src: Path) -> dict:
+def _settings(src: Path) -> dict:
+    """The few settings of the user's checkout the switch depends on, in one git process."""
+    res = git.run(src, "config", "--get-regexp", r"^(user\.(name|email)|core\.sharedrepository)$", check=False, env=RO)
+    out = {}
+    for line in res.stdout.splitlines():
+        k, _, v = line.partition(" ")
+        out[k.lower()] = v
+    return out
+
+
+def user_env(src: Path, settings: dict | None = None) -> dict:
     """The user's identity and clock; lucepatch's name only where git would otherwise refuse a
     stash for want of any identity."""
+    settings = _settings(src) if settings is None else settings
     env = git.user_clock()
-    if git.config_identity(src) is None and not (os.environ.get("GIT_AUTHOR_NAME") and os.environ.get("EMAIL")):
+    has_identity = settings.get("user.name") and settings.get("user.email")
+    if not has_identity and not (os.environ.get("GIT_AUTHOR_NAME") and os.environ.get("EMAIL")):
         env.update(_IDENT)
     return env
 
@@ -234,12 +247,14 @@ def begin(src: Path, workrepo: Path, branch: str, new_head: str, journal_dir: Pa
     orig_head = git.head(src)
     added, dirs = _added_paths(workrepo, orig_head, new_head, src)
     refs = ["HEAD", f"refs/heads/{orig_branch}", f"refs/heads/{branch}", "refs/stash"]
+    settings = _settings(src)
     j = Journal(jp, {
         "version": JOURNAL_VERSION, "pid": os.getpid(), "started": time.time(), "src": str(Path(src).resolve()),
         "git_dir": str(gd), "orig_branch": orig_branch, "orig_head": orig_head, "branch": branch,
         "branch_before": _rev(src, f"refs/heads/{branch}"), "new_head": new_head,
         "stash_before": _rev(src, "refs/stash"), "stash": None, "added": added, "created_dirs": dirs,
-        "reflogs": _reflog_sizes(gd, refs), "user_env": user_env(src), "steps": [],
+        "reflogs": _reflog_sizes(gd, refs), "user_env": user_env(src, settings),
+        "shared_repository": settings.get("core.sharedrepository"), "steps": [],
         "meta": {n: (gd / n).read_text() if (gd / n).is_file() else None for n in _META},
     })
     j.save()
@@ -398,8 +413,42 @@ def recover_all(journal_dir: Path) -> list[str]:
     return notes
 
 
-def _copy_objects(src: Path, workrepo: Path) -> None:
-    git.run(src, *QUIET_GC, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(workrepo), "HEAD")
+def _copy_objects(d: dict, workrepo: Path) -> None:
+    """The series' new objects into the checkout's object store. The private repository holds
+    exactly this run's objects (it borrows everything else): the packs lucepatch wrote and any
+    loose objects git wrote there are copied as they are (content-addressed; a temporary name,
+    then a rename, a pack before its index, as git does). A checkout with core.sharedRepository
+    (group permissions git maintains) gets them by fetch instead."""
+    src, gd = Path(d["src"]), Path(d["git_dir"])
+    common = gd
+    if (gd / "commondir").is_file():
+        common = (gd / (gd / "commondir").read_text().strip()).resolve()
+    dest = common / "objects"
+    mine = workrepo / ".git" / "objects"
+    if d.get("shared_repository") or not dest.is_dir():
+        git.run(src, *QUIET_GC, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(workrepo), "HEAD")
+        return
+    for idx in sorted((mine / "pack").glob("pack-*.idx")):
+        for f in (idx.with_suffix(".pack"), idx):
+            final = dest / "pack" / f.name
+            if not final.exists():
+                tmp = final.with_name(f"tmp-lucepatch-{f.name}-{os.getpid()}")
+                shutil.copyfile(f, tmp)
+                os.chmod(tmp, 0o444)
+                os.replace(tmp, final)
+    for fan in mine.iterdir():
+        if len(fan.name) != 2 or not fan.is_dir():
+            continue
+        target = dest / fan.name
+        for obj in fan.iterdir():
+            final = target / obj.name
+            if final.exists() or obj.name.startswith("."):
+                continue
+            target.mkdir(exist_ok=True)
+            tmp = target / f".lucepatch-{obj.name}-{os.getpid()}"
+            shutil.copyfile(obj, tmp)
+            os.chmod(tmp, 0o444)
+            os.replace(tmp, final)
 
 
 def switch(src: Path, workrepo: Path, branch: str, *, stash: bool, journal_dir: Path) -> dict:
@@ -416,7 +465,7 @@ def switch(src: Path, workrepo: Path, branch: str, *, stash: bool, journal_dir: 
             j.save()
             info["stashed"] = True
             pause("switch-stashed")
-        _copy_objects(src, workrepo)
+        _copy_objects(j.data, workrepo)
         j.step("branch")
         _w(j.data, "update-ref", "-m", f"lucepatch apply {branch}", f"refs/heads/{branch}", new_head,
            j.data["branch_before"] or "")  # "": the ref must not exist yet

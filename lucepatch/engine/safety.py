@@ -110,9 +110,15 @@ def check_patch_shape(patch: Patch) -> None:
                          "git format-patch --full-index --binary")
 
 
-def _tree_special_paths(repo_dir, commit: str) -> tuple[set[str], set[str]]:
+def base_listing(repo_dir, commit: str) -> str:
+    """`ls-tree -r -t -z` of the commit: every entry, folders included (safety reads symlinks and
+    gitlinks from it, the fast apply path builds its trees from it)."""
+    return git.run(repo_dir, "ls-tree", "-r", "-t", "-z", "--full-tree", commit, env={"GIT_OPTIONAL_LOCKS": "0"}).stdout
+
+
+def _tree_special_paths(repo_dir, commit: str, listing: str | None = None) -> tuple[set[str], set[str]]:
     """(symlinks, gitlinks) in the tree of `commit`."""
-    out = git.run(repo_dir, "ls-tree", "-r", "-z", commit).stdout
+    out = listing if listing is not None else base_listing(repo_dir, commit)
     links, gitlinks = set(), set()
     for entry in out.split("\0"):
         if not entry:
@@ -157,9 +163,9 @@ def check_patch_paths(patch: Patch, repo_dir=None, *, symlinks: set[str] | None 
     return paths
 
 
-def check_series_safety(patches: list[Patch], repo_dir, base: str) -> None:
+def check_series_safety(patches: list[Patch], repo_dir, base: str, listing: str | None = None) -> None:
     """Shape and paths of every patch, with symlinks of the base tree and those the series creates."""
-    symlinks, gitlinks = _tree_special_paths(repo_dir, base)
+    symlinks, gitlinks = _tree_special_paths(repo_dir, base, listing)
     for p in patches:
         check_patch_shape(p)
         check_patch_paths(p, repo_dir, symlinks=symlinks, gitlinks=gitlinks)
