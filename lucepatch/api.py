@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lucepatch import git
-from lucepatch.engine.apply import SeriesResult, WorkArea, apply_series
+from lucepatch.engine.apply import SeriesResult
 from lucepatch.errors import CheckFailed, EnvironmentMissing, LucepatchError, UsageError
 from lucepatch.target import Target, load_target
 from lucepatch.verify.evidence import Evidence, load_evidence, write_evidence
@@ -68,9 +68,11 @@ def source(t: Target, path: str | Path | None = None) -> Path:
 
 def check(t: Target, src: Path, cache: Path, *, onto: str | None = None, fetch: bool = False) -> SeriesResult:
     """Per patch: applied / applied-3way / already-upstream / conflict on the pinned base (or
-    `onto`), in a private clone; the checkout is not touched."""
-    with WorkArea(cache, f"check-{t.name}") as work:
-        return apply_series(t, src, t.patches, work, base=onto, checkout=False, fetch=fetch)
+    `onto`), in a private repository; the checkout is not touched. A target's [[submodule]]
+    sub-targets are checked too (`result.subs`; at their gitlinks in `onto` when given)."""
+    from lucepatch.engine.subtargets import check_all
+
+    return check_all(t, src, cache, onto=onto, fetch=fetch)
 
 
 def apply(t: Target, src: Path, cache: Path, *, partial: bool = False, force: bool = False, stash: bool = False,
@@ -87,12 +89,16 @@ def rebase(t: Target, src: Path, cache: Path, onto: str, *, dry_run: bool = Fals
     """Carry the series to `onto` without a human: `dry_run` walks it all in a throwaway area;
     otherwise a rebase session walks until a conflict — which leaves the session open for
     `lucepatch rebase --status/--continue/--skip/--abort` — or to the end, and writes the workspace
-    once. Returns the document `lucepatch rebase --json` prints (rows, conflicts, new version)."""
+    once. Returns the document `lucepatch rebase --json` prints (rows, conflicts, new version).
+    With [[submodule]]s: refused (UsageError) when `onto` moves one; `dry_run` reports each
+    sub-target at its pin there (`submodules`)."""
     from lucepatch.engine import session as S
+    from lucepatch.engine.subtargets import for_rebase
 
+    subs = for_rebase(t, src, cache, onto, dry_run=dry_run, fetch=fetch, as_json=True)  # no tables on stdout
     opts = S.Options(drop_superseded=drop_superseded, no_behaviour=no_behaviour)
     if dry_run:
-        return S.dry_run(cache, t, src, onto, opts, fetch=fetch)
+        return {**S.dry_run(cache, t, src, onto, opts, fetch=fetch), **({"submodules": subs} if subs else {})}
     sess = S.Session.start(cache, t, src, onto, opts, fetch=fetch)
     try:
         if S.run_until_stop(sess, None) == S.CONFLICT_PHASE:

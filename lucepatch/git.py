@@ -67,7 +67,10 @@ class GitFailed(ToolFailed):
         self.args_ = list(args)
         self.status = status
         self.stderr = stderr
-        super().__init__(command="git " + " ".join(self.args_[:2]), where=str(repo_dir), status=status,
+        shown = list(self.args_)
+        while len(shown) >= 2 and shown[0] == "-c":  # `-c key=value` settings are not the command
+            shown = shown[2:]
+        super().__init__(command="git " + " ".join(shown[:2]), where=str(repo_dir), status=status,
                          stderr=stderr, fix=_remedy(str(repo_dir), self.args_, stderr))
 
 

@@ -61,9 +61,11 @@ SUMMARY = {
     "doctor": "Show which tools lucepatch can use here (git, cmake, nvcc, nvml.h, docker, GPU/driver, valgrind, "
               "quilt), or with --lib/--image/--pod which series line fits a node's libvgpu.so.",
     "ci": "The gate: lint, check on the pinned base, canary on --upstream-head, build, verify, probes.",
-    "render": "Render files lucepatch produces for other tools (Kubernetes manifests).",
+    "render": "Render files lucepatch produces for other tools (Kubernetes manifests, the real-clients table).",
     "deploy": "Roll a proven fix out to a cluster (needs LUCEPATCH_KUBECONFIG unless --dry-run).",
     "cluster": "Inspect what lucepatch put on a cluster (needs LUCEPATCH_KUBECONFIG).",
+    "show": "Show what EVIDENCE (from lucepatch verify --evidence) proves: verdicts, what was built from which "
+            "commit, the driver and GPU, and every run of both variants.",
     "inspect": "Print what IMAGE was built from: upstream revision, series version/hash, patch ids, evidence.",
     "probe": "Compile/link probes proving TARGET's build fixes (minutes, not a full build).",
     "rebase": "Carry TARGET's series from its base to --onto REF, stopping for a human on conflicts.",

@@ -7,9 +7,9 @@ link commands of one executable against one-TU stand-ins (`link`), the same afte
 runtime-like folder (`runpath`), or the generated target list (`targets`). Probes are data
 (patches/<target>/probes.toml); a patch names its probe with a `Probe:` trailer.
 
-Sub-targets: the engine applies one series per repository, so each `[[submodule]]` of target.toml
-is applied here with apply_series() on a Target built from its series_dir, and the applied
-submodule trees are linked into the applied superproject tree at their paths.
+Sub-targets: the superproject and each `[[submodule]]` of target.toml are applied by the engine
+(engine/subtargets.applied_each, with the variant's patches and carried bases), and the applied
+submodule trees are linked into the applied superproject tree at their paths (link_submodules).
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from pathlib import Path
 from lucepatch import compiling, elf, git, report
 from lucepatch.builders import toolchain
 from lucepatch.elf import GpuCode, is_elf
-from lucepatch.engine.apply import WorkArea, apply_series
+from lucepatch.engine.apply import WorkArea
+from lucepatch.engine.subtargets import applied_each, link_submodules
 from lucepatch.errors import CheckFailed, EnvironmentMissing, UsageError
 from lucepatch.target import Target, sub_target
 
@@ -256,49 +257,32 @@ def prepare_tree(target: Target, source: Path, variant: str, cache: Path, stack:
 
     nested: also copy the working trees of nested submodules (BSA's csrc/cutlass) from the user's
     checkout where initialised (full builds need them; probes do not, and skip the copy)."""
-    repos = []
     carried = carried_bases(source, [(".", target.base)] + [(s.path, s.base) for s in target.submodules])
-    work = stack.enter_context(WorkArea(cache, f"probe-{target.name}-{variant}"))
-    patches = target.variant_patches(variant)
-    res = apply_series(target, source, patches, work, base=carried.get("."))
-    if res.conflicts:
-        raise CheckFailed(f"{target.name} {variant}: {', '.join(o.patch.name for o in res.conflicts)} "
-                          f"do(es) not apply on {res.base[:12]}; run lucepatch check {target.name}")
-    repos.append({"name": target.name, "path": ".", "base": res.base, "head": res.head,
-                  "patches": [p.name for p in patches]})
-    for sub in target.submodules:
-        st = sub_target(target, sub)
-        sub_src = Path(source) / sub.path
-        if not (sub_src / ".git").exists():
-            raise EnvironmentMissing(f"submodule {sub.path} of {source} is not initialised: run "
-                                     f"git -C {source} submodule update --init {sub.path}")
-        swork = stack.enter_context(WorkArea(cache, f"probe-{st.name}-{variant}"))
-        spatches = st.variant_patches(variant)
-        sres = apply_series(st, sub_src, spatches, swork, base=carried.get(sub.path))
-        if sres.conflicts:
-            raise CheckFailed(f"{st.name} {variant}: {', '.join(o.patch.name for o in sres.conflicts)} "
-                              f"do(es) not apply on {sres.base[:12]}")
-        dest = res.workdir / sub.path
-        if dest.is_symlink() or dest.is_file():
-            dest.unlink()
-        elif dest.is_dir():
-            shutil.rmtree(dest)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.symlink_to(sres.workdir, target_is_directory=True)
-        entry = {"name": st.name, "path": sub.path, "base": sres.base, "head": sres.head,
-                 "patches": [p.name for p in spatches]}
-        if nested:
-            entry["nested"] = nested_submodules(sub_src, sres.base)
+    # every submodule, an empty series too (BSA today): a build reads its tree at its path
+    applied = applied_each(target, source, cache, stack, patches_for=lambda t: t.variant_patches(variant),
+                           bases=carried, label=f"probe-{variant}", checkout=True, skip_empty=False)
+    for a in applied:
+        if a.result.conflicts:
+            hint = f"; run lucepatch check {target.name}" if a.sub.is_superproject else ""
+            raise CheckFailed(f"{a.sub.target.name} {variant}: {', '.join(o.patch.name for o in a.result.conflicts)} "
+                              f"do(es) not apply on {a.result.base[:12]}{hint}")
+    root = link_submodules(applied)
+    repos = []
+    for a in applied:
+        entry = {"name": a.sub.target.name, "path": a.sub.path, "base": a.result.base, "head": a.result.head,
+                 "patches": [p.name for p in a.patches]}
+        if nested and not a.sub.is_superproject:
+            entry["nested"] = nested_submodules(a.source, a.result.base)
             for n in entry["nested"]:
                 if n["head"]:
-                    ndest = sres.workdir / n["path"]
+                    ndest = Path(a.result.workdir) / n["path"]
                     shutil.rmtree(ndest, ignore_errors=True)
-                    shutil.copytree(sub_src / n["path"], ndest, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+                    shutil.copytree(a.source / n["path"], ndest, symlinks=True, ignore=shutil.ignore_patterns(".git"))
                 else:
-                    report.progress(f"note: {sub.path}/{n['path']} is not initialised in {source} "
-                                    f"(git -C {sub_src} submodule update --init {n['path']}); builds that need it fall back")
+                    report.progress(f"note: {a.sub.path}/{n['path']} is not initialised in {source} "
+                                    f"(git -C {a.source} submodule update --init {n['path']}); builds that need it fall back")
         repos.append(entry)
-    return AppliedTree(res.workdir, variant, repos)
+    return AppliedTree(root, variant, repos)
 
 
 # ---------------------------------------------------------------------------------- stand-ins

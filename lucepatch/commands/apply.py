@@ -13,9 +13,12 @@ from lucepatch.target import load_target
 
 
 def print_outcomes(title: str, result, *, as_json: bool = False) -> None:
-    report.table(title, ["#", "patch", "status", "commit", "detail"],
-                 [[i, o.patch.name, o.status + (" (after conflict)" if o.after_conflict and o.status != CONFLICT else ""),
-                   (o.commit or "")[:12], o.detail] for i, o in enumerate(result.outcomes, 1)], as_json=as_json)
+    """One table per sub-target: the target's, then each submodule's (result.subs)."""
+    for head, r in [(title, result)] + [(f"  submodule {st.path} ({st.label}) onto {r.base[:12]}", r)
+                                        for st, r in result.subs]:
+        report.table(head, ["#", "patch", "status", "commit", "detail"],
+                     [[i, o.patch.name, o.status + (" (after conflict)" if o.after_conflict and o.status != CONFLICT else ""),
+                       (o.commit or "")[:12], o.detail] for i, o in enumerate(r.outcomes, 1)], as_json=as_json)
 
 
 def load_checked(ctx, target):
@@ -50,7 +53,7 @@ def command(ctx, target, source, partial, force, stash, fetch, as_json):
     src = require_source(source, t.name, family=t.family)
     applied = apply_onto_checkout(t, src, cache(ctx), partial=partial, force=force, stash=stash, fetch=fetch)
     result, branch, switched, info = applied.result, applied.branch, applied.switched, applied.stash
-    conflicts = len(result.conflicts)
+    conflicts = len(result.all_conflicts)
     if as_json:
         report.emit_json("apply", {"workspace": ws.to_json(), "target": t.name, "version": t.version,
                                     "branch": branch, "switched": switched, "stash": info, **result.to_json()})
@@ -58,6 +61,8 @@ def command(ctx, target, source, partial, force, stash, fetch, as_json):
     print_outcomes(f"apply {t.name} {t.version} onto {result.base[:12]}", result, as_json=as_json)
     if switched:
         report.progress(f"{src} is now on {branch} ({result.head[:12]})")
+        for st, r in result.subs:
+            report.progress(f"{src / st.path} is now on {branch} ({r.head[:12]})")
         if info["stashed"]:
             report.progress("your uncommitted changes were restored" if info["restored"] else
                             "your uncommitted changes conflict with the series; they are kept in `git stash list`")

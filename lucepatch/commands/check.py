@@ -26,4 +26,4 @@ def command(ctx, target, source, onto, fetch, as_json):
         report.emit_json("check", {"workspace": ws.to_json(), "target": t.name, "version": t.version,
                                     "onto": onto or t.base, **result.to_json()})
     print_outcomes(f"check {t.name} {t.version} onto {result.base[:12]}", result, as_json=as_json)
-    return EXIT_CHECK_FAILED if result.conflicts else 0
+    return EXIT_CHECK_FAILED if result.all_conflicts else 0

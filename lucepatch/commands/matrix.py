@@ -6,13 +6,11 @@ import time
 
 import click
 
-from lucepatch import git, report
+from lucepatch import report
 from lucepatch.commands._common import cache, json_option, require_source, source_option
 from lucepatch.commands.apply import load_checked
 from lucepatch.engine import checkout as co
-from lucepatch.engine.apply import WorkArea, open_engine
-from lucepatch.engine.matrix import SYMBOL, range_commits, run_matrix
-from lucepatch.errors import UsageError
+from lucepatch.engine.matrix import SYMBOL, matrix_of
 
 
 @click.command("matrix")
@@ -30,19 +28,8 @@ def command(ctx, target, source, rev_range, independent, first_parent, jobs, new
     ws, t = load_checked(ctx, target)
     src = require_source(source, t.name, family=t.family)
     co.open_checkout(src)
-    if ".." not in rev_range:
-        raise UsageError(f"--range {rev_range!r} must be a git range A..B")
     t0 = time.monotonic()
-    with WorkArea(cache(ctx), f"matrix-{t.name}") as work:
-        a, b = rev_range.split("..", 1)
-        for ref in (a, b or "HEAD"):
-            if ref:
-                git.resolve_commit(src, ref, what="range end", remedy="fetch it or pass an existing ref")
-        commits, subjects = range_commits(src, rev_range, first_parent=first_parent)
-        if not commits:
-            raise UsageError(f"--range {rev_range} holds no commits in {src}")
-        _engine, files = open_engine(src, t.patches, work, commits[0])
-        res = run_matrix(work.repo, work.path, t.patches, files, commits, subjects, independent=independent, jobs=jobs)
+    res, subs = matrix_of(t, src, cache(ctx), rev_range, independent=independent, first_parent=first_parent, jobs=jobs)
     elapsed = time.monotonic() - t0
     newest = res.newest_compatible
     if as_json:
@@ -52,7 +39,7 @@ def command(ctx, target, source, rev_range, independent, first_parent, jobs, new
             "commits": [{"commit": c, "subject": s, "cells": row, "compatible": res.compatible(i)}
                         for i, (c, s, row) in enumerate(zip(res.commits, res.subjects, res.cells))],
             "distinct_states": res.states, "evaluation": res.stats, "newest_compatible": newest,
-            "seconds": round(elapsed, 3)})
+            "seconds": round(elapsed, 3), **({"submodules": [m.to_json() for m in subs]} if subs else {})})
     if newest_compatible:
         report.result(newest or "", as_json=as_json)
         report.progress(f"newest commit of {rev_range} where the series applies: {newest or 'none'}")
@@ -71,5 +58,16 @@ def command(ctx, target, source, rev_range, independent, first_parent, jobs, new
                  f"states, {elapsed:.2f}s; A=applied 3=3-way U=already upstream X=conflict; patches "
                  f"{', '.join(str(k) for k in range(1, len(t.patches) + 1))})",
                  ["commits", "cells", "last subject"], rows, as_json=as_json)
+    for m in subs:
+        spans: list[list] = []
+        for c, link, cells in zip(m.commits, m.links, m.cells):
+            if spans and spans[-1][1] == link:
+                spans[-1][0][1], spans[-1][3] = c, spans[-1][3] + 1
+            else:
+                spans.append([[c, c], link, cells, 1])
+        report.table(f"  submodule {m.sub.path} ({m.sub.label}) at the commit each superproject commit pins "
+                     "(- = not in that checkout)", ["commits", "submodule at", "cells"],
+                     [[a[:10] + (f"..{b[:10]} ({n})" if n > 1 else ""), (link or "-")[:10],
+                       " ".join(SYMBOL[x] for x in cells) if cells else "-"] for (a, b), link, cells, n in spans], as_json=as_json)
     report.result(f"newest compatible: {newest or 'none'}", as_json=as_json)
     return 0

@@ -9,9 +9,9 @@ import click
 
 from lucepatch import report
 from lucepatch.commands._common import cache, json_option, require_source, source_option, workspace
-from lucepatch.engine import checkout as co
-from lucepatch.engine import session as S
+from lucepatch.engine import checkout as co, session as S
 from lucepatch.engine.apply import pause_at
+from lucepatch.engine.subtargets import for_rebase
 from lucepatch.errors import EXIT_CHECK_FAILED, UsageError
 from lucepatch.target import list_targets, load_target
 
@@ -59,11 +59,13 @@ def command(ctx, target, source, onto, show, cont, skip, abort, line, backport, 
             raise UsageError(f"series {t.dir / 'series'} lists no patches; nothing to rebase")
         src = require_source(source, t.name, family=t.family)
         co.open_checkout(src)
+        subs = for_rebase(t, src, c, onto, dry_run=dry_run, fetch=fetch, as_json=as_json)  # [[submodule]]s
         opts = S.Options(drop_superseded, no_behaviour, line, tuple(backport), tuple(build_only))
         if dry_run:
-            doc = S.dry_run(c, t, src, onto, opts, fetch=fetch)
-            _emit(as_json, doc, f"dry run: {len(doc['conflicts'])} conflict(s); nothing written")
-            return EXIT_CHECK_FAILED if doc["conflicts"] else 0
+            doc = {**S.dry_run(c, t, src, onto, opts, fetch=fetch), **({"submodules": subs} if subs else {})}
+            n = len(doc["conflicts"]) + sum(d["conflicts"] for d in subs)
+            _emit(as_json, doc, f"dry run: {n} conflict(s); nothing written")
+            return EXIT_CHECK_FAILED if n else 0
         sess = S.Session.start(c, t, src, onto, opts, fetch=fetch)
     try:
         if abort:
@@ -98,10 +100,9 @@ def _drive(sess: S.Session, as_json: bool, *, interactive: bool) -> int:
 
 
 def _aborted(sess: S.Session, as_json: bool) -> int:
-    st = sess.st
-    sess.store.remove()
-    return _emit(as_json, {**S.summary(st, None), "phase": "aborted"},
-                 f"rebase session of {st.target} aborted; the workspace and the checkout were never written")
+    sess.store.remove()  # sess.st is kept in memory for the report
+    return _emit(as_json, {**S.summary(sess.st, None), "phase": "aborted"},
+                 f"rebase session of {sess.st.target} aborted; the workspace and the checkout were never written")
 
 
 def _stopped(sess: S.Session, as_json: bool) -> int:

@@ -72,13 +72,19 @@ class SeriesResult:
     outcomes: list[PatchOutcome] = field(default_factory=list)
     workdir: Path | None = None
     method: dict = field(default_factory=dict)  # patches applied in Python / by the per-patch engine
+    subs: list = field(default_factory=list)  # [(engine.subtargets.SubTarget, SeriesResult)] of the submodules
 
     @property
     def conflicts(self) -> list[PatchOutcome]:
         return [o for o in self.outcomes if o.status == CONFLICT]
 
+    @property
+    def all_conflicts(self) -> list[PatchOutcome]:
+        """Conflicts of the target and of every sub-target."""
+        return self.conflicts + [o for _, r in self.subs for o in r.conflicts]
+
     def to_json(self) -> dict:
-        return {
+        doc = {
             "base": self.base,
             "head": self.head,
             "tree": self.tree,
@@ -86,6 +92,10 @@ class SeriesResult:
             "conflicts": len(self.conflicts),
             "applied_by": self.method,
         }
+        if self.subs:
+            doc["submodules"] = [{**st.to_json(), **r.to_json()} for st, r in self.subs]
+            doc["conflicts_all"] = len(self.all_conflicts)
+        return doc
 
 
 def series_trailers(target: Target, patch: Patch) -> list[str]:

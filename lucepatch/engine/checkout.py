@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,12 +65,21 @@ def dirty_paths(src: Path) -> list[str]:
     return [e[3:] for e in out.split("\0") if len(e) > 3]
 
 
-def require_switchable(src: Path, branch: str, *, force: bool, allow_dirty: bool) -> None:
-    """Every reason `apply` must not move the checkout, as one UsageError line each."""
+def require_switchable(src: Path, branch: str, *, force: bool, allow_dirty: bool,
+                       detached_at: str | None = None) -> None:
+    """Every reason `apply` must not move the checkout, as one UsageError line each.
+    `detached_at`: a submodule checkout may be on a detached HEAD at that commit (its pin: the
+    new branch starts there, so nothing is left unnamed)."""
     what = operation_in_progress(src)
     if what:
         raise UsageError(f"checkout {src} is in the middle of {what}; finish or abort it before lucepatch apply")
-    if git.current_branch(src) is None:
+    head = None
+    if detached_at and git.current_branch(src) is None:
+        head = git.try_resolve(src, "HEAD")
+        pinned = git.try_resolve(src, detached_at)
+    if detached_at and head is not None and head == pinned:
+        pass
+    elif git.current_branch(src) is None:
         head = git.try_resolve(src, "HEAD")
         at = head[:12] if head else "an unborn HEAD"
         raise UsageError(f"checkout {src} is on a detached HEAD ({at}); switch to a branch first "
@@ -120,6 +130,8 @@ def require_writable_git_dir(src: Path) -> None:
 # ---- the transaction ---------------------------------------------------------------------------
 NO_HOOKS = ("-c", "core.hooksPath=/dev/null")  # a rollback must not run the hook that just failed
 QUIET_GC = ("-c", "gc.auto=0", "-c", "maintenance.auto=false")
+# the user's submodule.recurse=true must not move submodules: each is a member of its own
+NO_SUBMODULE_RECURSION = ("-c", "submodule.recurse=false")
 JOURNAL_VERSION = 1
 
 
@@ -239,14 +251,14 @@ def _w(d: dict, *args: str, check: bool = True):
     return git.run(d["src"], *args, check=check, env=d["user_env"])
 
 
-def begin(src: Path, workrepo: Path, branch: str, new_head: str, journal_dir: Path) -> Journal:
+def begin(src: Path, workrepo: Path, branch: str, new_head: str, journal_dir: Path, group: dict | None = None) -> Journal:
     gd = git_dir(src)
     jp = journal_path(journal_dir, gd)
     jp.parent.mkdir(parents=True, exist_ok=True)
     orig_branch = git.current_branch(src)
     orig_head = git.head(src)
     added, dirs = _added_paths(workrepo, orig_head, new_head, src)
-    refs = ["HEAD", f"refs/heads/{orig_branch}", f"refs/heads/{branch}", "refs/stash"]
+    refs = ["HEAD", f"refs/heads/{branch}", "refs/stash"] + ([f"refs/heads/{orig_branch}"] if orig_branch else [])
     settings = _settings(src)
     j = Journal(jp, {
         "version": JOURNAL_VERSION, "pid": os.getpid(), "started": time.time(), "src": str(Path(src).resolve()),
@@ -256,6 +268,7 @@ def begin(src: Path, workrepo: Path, branch: str, new_head: str, journal_dir: Pa
         "reflogs": _reflog_sizes(gd, refs), "user_env": user_env(src, settings),
         "shared_repository": settings.get("core.sharedrepository"), "steps": [],
         "meta": {n: (gd / n).read_text() if (gd / n).is_file() else None for n in _META},
+        "group": group or {},
     })
     j.save()
     return j
@@ -284,7 +297,10 @@ def rollback(d: dict) -> str:
         _wait_unlocked(src, gd)
         # back to the user's branch: index and work tree to its commit (the user's own changes,
         # if any, are in our stash; the tree was clean otherwise: require_switchable)
-        _w(d, *NO_HOOKS, "checkout", "--quiet", "--force", "--no-recurse-submodules", orig)
+        if orig:
+            _w(d, *NO_HOOKS, "checkout", "--quiet", "--force", "--no-recurse-submodules", orig)
+        else:  # a submodule checkout is usually on a detached HEAD
+            _w(d, *NO_HOOKS, "checkout", "--quiet", "--force", "--no-recurse-submodules", "--detach", orig_head)
         for rel in d.get("added", []):
             p = src / rel
             if (p.exists() or p.is_symlink()) and not _tracked(src, rel):
@@ -308,7 +324,7 @@ def rollback(d: dict) -> str:
         restored_stash = res.status == 0
     _restore_reflogs(gd, d.get("reflogs", {}))
     _restore_meta(gd, d.get("meta", {}))
-    note = f"{src} restored to {orig} ({orig_head[:12]})"
+    note = f"{src} restored to {orig or 'its detached HEAD'} ({orig_head[:12]})"
     if restored_stash is False:
         note += "; your uncommitted changes are kept in `git stash list`"
     return note
@@ -319,11 +335,16 @@ def _moved(d: dict) -> bool:
     not; then the rollback needs no lock either.) The tree was clean before it: require_switchable
     refuses uncommitted changes, --stash moved them into the stash first."""
     src = Path(d["src"])
-    if git.current_branch(src) != d["orig_branch"] or _rev(src, "HEAD") != d["orig_head"]:
+    if git.current_branch(src) != d["orig_branch"] or _rev(src, "HEAD") != d["orig_head"] or \
+            (d["orig_branch"] is None and _symbolic(src)):
         return True
     if any((src / rel).exists() or (src / rel).is_symlink() for rel in d.get("added", [])):
         return True
     return git.run(src, "diff", "--quiet", "HEAD", "--", check=False, env=RO).status != 0
+
+
+def _symbolic(src: Path) -> bool:
+    return git.run(src, "symbolic-ref", "-q", "HEAD", check=False, env=RO).status == 0
 
 
 def _tracked(src: Path, rel: str) -> bool:
@@ -373,7 +394,26 @@ def _read_journal(jp: Path) -> dict | None:
     return d if isinstance(d, dict) and d.get("version") == JOURNAL_VERSION else None
 
 
+def _finish(d: dict) -> str:
+    """Roll a member forward: its switch had reached the commit point (the group's, or its own
+    stash pop); only the pop of our stash may be left."""
+    src = Path(d["src"])
+    if d.get("stash") and _rev(src, "stash@{0}") == d["stash"] and "popped" not in d.get("steps", []):
+        res = _w(d, "stash", "pop", "--index", "--quiet", check=False)
+        if res.status != 0:
+            _w(d, "stash", "pop", "--quiet", check=False)
+    return f"the apply interrupted in {src} had completed ({d['branch']} checked out)"
+
+
+def _completed(d: dict) -> bool:
+    steps = d.get("steps", [])
+    return "commit" in steps or "popped" in steps or \
+        ("pop" in steps and _rev(Path(d["src"]), "refs/stash") != d.get("stash"))
+
+
 def _recover_one(jp: Path, *, strict: bool) -> str | None:
+    """Restore (or, past the commit point, finish) a killed switch — with every other member of
+    its group (a target and its submodules switch all together or not at all)."""
     from lucepatch import report
 
     d = _read_journal(jp)
@@ -382,25 +422,34 @@ def _recover_one(jp: Path, *, strict: bool) -> str | None:
         return None
     if pid_alive(int(d.get("pid", 0))) and d.get("pid") != os.getpid():
         return None  # a switch in progress elsewhere
-    src = Path(d["src"])
-    if not (src / ".git").exists() and not Path(d["git_dir"]).is_dir():
-        jp.unlink(missing_ok=True)  # the checkout is gone: nothing to restore
-        return None
+    group = d.get("group") or {}
+    members = [(jp, d)]
+    for other in group.get("journals", []):
+        op = Path(other)
+        if op != jp and op.is_file():
+            od = _read_journal(op)
+            if od is not None and (od.get("group") or {}).get("id") == group.get("id"):
+                members.append((op, od))
+    members.sort(key=lambda m: (m[1].get("group") or {}).get("index", 0))
+    forward = any(_completed(m[1]) for m in members)
+    notes = []
     try:
         with signals.held():
-            if "popped" in d.get("steps", []) or ("pop" in d.get("steps", []) and
-                                                  _rev(src, "refs/stash") != d.get("stash")):
-                note = f"the apply interrupted in {src} had completed ({d['branch']} checked out)"
-            else:
-                note = "an apply was killed while switching; " + rollback(d)
-            jp.unlink(missing_ok=True)
+            for mp, md in (members if forward else list(reversed(members))):
+                src = Path(md["src"])
+                if not (src / ".git").exists() and not Path(md["git_dir"]).is_dir():
+                    mp.unlink(missing_ok=True)  # the checkout is gone: nothing to restore
+                    continue
+                notes.append(_finish(md) if forward else "an apply was killed while switching; " + rollback(md))
+                mp.unlink(missing_ok=True)
     except LucepatchError as exc:
         if strict:
             raise
-        report.progress(f"warning: could not restore {src} after a killed apply: {exc}")
+        report.progress(f"warning: could not restore {d['src']} after a killed apply: {exc}")
         return None
-    report.progress(note)
-    return note
+    for n in notes:
+        report.progress(n)
+    return "; ".join(notes) or None
 
 
 def recover_all(journal_dir: Path) -> list[str]:
@@ -451,47 +500,85 @@ def _copy_objects(d: dict, workrepo: Path) -> None:
             os.replace(tmp, final)
 
 
+@dataclass
+class Member:
+    """One checkout of a switch group: the superproject or a submodule of the target."""
+
+    src: Path
+    workrepo: Path
+    branch: str
+    stash: bool = False
+
+
 def switch(src: Path, workrepo: Path, branch: str, *, stash: bool, journal_dir: Path) -> dict:
-    """Move the checkout onto the finished branch from the private clone, as a transaction (see
-    the module doc); with `stash`, the user's uncommitted changes cross over byte for byte."""
-    info = {"stashed": False, "restored": None}
-    new_head = git.head(workrepo)
-    j = begin(src, workrepo, branch, new_head, journal_dir)
+    """Move the checkout onto the finished branch from the private repository, as a transaction
+    (see the module doc); with `stash`, the user's uncommitted changes cross over byte for byte."""
+    return switch_group([Member(src, workrepo, branch, stash)], journal_dir)[0]
+
+
+def switch_group(members: list[Member], journal_dir: Path) -> list[dict]:
+    """Switch every member or none: each goes through stash push -> objects in -> branch ref ->
+    checkout with its own journal; only when all got there do the stash pops and the journals'
+    removal happen (the commit point, signals held). A failure or a signal before rolls every
+    member back; after a SIGKILL the next command restores (or, past the commit point, finishes)
+    the whole group. Pause points: `switch-<step>` for the first member, `switch<k>-<step>` after."""
+    gid = uuid.uuid4().hex[:12]
+    paths = [str(journal_path(journal_dir, git_dir(m.src))) for m in members]
+    infos = [{"stashed": False, "restored": None} for _ in members]
+    journals: list[Journal] = []
+
+    def tag(k: int, step: str) -> str:
+        return f"switch-{step}" if k == 0 else f"switch{k}-{step}"
+
     try:
-        if stash and dirty_paths(src):
-            j.step("stash")
-            _w(j.data, "stash", "push", "--quiet", "-m", f"lucepatch apply {branch}")
-            j.data["stash"] = _rev(src, "refs/stash")
-            j.save()
-            info["stashed"] = True
-            pause("switch-stashed")
-        _copy_objects(j.data, workrepo)
-        j.step("branch")
-        _w(j.data, "update-ref", "-m", f"lucepatch apply {branch}", f"refs/heads/{branch}", new_head,
-           j.data["branch_before"] or "")  # "": the ref must not exist yet
-        pause("switch-branch")
-        j.step("checkout")
-        _w(j.data, "checkout", "--quiet", branch)
-        pause("switch-checkout")
-        with signals.held():  # the commit point: the pop and the journal's removal are one step
-            if info["stashed"]:
-                j.step("pop")
-                res = _w(j.data, "stash", "pop", "--index", "--quiet", check=False)
-                if res.status != 0:
-                    res = _w(j.data, "stash", "pop", "--quiet", check=False)
-                info["restored"] = res.status == 0
-            j.step("popped")
-            j.remove()
-            signals.completed(f"{src} is on {branch} ({new_head[:12]})")
-    except BaseException as exc:
-        if j.path.exists() and not j.done("popped"):
-            with signals.held():
-                note = rollback(j.data)
+        for k, m in enumerate(members):
+            new_head = git.head(m.workrepo)
+            j = begin(m.src, m.workrepo, m.branch, new_head, journal_dir,
+                      group={"id": gid, "index": k, "journals": paths})
+            journals.append(j)
+            if m.stash and dirty_paths(m.src):
+                j.step("stash")
+                _w(j.data, "stash", "push", "--quiet", "-m", f"lucepatch apply {m.branch}")
+                j.data["stash"] = _rev(m.src, "refs/stash")
+                j.save()
+                infos[k]["stashed"] = True
+                pause(tag(k, "stashed"))
+            _copy_objects(j.data, m.workrepo)
+            j.step("branch")
+            _w(j.data, "update-ref", "-m", f"lucepatch apply {m.branch}", f"refs/heads/{m.branch}", new_head,
+               j.data["branch_before"] or "")  # "": the ref must not exist yet
+            pause(tag(k, "branch"))
+            j.step("checkout")
+            _w(j.data, *NO_SUBMODULE_RECURSION, "checkout", "--quiet", m.branch)
+            pause(tag(k, "checkout"))
+        with signals.held():  # the commit point: pops and the journals' removal are one step
+            for j in journals:
+                j.step("commit")
+            for k, j in enumerate(journals):
+                if infos[k]["stashed"]:
+                    j.step("pop")
+                    res = _w(j.data, "stash", "pop", "--index", "--quiet", check=False)
+                    if res.status != 0:
+                        res = _w(j.data, "stash", "pop", "--quiet", check=False)
+                    infos[k]["restored"] = res.status == 0
+                j.step("popped")
+            for j in journals:
                 j.remove()
+            heads = ", ".join(f"{m.src} is on {m.branch}" for m in members)
+            signals.completed(heads)
+    except BaseException as exc:
+        if journals and not any(j.done("commit") for j in journals):
+            notes = []
+            with signals.held():
+                for j in reversed(journals):
+                    if j.path.exists():
+                        notes.append(rollback(j.data))
+                        j.remove()
+            note = "; ".join(reversed(notes))
             if isinstance(exc, LucepatchError):
                 exc.args = (f"{exc.args[0]}; {note}" if exc.args else note,)
             else:
                 signals.on_interrupt(note)
         raise
     pause("switch-done")
-    return info
+    return infos

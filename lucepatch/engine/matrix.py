@@ -597,3 +597,67 @@ def _run_full(repo, work_dir, todo, patches, files, independent, jobs, rows, det
     missing = [c for c in todo if c not in rows]
     if missing:  # a worker raised (e.g. a malformed patch): redo serially so the error surfaces
         _evaluate_full(repo, work_dir / "matrix-index-0", missing, patches, files, independent, rows, details)
+
+
+# ---- the verb: a target (and its sub-targets) over a range --------------------------------------
+@dataclass
+class SubMatrix:
+    """A submodule's cells along the superproject's commits: in each, the submodule is at the
+    commit the superproject's gitlink names (None: no submodule there, or a commit the
+    submodule's checkout does not have — no cells then)."""
+
+    sub: object  # engine.subtargets.SubTarget
+    commits: list[str]  # superproject commits
+    links: list[str | None]
+    cells: list[list[str] | None]
+    states: int = 0
+    stats: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {**self.sub.to_json(), "patches": [p.name for p in self.sub.target.patches],
+                "distinct_states": self.states, "evaluation": self.stats,
+                "commits": [{"commit": c, "submodule_commit": link, "cells": cells,
+                             "compatible": None if cells is None else all(x != CONFLICT for x in cells)}
+                            for c, link, cells in zip(self.commits, self.links, self.cells)]}
+
+
+def matrix_of(t, src: Path, cache: Path, rev_range: str, *, independent: bool = False, first_parent: bool = False,
+              jobs: int | None = None) -> tuple[MatrixResult, list[SubMatrix]]:
+    """`matrix`: the target's cells at every commit of the range, and each sub-target's."""
+    from lucepatch.engine.apply import WorkArea, open_engine
+    from lucepatch.errors import UsageError
+
+    if ".." not in rev_range:
+        raise UsageError(f"--range {rev_range!r} must be a git range A..B")
+    a, b = rev_range.split("..", 1)
+    for ref in (a, b or "HEAD"):
+        if ref:
+            git.resolve_commit(src, ref, what="range end", remedy="fetch it or pass an existing ref")
+    commits, subjects = range_commits(src, rev_range, first_parent=first_parent)
+    if not commits:
+        raise UsageError(f"--range {rev_range} holds no commits in {src}")
+    with WorkArea(cache, f"matrix-{t.name}") as work:
+        _engine, files = open_engine(src, t.patches, work, commits[0])
+        res = run_matrix(work.repo, work.path, t.patches, files, commits, subjects, independent=independent, jobs=jobs)
+    subs = []
+    if t.submodules:
+        from lucepatch.engine.subtargets import gitlinks, sub_targets
+
+        for st in sub_targets(t)[1:]:
+            if not st.target.series:
+                continue
+            ssrc = st.source(src)
+            links = gitlinks(src, commits, st.path)
+            have = [c for c in dict.fromkeys(links) if c and git.try_resolve(ssrc, c) == c]
+            cells: dict[str, list[str]] = {}
+            sm = SubMatrix(st, commits, links, [], 0)
+            if have:
+                with WorkArea(cache, f"matrix-{st.target.name}") as work:
+                    _engine, sfiles = open_engine(ssrc, st.target.patches, work, have[0])
+                    r = run_matrix(work.repo, work.path, st.target.patches, sfiles, have, [""] * len(have),
+                                   independent=independent, jobs=jobs)
+                cells = dict(zip(have, r.cells))
+                sm.states, sm.stats = r.states, r.stats
+            sm.cells = [cells.get(link) if link else None for link in links]
+            subs.append(sm)
+    return res, subs

@@ -19,27 +19,63 @@ class Applied:
     branch: str
     switched: bool
     stash: dict = field(default_factory=lambda: {"stashed": False, "restored": None})
+    sub_stash: list = field(default_factory=list)  # the same, per switched submodule
 
 
 def apply_onto_checkout(t: Target, src: Path, cache: Path, *, partial: bool = False, force: bool = False,
                         stash: bool = False, fetch: bool = False) -> Applied:
+    """With [[submodule]] sub-targets, each submodule checkout is switched too (its own series, a
+    branch of the same name), all of them or none (checkout.switch_group)."""
+    import contextlib
+
+    from lucepatch.engine.subtargets import applied_each
+
     co.open_checkout(src)
     branch = t.branch_name
     journals = cache / "switch"  # the switch's journal: a killed switch is restored by the next command
     co.check_no_switch_running(src, journals)
     co.require_switchable(src, branch, force=force, allow_dirty=stash)
     co.require_writable_git_dir(src)
-    with WorkArea(cache, f"apply-{t.name}") as work:
-        result = apply_series(t, src, t.patches, work, checkout=False, fetch=fetch)
-        if result.conflicts and not partial:
+    with contextlib.ExitStack() as stack:
+        if t.submodules:
+            for st_src, st in _submodule_checkouts(t, src):
+                co.check_no_switch_running(st_src, journals)
+                co.require_switchable(st_src, branch, force=force, allow_dirty=stash, detached_at=st.target.base)
+                co.require_writable_git_dir(st_src)
+            applied = applied_each(t, src, cache, stack, label="apply", fetch=fetch)
+        else:
+            work = stack.enter_context(WorkArea(cache, f"apply-{t.name}"))
+            applied = [_Single(src, apply_series(t, src, t.patches, work, checkout=False, fetch=fetch), work)]
+        result = applied[0].result
+        result.subs = [(a.sub, a.result) for a in applied[1:]]
+        if result.all_conflicts and not partial:
             return Applied(result, branch, False)
-        clash = co.untracked_collisions(src, work.repo, result.base, result.head)
-        if clash:
-            raise UsageError(f"untracked file {src / clash[0]} would be overwritten by the series; "
-                             "move it away or commit it first")
-        overlap = co.stash_overlap(src, work.repo, result.base, result.head) if stash else []
-        if overlap:
-            raise UsageError(f"your uncommitted change to {src / overlap[0]} overlaps a file the series changes; "
-                             "commit it (or move it away) instead of --stash")
-        info = co.switch(src, work.repo, branch, stash=stash, journal_dir=journals)
-        return Applied(result, branch, True, info)
+        members = []
+        for a in applied:
+            r, repo = a.result, a.work.repo
+            clash = co.untracked_collisions(a.source, repo, r.base, r.head)
+            if clash:
+                raise UsageError(f"untracked file {a.source / clash[0]} would be overwritten by the series; "
+                                 "move it away or commit it first")
+            overlap = co.stash_overlap(a.source, repo, r.base, r.head) if stash else []
+            if overlap:
+                raise UsageError(f"your uncommitted change to {a.source / overlap[0]} overlaps a file the series "
+                                 "changes; commit it (or move it away) instead of --stash")
+            members.append(co.Member(a.source, repo, branch, stash))
+        infos = co.switch_group(members, journals)
+        return Applied(result, branch, True, infos[0], infos[1:])
+
+
+@dataclass
+class _Single:
+    source: Path
+    result: SeriesResult
+    work: WorkArea
+
+
+def _submodule_checkouts(t: Target, src: Path):
+    from lucepatch.engine.subtargets import sub_targets
+
+    for st in sub_targets(t)[1:]:
+        if st.target.series:
+            yield st.source(src), st

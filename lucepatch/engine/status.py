@@ -1,0 +1,100 @@
+"""`status`: each patch at a checkout's HEAD — applied (a Patch-Id trailer reachable from HEAD),
+already upstream (with the signal that says so), not applied (and how it would apply) or
+conflicting — for the target and each of its [[submodule]] sub-targets at their own HEADs.
+Nothing in the checkouts is written."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from lucepatch import git
+from lucepatch.engine import upstreamed
+from lucepatch.engine.apply import CONFLICT, WorkArea, applied_patch_ids, open_engine, resolve_base
+
+APPLIED = "applied"
+NOT_APPLIED = "not-applied"
+UPSTREAM = "already-upstream"
+CONFLICTS = "conflicts"
+
+
+def compute_status(t, src, work, head: str, base: str) -> list[dict]:
+    applied = applied_patch_ids(src, base, head)
+    up_ids = upstreamed.upstream_patch_ids(src, base, head)
+    engine, files = open_engine(src, t.patches, work, head)
+    reader = upstreamed.tree_reader(work.repo, head)
+    rows = []
+    for p, f in zip(t.patches, files):
+        row = {"name": p.name, "subject": p.subject, "patch_id": p.patch_id, "status": None,
+               "signal": None, "commit": None, "would": None, "detail": ""}
+        if p.patch_id in applied:
+            row.update(status=APPLIED, commit=applied[p.patch_id], detail="Patch-Id trailer reachable from HEAD")
+        else:
+            hit = upstreamed.detect(p, f, repo=work.repo, ref=head, upstream_ids=up_ids,
+                                    reverse_check=engine.check_reverse, read_file=reader, target=t, source=src)
+            if hit:
+                row.update(status=UPSTREAM, signal=hit.signal, commit=hit.commit, detail=hit.detail)
+        rows.append(row)
+    # what is neither applied nor upstream: would it apply at HEAD (cumulatively, in series order)?
+    for row, p, f in zip(rows, t.patches, files):
+        if row["status"] is not None:
+            continue
+        status, detail = engine.apply(f, name=str(p.path))
+        if status == CONFLICT:
+            row.update(status=CONFLICTS, detail=detail)
+        elif status == "already-upstream":
+            row.update(status=UPSTREAM, signal="3-way", detail=detail)
+        else:
+            row.update(status=NOT_APPLIED, would=status)
+    return rows
+
+
+def status_of(t, src: Path, cache: Path, *, fetch: bool = False) -> dict:
+    base = resolve_base(src, t.base, t.name, fetch=fetch)
+    head = git.resolve_commit(src, "HEAD", what="HEAD", remedy="the checkout has no commits")
+    with WorkArea(cache, f"status-{t.name}") as work:
+        rows = compute_status(t, src, work, head, base)
+    return {"base": base, "head": head, "branch": git.current_branch(src), "patches": rows}
+
+
+def status_all(t, src: Path, cache: Path, *, fetch: bool = False) -> dict:
+    """The target's status, with `submodules`: each sub-target's at its own checkout's HEAD."""
+    from lucepatch.engine.subtargets import sub_targets
+
+    doc = status_of(t, src, cache, fetch=fetch)
+    if t.submodules:
+        doc["submodules"] = [{**st.to_json(), **status_of(st.target, st.source(src), cache, fetch=fetch)}
+                             for st in sub_targets(t)[1:] if st.target.series]
+    return doc
+
+
+def has_conflicts(doc: dict) -> bool:
+    return any(r["status"] == CONFLICTS for d in [doc, *doc.get("submodules", [])] for r in d["patches"])
+
+
+@contextlib.contextmanager
+def judged_by_behaviour(t, src: Path, cache: Path, ws):
+    """`status --behaviour`: the retirement rule's report at HEAD (the one `verify --retire HEAD`
+    saved, else made and saved now), answering the upstreamed detector while the status runs.
+    Its hook answers only at the superproject's HEAD, so sub-targets are not judged by it."""
+    from lucepatch.upstream import retire
+
+    head = git.resolve_commit(src, "HEAD", what="HEAD", remedy="the checkout has no commits")
+    judged = retire.load_saved(t, head, cache, ws)
+    if judged is None:
+        judged = retire.retire_report(t, src, head, cache, "auto", workspace=ws)
+        retire.save_report(judged, t, cache, ws)
+    hook = retire.report_hook(judged)
+    upstreamed.register_behaviour_hook(hook)
+    try:
+        yield judged
+    finally:
+        upstreamed.unregister_behaviour_hook(hook)
+
+
+def annotate_behaviour(rows: list[dict], judged: dict | None) -> None:
+    """Each row's behaviour verdict from the retire report (in `behaviour` and the detail)."""
+    for r in rows if judged else []:
+        b = next(p for p in judged["patches"] if p["name"] == r["name"])
+        r["behaviour"] = {k: b[k] for k in ("status", "needed", "scenario", "reason")}
+        r["detail"] = (r["detail"] + "; " if r["detail"] else "") + f"behaviour: {b['status']} ({b['scenario'] or '-'})"
