@@ -74,6 +74,9 @@ def emit_json(verb: str, payload: dict) -> None:
     sys.stdout.flush()
 
 
+IDENTIFIER_COLUMNS = {"patch", "target", "line"}
+
+
 def table(title: str, columns: list[str], rows: list[list], *, as_json: bool = False) -> None:
     """A result table on stdout; nothing under --json (the JSON document carries the same rows)."""
     if as_json:
@@ -84,7 +87,9 @@ def table(title: str, columns: list[str], rows: list[list], *, as_json: bool = F
 
     t = Table(title=Text(title), show_lines=False)
     for c in columns:
-        t.add_column(escape(c))
+        # names are identifiers: at 80 columns a patch name wraps, never ends in "…" (rows
+        # of one series share long prefixes and would read alike)
+        t.add_column(escape(c), overflow="fold" if c in IDENTIFIER_COLUMNS else "ellipsis")
     for r in rows:
         t.add_row(*[Text("" if v is None else str(v)) for v in r])  # cells are text, not markup
     out().print(t)

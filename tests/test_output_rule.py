@@ -67,3 +67,30 @@ def test_status_names_how_a_patch_would_apply(cli, toy):
     assert rows and all("not-applied" in l and "exactly" in l for l in rows)
     assert not any(l.count("applied") > 1 for l in rows)  # not "applied" beside "not-applied"
     assert git(toy["upstream"], "status", "--porcelain") == ""
+
+
+def test_patch_names_wrap_at_80_columns_and_are_never_cut(capsys, monkeypatch):
+    # a series' patch names share long prefixes ("fix-allocator-…"): cut with an ellipsis at 80
+    # columns every row read alike (the rebase table); they wrap in their cell instead
+    from lucepatch import report
+
+    monkeypatch.setenv("COLUMNS", "80")
+    names = ["fix-allocator-add-chunk-must-not-use-a-device-from-a-failed-cuctxgetdevice",
+             "fix-allocator-charge-stream-ordered-allocations-to-the-streams-device"]
+    report.table("rebase", ["#", "patch", "applies", "signal", "needed", "action", "detail"],
+                 [[i, n, "conflict", "", "not-judged", "stopped", "resolve it in the work tree and continue"]
+                  for i, n in enumerate(names, 1)])
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines and all(len(line) <= 80 for line in lines)
+    cells: dict[str, str] = {}
+    row = None
+    for line in lines:
+        parts = [p.strip() for p in line.split("│")]
+        if len(parts) < 4:
+            continue
+        row = parts[1] or row  # the "#" cell starts a row; wrapped lines leave it empty
+        if row and row.isdigit():
+            cells[row] = cells.get(row, "") + parts[2]
+    assert cells == {"1": names[0], "2": names[1]}
+    assert "…" not in "".join(cells.values())
