@@ -53,7 +53,9 @@ def _doc(driver_kind="real"):
 
 def test_rows_say_what_each_side_ran_and_did():
     rows = rc.rows([_doc()])
-    assert [r["client pattern"] for r in rows] == ["`nccl-allreduce-default`", "`two-rank-threads-async`"]
+    # the reproducer is part of the name: ctypes-clients and torch-clients share pattern names
+    assert [r["client pattern"] for r in rows] == ["`torch-clients:nccl-allreduce-default`",
+                                                   "`torch-clients:two-rank-threads-async`"]
     nccl, two = rows
     assert nccl["baseline"] == "`e3c3477`" and nccl["patched"] == "`8f3a89c` + series"
     assert nccl["baseline result"] == ("10/10 failed (10 crash, SIGSEGV): `Illegal device id` — "
@@ -119,7 +121,7 @@ def test_pr_body_carries_the_real_clients_table(cli, tmp_path):
             "--real-clients", ev)
     assert r.code == 0, r.err
     body = (tmp_path / "out" / "pr-body.md").read_text()
-    assert "### Real clients" in body and "| `nccl-allreduce-default` | `e3c3477` | `8f3a89c` + series |" in body
+    assert "### Real clients" in body and "| `torch-clients:nccl-allreduce-default` | `e3c3477` | `8f3a89c` + series |" in body
     # simulated evidence is refused with one line
     doc["driver"]["kind"] = "fake"
     ev.write_text(json.dumps(doc))

@@ -68,7 +68,8 @@ def rows(docs: list[dict]) -> list[dict]:
                 verdict = f"skipped: {s.get('reason', '').removeprefix('not run on this machine: ')}"
             fp = (s.get("fingerprint") or {}).get("issue")
             out.append({
-                "client pattern": f"`{s['scenario'].split(':', 1)[1]}`",
+                # the reproducer stays in the name: ctypes-clients and torch-clients share pattern names
+                "client pattern": f"`{s['scenario']}`",
                 "baseline": _side(doc, "baseline"), "patched": _side(doc, "patched"),
                 "baseline result": _result(s["baseline"], runs["baseline"]) + (f" — matches {fp}" if fp else ""),
                 "patched result": _result(s["patched"], runs["patched"]),
@@ -105,4 +106,8 @@ def markdown(docs: list[dict]) -> str:
 
 def source(doc: dict) -> str:
     names = ", ".join(f"`{r['name']}`" for r in doc["reproducers"])
-    return f"{names}, {doc['execution'].get('runs_per_variant')} runs per variant ({doc['tool'].get('created', '')[:10]})"
+    policy = doc.get("run_policy") or {}
+    n = policy.get("max_runs") or doc["execution"].get("runs_per_variant")
+    runs = (f"sequential rule, at most {n} runs per variant" if policy.get("rule") == "sequential"
+            else f"{n} runs per variant")
+    return f"{names}, {runs} ({doc['tool'].get('created', '')[:10]})"
