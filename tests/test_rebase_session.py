@@ -224,6 +224,7 @@ def test_dry_run_walks_everything_and_keeps_nothing(carry):
     r = rb("--source", up, "--onto", "v0.9", "--dry-run", "--json")
     assert r.code == 1 and "session" not in r.json
     assert [p["applies"] for p in r.json["patches"]] == ["exact", "conflict", "conflict", "conflict", "exact"]
+    assert [p["action"] for p in r.json["patches"] if p["applies"] == "conflict"] == ["would stop"] * 3
     assert snapshot(carry["ws"]) == before and rb("--status", "--json").json == {"schema_version": 1, "verb": "rebase",
                                                                                  "session": None}
 

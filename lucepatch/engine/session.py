@@ -778,4 +778,9 @@ def dry_run(cache: Path, t: Target, source: Path, onto_ref: str, opts: Options, 
         sess = Session.start(cache, t, source, onto_ref, opts, fetch=fetch, where=work.path / "session")
         sess.walk(stop_at_conflict=False)
         stopped = any(p.action == STOPPED for p in sess.st.patches)
-        return summary(sess.st, None, None if stopped else sess.plan())
+        doc = summary(sess.st, None, None if stopped else sess.plan())
+        # a dry run stops nowhere: a conflicting patch is one a real session would stop at
+        for r in doc["patches"]:
+            if r["action"] == STOPPED:
+                r["action"] = "would stop"
+        return doc
