@@ -1,9 +1,12 @@
-"""Content identity of files: the one sha256 helper (artifacts, evidence, deploy gates, caches)."""
+"""Files as lucepatch writes and identifies them: the one sha256 helper (artifacts, evidence, deploy
+gates, caches) and the one atomic write (patches, target.toml, evidence, evidence pages)."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
+from pathlib import Path
 
 
 def sha256_file(path: str | os.PathLike) -> str:
@@ -13,3 +16,26 @@ def sha256_file(path: str | os.PathLike) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def write_atomic(path: str | os.PathLike, data: bytes | str, *, mode: int | None = None) -> Path:
+    """Write through a temporary file in the same folder and one rename: a reader (or a crash)
+    sees the old file or the new one, never half of one. `mode` None keeps the file's mode (0o644
+    for a new file); otherwise `mode` less the umask (0o666: world-readable files that go into PRs)."""
+    path = Path(path)
+    if mode is None:
+        mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
+    else:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode &= ~umask
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:  # any interruption: drop the temporary file, then re-raise (nothing swallowed)
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

@@ -183,7 +183,7 @@ def update_target_toml(path: Path, **keys) -> None:
     as a target (a bad value is a UsageError and the file is left as it was)."""
     import tomlkit
 
-    from lucepatch.trailers import write_atomic
+    from lucepatch.files import write_atomic
 
     path = Path(path)
     doc = tomlkit.parse(path.read_text(encoding="utf-8"))
@@ -196,7 +196,7 @@ def write_target_toml(path: Path, data: dict) -> None:
     """A new target.toml from `data` (top-level keys, then tables), rendered by tomlkit."""
     import tomlkit
 
-    from lucepatch.trailers import write_atomic
+    from lucepatch.files import write_atomic
 
     _write_checked(Path(path), tomlkit.dumps(data), write_atomic)
 

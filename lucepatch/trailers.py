@@ -18,13 +18,11 @@ diff — hence the patch id — would change.
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
-from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 from lucepatch.errors import UsageError
+from lucepatch.files import write_atomic
 
 if TYPE_CHECKING:  # pragma: no cover
     from lucepatch.series import Patch
@@ -237,16 +235,3 @@ def rewrite_patch_file(patch: "Patch", new_raw: bytes, *, check: dict[str, str] 
     return after
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write via a temporary file in the same folder and rename; keeps the file's mode."""
-    path = Path(path)
-    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -22,7 +22,7 @@ def fake_log(summary_lines: list[str], stats: str) -> str:
         """\
         ============================= test session starts ==============================
         platform linux -- Python 3.11.7, pytest-9.0.3, pluggy-1.6.0
-        rootdir: /work/main
+        rootdir: /repo
         configfile: pyproject.toml
         testpaths: tests
         collected 9 items

@@ -205,7 +205,7 @@ def test_environment_oserror_and_hung_tool_map_to_exit_3():
     hung = from_exception(subprocess.TimeoutExpired(["/usr/bin/nvidia-smi", "-L"], 60))
     assert hung.exit_code == EXIT_ENVIRONMENT and "nvidia-smi" in str(hung) and "60 s" in str(hung)
     assert from_exception(ZeroDivisionError()) is None
-    assert from_exception(FileNotFoundError(errno.ENOENT, "No such file", "/work/x/series")) is None
+    assert from_exception(FileNotFoundError(errno.ENOENT, "No such file", "/srv/x/series")) is None
 
 
 def test_probe_object_that_is_not_elf_is_a_probe_failure_not_a_crash(tmp_path):

@@ -87,8 +87,10 @@ def unpack(out: Path, dest: Path) -> None:
 if __name__ == "__main__":
     cmd = sys.argv[1] if len(sys.argv) > 1 else ""
     if cmd == "pack":
-        pack(Path(sys.argv[2] if len(sys.argv) > 2 else os.environ.get("LUCEPATCH_SRC_LUCEBOX", "/work/upstream/lucebox")),
-             Path(sys.argv[3] if len(sys.argv) > 3 else ".upstream/lucebox-carry"))
+        src = sys.argv[2] if len(sys.argv) > 2 else os.environ.get("LUCEPATCH_SRC_LUCEBOX")
+        if not src:
+            sys.exit("carry_lucebox: give SRC or set LUCEPATCH_SRC_LUCEBOX (lucebox-hub 8305b6c with submodules)")
+        pack(Path(src), Path(sys.argv[3] if len(sys.argv) > 3 else ".upstream/lucebox-carry"))
     elif cmd == "unpack" and len(sys.argv) == 4:
         unpack(Path(sys.argv[2]), Path(sys.argv[3]))
     else:

@@ -298,7 +298,7 @@ class Session:
                 raise UsageError(f"no rebase session of {name} is open (in cache {cache}){what}; start one with "
                                  f"lucepatch rebase TARGET --onto REF")
             return cls(store, store.read(), cache)
-        except BaseException:
+        except BaseException:  # any interruption (signals too): undo, then re-raise
             store.unlock()
             raise
 
@@ -354,7 +354,7 @@ class Session:
                 sess.t = load_target_dir(store.dir / "original" / name)  # the copy moved with the session
             sess._root = store.dir if where is None else tmp
             return sess
-        except BaseException:
+        except BaseException:  # any interruption (signals too): undo, then re-raise
             if where is None:
                 shutil.rmtree(store.root / f".{store.key}.starting-{os.getpid()}", ignore_errors=True)
                 store.unlock()
@@ -609,7 +609,7 @@ class Session:
                 transaction.create_dir(target_dir, build, source=self.t.dir, cache=self.cache, before_swap=on_staged)
             else:
                 transaction.replace_dir(target_dir, build, expect=st.snapshot, cache=self.cache, before_swap=on_staged)
-        except BaseException:
+        except BaseException:  # any interruption (signals too): undo, then re-raise
             if st.result_snapshot is not None and transaction.snapshot(target_dir) == st.result_snapshot:
                 self.store.remove()  # interrupted after the swap: the write is complete
             else:

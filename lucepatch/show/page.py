@@ -4,12 +4,11 @@ reproducer source — no script, no network, so a maintainer can open it straigh
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 from lucepatch import __version__
 from lucepatch.errors import UsageError
+from lucepatch.files import write_atomic
 from lucepatch.show.model import GLYPHS, VARIANTS, View
 from lucepatch.upstream.render import render
 
@@ -30,15 +29,4 @@ def write_html(view: View, path: Path) -> Path:
     if path.is_dir():
         raise UsageError(f"--html {path} is a directory; give a file name")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".evidence-html-")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(html(view))
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_atomic(path, html(view), mode=0o666)

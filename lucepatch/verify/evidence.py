@@ -23,7 +23,6 @@ import datetime as dt
 import json
 import os
 import platform
-import tempfile
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -32,6 +31,7 @@ from typing import Any
 
 from lucepatch import __version__
 from lucepatch.errors import UsageError
+from lucepatch.files import write_atomic
 
 SCHEMA_VERSION = 2
 READABLE_VERSIONS = (1, 2)
@@ -335,18 +335,7 @@ def write_evidence(path: Path, ev: "Evidence | dict") -> None:
     if path.exists() and path.is_dir():
         raise UsageError(f"--evidence {path} is a directory; give a file name")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".evidence-")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, indent=2, sort_keys=False)
-            f.write("\n")
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, json.dumps(doc, indent=2, sort_keys=False) + "\n", mode=0o666)
 
 
 def read_evidence_json(path: Path) -> dict:
