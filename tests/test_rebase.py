@@ -47,7 +47,7 @@ def test_rebase_refreshes_3way_patch_and_reports_conflicts(toy, cli):
     before = {p.name: p.read_bytes() for p in tdir.iterdir() if p.is_file()}
     r = cli("--workspace", ws, "rebase", "toy", "--source", up, "--onto", "main", "--json", "--dry-run")
     assert r.code == 1
-    assert [(p["action"], p["applies"]) for p in r.json["patches"]] == [("stopped", "conflict"), ("carried", "exact")]
+    assert [(p["action"], p["applies"]) for p in r.json["patches"]] == [("would stop", "conflict"), ("carried", "exact")]
     assert r.json["conflicts"] == [names[0]] and "session" not in r.json
     # a real run stops at the conflict with a session; nothing written
     r = cli("--workspace", ws, "rebase", "toy", "--source", up, "--onto", "main", "--json")

@@ -137,7 +137,7 @@ def test_forward_session_skips_resolves_absorbs_then_writes_once(carry, tmp_path
     # upstream fixed add_chunk its own way (u1): not ours to carry any more
     r = rb("--skip", SLUG[cf.ADD_CHUNK], "--json")
     assert r.code == 1 and r.json["session"]["current"] == cf.ASYNC
-    # add_chunk_async moved to src/allocator.c and is still broken there: port the fix
+    # add_chunk_async moved to src/chunks.c and is still broken there: port the fix
     resolve(wt, "forward", restore=["src/carry.c"])
     r = rb("--continue", "--json")
     assert r.code == 1, r.err
@@ -159,7 +159,7 @@ def test_forward_session_skips_resolves_absorbs_then_writes_once(carry, tmp_path
     sk = (tdir / "absorbed" / cf.ADD_CHUNK).read_text()
     assert f"Applied-Upstream: {c['u2']}" in sk and "Applied-Upstream-Signal: skipped (rebase --skip by a human" in sk
     ported = (tdir / cf.ASYNC).read_text()
-    assert "diff --git a/src/allocator.c b/src/allocator.c" in ported and "src/carry.c" not in ported.split("---\n", 1)[1]
+    assert "diff --git a/src/chunks.c b/src/chunks.c" in ported and "src/carry.c" not in ported.split("---\n", 1)[1]
     assert "Reproducer: carry:ctxless-async-alloc" in ported  # the message is kept byte for byte
     orig = (FIXTURES / "carry/patches" / cf.ASYNC).read_text()
     assert ported.split("\n---\n")[0] == orig.split("\n---\n")[0]
