@@ -302,3 +302,51 @@ def test_client_runs_every_scenario_on_ggmls_cpu_backend(tmp_path):
     has_cuda = any(p.name.startswith("libggml-cuda") for p in (Path(gdir) / "lib").iterdir())
     if not has_cuda:
         assert r.returncode == 0 and skip and skip[0]["reason"].startswith("no-gpu: ggml has no CUDA0 device")
+
+
+# ---- the GPU-only abort: tools/ggml_diag.py ------------------------------------------------------------
+
+def test_gpu_session_has_the_ggml_diag_step():
+    text = (REPO_ROOT / "tools" / "gpu_session.sh").read_text()
+    step = text.split("    ggml-diag)", 1)[1].split(";;", 1)[0]
+    assert "tools/ggml_diag.py" in step and '"$OUT/commit/ggml-diag.$TAG.txt"' in step and "tools/ggml_dir.py" in step
+
+
+def _ggml_diag():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ggml_diag", REPO_ROOT / "tools" / "ggml_diag.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.needs("gcc", "addr2line", "readelf")
+def test_diag_names_the_library_whose_static_constructor_aborts(tmp_path):
+    # what the H200 showed: rc 134, `free(): invalid pointer`, no line from the client, ~10 ms; a
+    # constructor in a NEEDED library runs before lucepatch's preloaded reporter installs its handler
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    # a misaligned pointer into a live block: glibc's "free(): invalid pointer" abort, every time
+    (tmp_path / "bad.c").write_text("#include <stdlib.h>\n"
+                                    "__attribute__((constructor)) static void bad_ctor(void) {\n"
+                                    "    char *p = malloc(64); free(p + 8); }\n"
+                                    "int bad_sym(void) { return 0; }\n")
+    (tmp_path / "main.c").write_text("#include <stdio.h>\nint bad_sym(void);\n"
+                                     "int main(void) { puts(\"main reached\"); return bad_sym(); }\n")
+    cc = shutil.which("gcc")
+    subprocess.run([cc, "-shared", "-fPIC", "-g", "-w", "-o", str(lib / "libbad.so"), str(tmp_path / "bad.c")], check=True)
+    client = tmp_path / "client"
+    subprocess.run([cc, "-g", "-o", str(client), str(tmp_path / "main.c"), f"-L{lib}", "-lbad",
+                    f"-Wl,-rpath,{lib}"], check=True)
+    diag = _ggml_diag()
+    res = diag.client_runs(client, tmp_path, {"LD_LIBRARY_PATH": str(lib), "LD_PRELOAD": ""})
+    assert res["plain"]["rc"] == -6 and "main reached" not in res["plain"]["stdout"]
+    assert "free(): invalid pointer" in res["plain"]["stderr"]
+    assert res["inits_called"] and res["inits_called"][-1].endswith("libbad.so")  # the last initializer ld.so called
+    frames = res["backtrace"]["frames"]
+    assert any(f["lib"].endswith("libbad.so") and f["function"] == "bad_ctor" for f in frames), frames
+    # and the load test: an empty main linked against that library alone aborts too
+    loads = {t["load"]: t for t in diag.load_tests(lib, tmp_path, {"LD_LIBRARY_PATH": str(lib), "LD_PRELOAD": ""},
+                                                   order=["bad", "c"])}
+    assert loads["bad"]["rc"] == -6 and "free(): invalid pointer" in loads["bad"]["stderr"] and loads["c"]["rc"] == 0

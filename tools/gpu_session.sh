@@ -3,7 +3,7 @@
 # Run from the repo root on the GPU machine with .whl/ and .upstream/hami-core carried:
 #   bash tools/gpu_session.sh <step...>
 #   steps: env traces async-sched all all-a all-b all-serial vmm-refs overhead bench-verify multi-device
-#          pool-alloc run-cost main-job lucebox-build ggml-build ggml-client
+#          pool-alloc run-cost main-job lucebox-build ggml-build ggml-client ggml-diag
 #   plan (issue 4): smoke = `env async-sched`; full = `all vmm-refs overhead bench-verify traces`;
 #   reserve = `all-serial` (if parallel runs misbehave on the GPU); 2-GPU machine: `multi-device`.
 #   issue 12: `pool-alloc` (~1.5 min on 1x H200: 2 builds + 85 processes under the sequential
@@ -174,6 +174,20 @@ for step in "$@"; do
         --evidence "$OUT/commit/ggml-client-refs.$TAG.json" 2>&1 | tee "$OUT/verify-ggml-client-refs.log"
       lp verify --reproducer ggml-client --source $SRC --driver $DRIVER --runs ${RUNS:-10} --jobs $JOBS \
         --evidence "$OUT/commit/ggml-client.$TAG.json" 2>&1 | tee "$OUT/verify-ggml-client.log" ;;
+    ggml-diag)
+      # issue 17 item 4 (< 1 min, after ggml-client in the same machine session): the client died in
+      # ~10 ms with `free(): invalid pointer` before its first line, --backend cpu and without HAMi too,
+      # while it passes off the GPU (Debian gcc 12, pip cuBLAS, no driver) under valgrind with 0 errors.
+      # tools/ggml_diag.py says which library's static constructor aborts (an empty main linked against
+      # each library alone; LD_DEBUG=files; an INITFIRST backtrace preload, frames through addr2line) and
+      # records sizes, NEEDED, compiler and the ggml targets' compile flags. GGML_DIR: another ggml dir.
+      cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)
+      G=${GGML_DIR:-/tmp/lp-ggml}; mkdir -p "$OUT/commit"
+      [ -e $G/lib/libggml.so ] || python3 tools/ggml_dir.py $G ${cap:+--arch $cap} \
+        --include /tmp/lbx-src/server/deps/llama.cpp/ggml/include "$OUT"/ggml-build.*.json \
+        "$OUT/lucebox-full-build.sm120-cuda13.json" 2>&1 | tail -2
+      python3 tools/ggml_diag.py $G "$OUT/ggml-diag" ${CUDA_LIBS:+--cuda-lib "$CUDA_LIBS"} 2>&1 | tee "$OUT/ggml-diag.log" &&
+      cp "$OUT/ggml-diag/ggml-diag.txt" "$OUT/commit/ggml-diag.$TAG.txt" ;;
     ctypes-clients)
       # the torch-free workload (ThreadPoolExecutor + ctypes on the driver API), pin vs series
       lp verify --reproducer ctypes-clients --source $SRC --driver $DRIVER --runs 20 --jobs $JOBS \
