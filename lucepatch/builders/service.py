@@ -47,7 +47,7 @@ def build_device_plugin(ws: Workspace, cache: Path, *, from_image: str | None, s
     ev_sha = hashlib.sha256(Path(evidence_path).read_bytes()).hexdigest() if evidence_path else ""
     res = build_plugin_image(from_image, Path(lib), plugin_tag(from_image, repo), evidence_sha256=ev_sha)
     if save:
-        from lucepatch.k8s.plugin_image import docker_client
+        from lucepatch.builders.image import docker_client
 
         with open(save, "wb") as f:
             for chunk in docker_client().images.get(res.tag).save(named=True):

@@ -38,6 +38,7 @@ from lucepatch.engine import needed as needed_mod
 from lucepatch.engine import transaction, upstreamed
 from lucepatch.engine.apply import (FORMAT_PATCH_ARGS, PURE_ENV, apply_loop, clone_private, commit_message, format_commits, pause_at,
                                     patch_author, resolve_base, series_trailers, with_trailers)
+from lucepatch.engine.checkout import pid_alive
 from lucepatch.engine.core import ALREADY_UPSTREAM, APPLIED, APPLIED_3WAY, CONFLICT, IndexEngine, validate_diffs
 from lucepatch.engine.safety import check_series_safety
 from lucepatch.errors import CheckFailed, UsageError
@@ -133,18 +134,6 @@ def direction_of(repo: Path, base: str, onto: str) -> str:
     return FORWARD if anc(base, onto) else BACK if anc(onto, base) else SIDEWAYS
 
 
-def _pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 # ---------------------------------------------------------------------------------- the store
 class Store:
     """Where the session of one workspace target lives in one cache, and its lock."""
@@ -174,7 +163,7 @@ class Store:
             pid = int(self.lock_path.read_text().strip() or 0)
         except (OSError, ValueError):
             return None
-        if not _pid_alive(pid) or pid == os.getpid():
+        if not pid_alive(int(pid or 0)) or pid == os.getpid():
             return None
         try:
             fd = os.open(self.lock_path, os.O_RDWR)
@@ -213,7 +202,7 @@ class Store:
         """Remove half-started and half-aborted sessions whose process is gone."""
         for p in self.root.iterdir() if self.root.is_dir() else []:
             m = re.match(r"^\.(.+)\.(starting|aborted)-(\d+)$", p.name)
-            if m and m.group(1) == self.key and not _pid_alive(int(m.group(3))):
+            if m and m.group(1) == self.key and not pid_alive(int(m.group(3))):
                 shutil.rmtree(p, ignore_errors=True)
 
     def read(self) -> State:

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from lucepatch.engine.checkout import pid_alive  # the one liveness check of a lock owner
 from lucepatch.errors import CheckFailed, UsageError
 
 STAGE = ".lucepatch-stage-"
@@ -108,16 +109,6 @@ def _stage_parent(target_dir: Path, cache: Path | None) -> Path:
     return target_dir.parent
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def recover(patches_dir: Path) -> list[str]:
     """Undo what an interrupted `replace_dir` left in `patches_dir` (owner process gone):
     a half-done two-rename swap is completed backwards (old folder restored), stale staging
@@ -132,7 +123,7 @@ def recover(patches_dir: Path) -> list[str]:
                 continue
             target, _, pid = name[1:].rpartition(marker)
             try:
-                alive = _pid_alive(int(pid))
+                alive = pid_alive(int(pid))
             except ValueError:
                 alive = False
             if alive:

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from lucepatch import elf
-from lucepatch.errors import CheckFailed, EnvironmentMissing, UsageError
+from lucepatch.builders.image import docker_client
+from lucepatch.errors import CheckFailed, UsageError
 from lucepatch.upstream.render import render
 
 PLUGIN_LIB_DIR = "/k8s-vgpu/lib/nvidia"
@@ -34,19 +35,6 @@ class PluginImage:
     def to_json(self) -> dict:
         return {"tag": self.tag, "image_id": self.image_id, "lib_path": self.lib_path,
                 "lib_sha256": self.lib_sha256, "replaced_sha256": self.replaced_sha256}
-
-
-def docker_client():
-    try:
-        import docker
-    except ImportError:
-        raise EnvironmentMissing("the docker SDK is missing: pip install 'lucepatch[docker]'")
-    try:
-        client = docker.from_env()
-        client.ping()
-    except Exception as exc:  # the SDK raises several types for "no daemon"
-        raise EnvironmentMissing(f"no Docker daemon answers ({type(exc).__name__}); start dockerd or set DOCKER_HOST")
-    return client
 
 
 def _read_plugin_libs(client, image: str) -> dict[str, bytes]:

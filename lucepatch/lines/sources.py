@@ -19,7 +19,7 @@ import io
 import tarfile
 from pathlib import PurePosixPath
 
-from lucepatch.errors import CheckFailed, EnvironmentMissing, UsageError
+from lucepatch.errors import CheckFailed, UsageError
 
 PLUGIN_LIB_DIR = "/k8s-vgpu/lib/nvidia"
 POD_LIB_PATH = "/usr/local/vgpu/libvgpu.so"
@@ -55,15 +55,10 @@ def pick_library(files: dict[str, bytes]) -> tuple[str, bytes] | None:
 
 def from_image(image: str, path: str | None = None) -> tuple[bytes, str]:
     """(bytes, "IMAGE:PATH") of the libvgpu.so in ``image`` (present locally; never pulled, never run)."""
-    try:
-        import docker
-    except ImportError:
-        raise EnvironmentMissing("the docker SDK is missing: pip install 'lucepatch[docker]'")
-    try:
-        client = docker.from_env()
-        client.ping()
-    except Exception as exc:  # the SDK raises several types for "no daemon"
-        raise EnvironmentMissing(f"no Docker daemon answers ({type(exc).__name__}); start dockerd or set DOCKER_HOST")
+    from lucepatch.builders.image import docker_client
+
+    client = docker_client()  # the SDK and a daemon that answers, else one line (exit 3)
+    import docker  # present: docker_client imported it
     try:
         client.images.get(image)
     except docker.errors.ImageNotFound:
