@@ -244,6 +244,14 @@ class Closure:
     objects: list[str] = field(default_factory=list)
     needed: dict[str, dict[str, str | None]] = field(default_factory=dict)
     allowed_missing: list[str] = field(default_factory=list)
+    # roots that carry their own static libstdc++ (see private_cxx_runtime) and whether the shared
+    # libstdc++.so.6 is loaded too: two runtimes in one process is a start-up abort, not a warning
+    cxx_private: list[str] = field(default_factory=list)
+    cxx_shared: bool = False
+
+    @property
+    def cxx_runtime_clash(self) -> bool:
+        return len(self.cxx_private) >= 2 or (bool(self.cxx_private) and self.cxx_shared)
 
     @property
     def missing(self) -> dict[str, list[str]]:
@@ -261,16 +269,40 @@ class Closure:
 
     @property
     def ok(self) -> bool:
-        return bool(self.objects) and not self.missing
+        return bool(self.objects) and not self.missing and not self.cxx_runtime_clash
 
     def lines(self) -> list[str]:
-        return [f"{n} => not found (needed by {Path(o).name})" for o, names in self.missing.items() for n in names]
+        out = [f"{n} => not found (needed by {Path(o).name})" for o, names in self.missing.items() for n in names]
+        if self.cxx_runtime_clash:
+            others = " and libstdc++.so.6" if self.cxx_shared else ""
+            out.append(f"{', '.join(Path(o).name for o in self.cxx_private)}{others}: {len(self.cxx_private) + self.cxx_shared} "
+                       f"copies of the C++ runtime in one process (each object linked libstdc++ statically): {CXX_CLASH_FIX}")
+        return out
 
     def to_json(self) -> dict:
         return {"roots": self.roots, "objects": len(self.objects), "ok": self.ok,
                 "needed_names": sorted({n for names in self.needed.values() for n in names}),
                 "allowed_missing": self.allowed_missing, "absent_allowed": self.absent_allowed,
-                "missing": self.missing}
+                "missing": self.missing,
+                "cxx_runtime": {"private_copies": self.cxx_private, "shared_loaded": self.cxx_shared,
+                                "clash": self.cxx_runtime_clash}}
+
+
+# std::locale::classic(): every libstdc++ defines and exports it, and nothing else does
+CXX_RUNTIME_MARK = "_ZNSt6locale7classicEv"
+CXX_CLASH_FIX = ("their exported std:: symbols interpose each other and start-up aborts (measured on the H200: "
+                 "`free(): invalid pointer` in std::locale's initialisation, GCC 13); build with a compiler whose "
+                 "libstdc++.so is on its link path (e.g. CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++)")
+
+
+def private_cxx_runtime(path: str | os.PathLike) -> bool:
+    """True when the object carries its own libstdc++: it defines the runtime's symbols in .dynsym
+    but does not NEED libstdc++.so.6. A relocated GCC whose library folder holds only libstdc++.a
+    (the GPU machine's /opt/gcc wrapper) links every C++ shared library this way."""
+    d = dynamic(path)
+    if d.soname.startswith("libstdc++.so") or any(n.startswith("libstdc++.so") for n in d.needed):
+        return False
+    return CXX_RUNTIME_MARK in defined_dynamic_symbols(path)
 
 
 def _expand(entry: str, origin: str) -> str:
@@ -361,4 +393,7 @@ def resolve_closure(roots: list[Path], *, allowed_missing: list[str] = (), ld_li
             if path not in loader_of:
                 loader_of[path] = obj
                 queue.append(path)
+    # the roots are what was built; the system's libraries are not judged here
+    cl.cxx_private = [str(r) for r in roots if private_cxx_runtime(r)]
+    cl.cxx_shared = any((info[o].soname or os.path.basename(o)).startswith("libstdc++.so") for o in cl.objects)
     return cl

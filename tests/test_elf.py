@@ -93,3 +93,33 @@ def test_gpu_code_per_fatbin_of_a_shared_library(tmp_path):
     # a library's SASS set is the union over the translation units linked in: one fatbin each
     assert code.fatbins == 2 and sorted(code.per_fatbin) == [["sm_120"], ["sm_75"]]
     assert code.sass_numbers() == [75, 120]
+
+
+def _cxx(*args):
+    subprocess.run(["g++", *map(str, args)], check=True, capture_output=True)
+
+
+@pytest.mark.needs("g++")
+def test_two_private_cxx_runtimes_in_one_closure_are_caught(tmp_path):
+    """The shape of the ggml build the GPU machine's relocated GCC made (/opt/gcc: no libstdc++.so on
+    its link path, so every C++ shared library carried libstdc++.a): two libraries each with their
+    own C++ runtime, loaded by one program, aborted at start-up on the H200
+    (docs/evidence/ggml-diag-opt-gcc.h200.txt). With the shared runtime the same layout is fine."""
+    for name, n in (("a", 1), ("b", 2)):
+        (tmp_path / f"{name}.cpp").write_text(
+            f'#include <sstream>\nextern "C" int f{name}() {{ std::ostringstream s; s << {n}; return (int)s.str().size(); }}\n')
+    (tmp_path / "m.cpp").write_text('extern "C" int fa(); extern "C" int fb();\nint main() { return fa() + fb() - 2; }\n')
+    for flavour, extra in (("static", ["-static-libstdc++"]), ("shared", [])):
+        d = tmp_path / flavour
+        d.mkdir()
+        for name in "ab":
+            _cxx("-shared", "-fPIC", *extra, f"-Wl,-soname,lib{name}.so", "-o", d / f"lib{name}.so", tmp_path / f"{name}.cpp")
+        _cxx("-o", d / "app", tmp_path / "m.cpp", f"-L{d}", "-la", "-lb", "-Wl,-rpath,$ORIGIN")
+        roots = [d / "app", d / "liba.so", d / "libb.so"]
+        c = elf.resolve_closure(roots)
+        if flavour == "static":
+            assert [Path(p).name for p in c.cxx_private] == ["liba.so", "libb.so"]
+            assert not c.ok and c.cxx_runtime_clash and c.to_json()["cxx_runtime"]["clash"]
+            assert any("copies of the C++ runtime" in line and "liba.so, libb.so" in line for line in c.lines())
+        else:
+            assert c.cxx_private == [] and c.cxx_shared and c.ok and c.lines() == []

@@ -5,6 +5,7 @@ closure, the cache, and the baseline failing at its F1 compile in seconds."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -99,3 +100,22 @@ def test_dropping_the_driver_fix_in_a_kept_tree_fails_the_relink_in_seconds(fx, 
     # the fix is back in place: the same tree links again
     again = subprocess.run(["cmake", "--build", b.build_dir, "--target", "gpu_app"], capture_output=True, text=True)
     assert again.returncode == 0, again.stdout[-500:]
+
+
+def test_the_compilers_cmake_picks_are_part_of_the_key(tmp_path, monkeypatch):
+    """Two wrappers of one GCC version (the GPU machine's /opt/gcc links libstdc++ statically,
+    /usr/bin/g++ shared) must not share a cached build: where CC/CXX live is in the fingerprint."""
+    from lucepatch.builders import superbuild as SB
+
+    real = shutil.which("g++") or shutil.which("c++")
+    wrapper = tmp_path / "g++"
+    wrapper.write_text(f'#!/bin/sh\nexec {real} "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("CXX", real)
+    a = SB._fingerprint([])
+    monkeypatch.setenv("CXX", str(wrapper))
+    b = SB._fingerprint([])
+    assert a["CXX"][1] == b["CXX"][1]  # the same compiler version ...
+    assert a["CXX"][0] != b["CXX"][0] and a != b  # ... but another build
+    monkeypatch.delenv("CXX")
+    assert "CXX" not in SB._fingerprint([])

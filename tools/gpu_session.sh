@@ -3,7 +3,7 @@
 # Run from the repo root on the GPU machine with .whl/ and .upstream/hami-core carried:
 #   bash tools/gpu_session.sh <step...>
 #   steps: env traces async-sched all all-a all-b all-serial vmm-refs overhead bench-verify multi-device
-#          pool-alloc run-cost main-job lucebox-build ggml-build ggml-client ggml-diag
+#          pool-alloc run-cost main-job main-job-jobs lucebox-build lucebox-full ggml-build ggml-client ggml-diag
 #   plan (issue 4): smoke = `env async-sched`; full = `all vmm-refs overhead bench-verify traces`;
 #   reserve = `all-serial` (if parallel runs misbehave on the GPU); 2-GPU machine: `multi-device`.
 #   issue 12: `pool-alloc` (~1.5 min on 1x H200: 2 builds + 85 processes under the sequential
@@ -59,6 +59,12 @@ if [ "$DRIVER" = real ]; then TAG=h200; else TAG=$DRIVER; fi
 now() { python3 -c 'import time; print(time.time())'; }
 JOBS=${JOBS:-8}
 lp() { python3 -m lucepatch "$@"; }
+# The GPU machine's CC/CXX/CUDAHOSTCXX are /opt/gcc's wrappers: a relocated GCC 13 whose library folder holds
+# only libstdc++.a, so every C++ shared library it links carries its own static libstdc++. Loaded together
+# (ggml's four libraries + libnccl's libstdc++.so.6) they abort at start-up: `free(): invalid pointer` in
+# std::locale's initialisation (docs/evidence/ggml-diag-opt-gcc.h200.txt; `build lucebox`'s closure check now
+# refuses such a payload). Builds that must run here use the distribution's GCC 13 (same version, shared runtime).
+system_cc() { if [ -x /usr/bin/g++ ]; then export CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++; fi; }
 # the C reproducers (the workloads have their own steps: torch processes are ~10x slower per run)
 C_REPROS="--reproducer async-sched --reproducer llama-vmm --reproducer multi-device --reproducer pool-alloc \
   --reproducer pr188-guard --reproducer shared-region --reproducer zero-limit"
@@ -144,11 +150,34 @@ for step in "$@"; do
       python3 tools/lucebox_f6_relink.py "$OUT/lucebox-full-build.sm120-cuda13.json" "$OUT/lucebox-f6-relink.json" 2>&1 | tail -12
       mkdir -p "$OUT/commit" && python3 tools/lucebox_summary_md.py "$OUT" "$OUT/commit" >"$OUT/commit/full-build-sm120-cuda13.h200.md"
       cat "$OUT/commit/full-build-sm120-cuda13.h200.md" ;;
+    lucebox-full)
+      # issue 17 item 3, the full patched sm120-cuda13 build alone (~3.5 min on 16 cores), with the system GCC
+      # (see system_cc): binaries, SASS per library and the closure (C++ runtime copies included)
+      system_cc; C=.upstream/lucebox-carry; W=/tmp/lbx-src
+      [ -f $W/server/CMakeLists.txt ] || { rm -rf $W; python3 tools/carry_lucebox.py unpack $C $W 2>&1 | tail -2; }
+      [ -d /tmp/nlohmann/usr ] || { dpkg -x $C/nlohmann-json3-dev_*.deb /tmp/nlohmann 2>/dev/null ||
+        { mkdir -p /tmp/nlohmann && cd /tmp/nlohmann && ar x "$OLDPWD"/$C/nlohmann-json3-dev_*.deb && tar -xf data.tar.* && cd "$OLDPWD"; }; }
+      mkdir -p "$OUT/commit"
+      LUCEPATCH_CARRIED_TREES=$C/trees.json CMAKE_PREFIX_PATH=/tmp/nlohmann/usr \
+        lp build lucebox --source $W --profile sm120-cuda13 \
+        --summary "$OUT/commit/lucebox-full-build.sm120-cuda13.system-gcc.h200.json" 2>&1 | tee "$OUT/lucebox-full.log" | tail -30 ;;
+    main-job-jobs)
+      # issue 13: the main job at several parallelism levels, interleaved with the default (x16), same builds;
+      # JOBS_LIST overrides the levels
+      for j in ${JOBS_LIST:-16 24 32 12 16}; do
+        s0=$(now)
+        lp verify --reproducer async-sched --source $SRC --driver $DRIVER --jobs $j \
+          --evidence "$OUT/async-sched.sequential.x$j.$TAG.json" > "$OUT/verify-main-job-x$j.log" 2>&1
+        python3 -c "import sys; print(f'main job x{sys.argv[3]}: {float(sys.argv[2]) - float(sys.argv[1]):.2f} s')" "$s0" "$(now)" "$j" \
+          | tee -a "$OUT/main-job-jobs.log"
+        grep -E "processes in|verdict:" "$OUT/verify-main-job-x$j.log" | tee -a "$OUT/main-job-jobs.log"
+      done ;;
     ggml-build)
       # issue 17 item 4, fallback when lucebox-build's libggml-cuda has no code for this GPU (a
       # sm_120-only build on an H200): the patched superproject once more for this GPU's arch only
       # (~3-4 min on 16 cores), into $LUCEPATCH_CACHE where ggml-client finds it
       cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .); cap=${cap:-90}
+      system_cc; echo "ggml-build: CC=${CC:-} CXX=${CXX:-}"
       C=.upstream/lucebox-carry; W=/tmp/lbx-src
       [ -f $W/server/CMakeLists.txt ] || { rm -rf $W; python3 tools/carry_lucebox.py unpack $C $W 2>&1 | tail -2; }
       [ -d /tmp/nlohmann/usr ] || { dpkg -x $C/nlohmann-json3-dev_*.deb /tmp/nlohmann 2>/dev/null ||
@@ -161,7 +190,7 @@ for step in "$@"; do
       # ggml workload (reproducers/ggml-client) against the Lucebox build's libggml*, under three
       # HAMi-core builds: e3c3477 vs the pin (8f3a89c), then the pin vs the series
       cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)
-      G=/tmp/lp-ggml; mkdir -p "$OUT/commit"
+      G=/tmp/lp-ggml; mkdir -p "$OUT/commit"; system_cc  # the client is compiled with the libraries' compiler
       if python3 tools/ggml_dir.py $G ${cap:+--arch $cap} --include /tmp/lbx-src/server/deps/llama.cpp/ggml/include \
           "$OUT"/ggml-build.*.json "$OUT/lucebox-full-build.sm120-cuda13.json" 2>&1 | tee "$OUT/ggml-dir.log"; then
         cp $G/ggml-dir.json "$OUT/commit/ggml-client-libs.$TAG.json"

@@ -198,6 +198,13 @@ def _tree_id(path: Path) -> str:
 def _fingerprint(needs: list[str]) -> dict:
     fp = {"cmake": toolchain.version_line("cmake"), "ninja": toolchain.version_line("ninja"),
           "cc": toolchain.version_line("cc")}
+    # the compilers CMake picks from the environment: two of one GCC version can link differently (the GPU
+    # machine's /opt/gcc wrapper links libstdc++ statically, /usr/bin/g++ shared), so where they live is
+    # part of the key, not only the version
+    for var in ("CC", "CXX", "CUDAHOSTCXX"):
+        if os.environ.get(var):
+            found = shutil.which(os.environ[var]) or os.environ[var]
+            fp[var] = [os.path.realpath(found), toolchain.version_line(found)]
     nvcc = shutil.which("nvcc")
     if nvcc:
         out = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
@@ -339,6 +346,8 @@ def build_superproject(target: Target, source: Path, profile_name: str | None, c
         res.ok = not missing and cl.ok
         if missing:
             res.failure = {"phase": "payload", "first_error": f"the build did not produce {', '.join(missing)}"}
+        elif not cl.ok:
+            res.failure = {"phase": "closure", "first_error": "; ".join(cl.lines())}
         res.log = str(out / "build.log")
         if not keep_build:
             shutil.rmtree(bdir)
