@@ -1,8 +1,9 @@
 """The v2.5 line against real HAMi-core (LUCEPATCH_SRC_HAMI_CORE): the session that made it,
 replayed (every stop resolved with the committed patch, which then comes out byte for byte);
 plain `git am` of the line on 54b1305; `lucepatch build` of it; and every reproducer on the
-simulated driver — the fixed scenarios fail at 54b1305 + Build-Only and pass on the line, the two
-reproducers whose assumptions do not hold at 54b1305 are reported not-applicable."""
+simulated driver — the fixed scenarios fail at 54b1305 + Build-Only and pass on the line, the three
+reproducers whose assumptions do not hold at 54b1305 are reported not-applicable; and the accounting
+backport (740f9ef/111bf4d) is what makes async-accounting pass on the line."""
 
 from __future__ import annotations
 
@@ -21,9 +22,12 @@ LINE_DIR = REPO_ROOT / "patches" / "hami-core-v2.5"
 BASE = "54b13055032577b9487d108fa1b18ccaf56274cc"
 BACKPORTS = ["70fdbc1", "74a57a1", "833c62c", "72b24fd"]
 # added after the first session: the fp1 build fix by hand; the pool fix (main-line patch added in
-# 1.1.0) by a second session on the same base, which stopped for it and got it resolved
+# 1.1.0) by a second session on the same base, which stopped for it and got it resolved; the
+# stream-ordered accounting backport of 740f9ef/111bf4d (1.3.0) by hand, at the end of the series so
+# that the carried fixes keep the bytes this session makes
+ACCOUNTING = "backport-allocator-charge-cumemallocasync-by-its-size.patch"
 LATER = ("build-link-with-gcc-10-fp1-is-defined-in-a-header.patch",
-         "fix-allocator-track-and-charge-pool-allocations-to-the-pools-device.patch")
+         "fix-allocator-track-and-charge-pool-allocations-to-the-pools-device.patch", ACCOUNTING)
 
 pytestmark = pytest.mark.skipif(not all(_has(r) for r in [BASE + "^{commit}", *(b + "^{commit}" for b in BACKPORTS)]),
                                 reason="no-upstream: set LUCEPATCH_SRC_HAMI_CORE to a HAMi-core checkout with 54b1305 "
@@ -99,20 +103,48 @@ def test_every_reproducer_on_the_simulated_driver(cli):
     assert ev["target"] == "hami-core-v2.5" and ev["upstream"]["base"] == BASE and ev["simulated"] is True
     sc = {s["scenario"]: s for s in ev["scenarios"]}
     fixed = ["async-sched:ctxless-async-alloc", "async-sched:ctxless-async-free", "async-sched:ctxless-sync-alloc",
-             "pr188-guard:ctxless-alloc-exact-error", "shared-region:ctxless-free-other-process",
-             "shared-region:ctxless-free-wrong-device", "zero-limit:zero-means-unlimited",
+             "pr188-guard:ctxless-alloc-exact-error", "async-accounting:async-cycles-do-not-drift",
+             "zero-limit:zero-means-unlimited",
              "zero-limit:zero-overrides-fallback", "pool-alloc:pool-charged", "pool-alloc:over-limit",
              "pool-alloc:ctxless-pool-alloc", "pool-alloc:default-pool", "pool-alloc:cross-device",
              "ctypes-clients:threadpool-async-alloc", "ctypes-clients:threadpool-async-free",
              "ctypes-clients:threadpool-sync-alloc"]
     for name in fixed:
         assert (sc[name]["baseline"]["failures"], sc[name]["patched"]["failures"]) == (3, 0), name
-    guard = sc["pr188-guard:ctxless-alloc-valid-residue"]
-    assert guard["verdict"] == "guarded"
+    # the simulated driver's pool reserves exactly the allocation, so 54b1305's first async cycle is
+    # right there (on the H200 the pool reserves 32 MiB for it and the base fails: the H200 step v25-line)
+    for name in ("pr188-guard:ctxless-alloc-valid-residue", "async-accounting:async-free-releases-the-charge"):
+        assert sc[name]["verdict"] == "guarded", name
     for name, s in sc.items():
-        if s["control"] and not name.startswith(("llama-vmm", "multi-device")):
+        if s["control"] and not name.startswith(("llama-vmm", "multi-device", "shared-region")):
             assert s["verdict"] == "pass", name
     na = [n for n, s in sc.items() if s["verdict"] == "not-applicable"]
-    assert sorted(na) == sorted(n for n in sc if re.match(r"(llama-vmm|multi-device):", n))
+    assert sorted(na) == sorted(n for n in sc if re.match(r"(llama-vmm|multi-device|shared-region):", n))
     assert all(sc[n]["patched"]["runs"] == 0 for n in na)
     assert ev["verdict"] in ("proven", "not-proven")  # 3 runs: significant only at p < 0.01 with more
+
+
+@pytest.mark.skipif(not TOOLS, reason="no-tool: needs gcc, cmake and /usr/local/cuda/include/cuda.h")
+def test_the_accounting_backport_makes_the_difference(tmp_path, cli):
+    """The line without its last patch (the 740f9ef/111bf4d backport) drifts like 54b1305 does: the
+    accounting fix, not the carried device fixes before it, is what async-accounting proves."""
+    assert (LINE_DIR / "series").read_text().split()[-1] == ACCOUNTING
+    ws = tmp_path / "ws"
+    shutil.copytree(REPO_ROOT / "patches" / "hami-core-v2.5", ws / "patches" / "hami-core-v2.5")
+    shutil.copytree(REPO_ROOT / "patches" / "hami-core", ws / "patches" / "hami-core")
+    shutil.copytree(REPO_ROOT / "reproducers", ws / "reproducers")
+    (ws / "lucepatch.toml").write_text("schema_version = 1\n")
+    (ws / "patches" / "hami-core-v2.5" / ACCOUNTING).unlink()
+    series = ws / "patches" / "hami-core-v2.5" / "series"
+    series.write_text("".join(f"{n}\n" for n in series.read_text().split() if n != ACCOUNTING))
+
+    def cycles(workspace):
+        r = cli("--workspace", workspace, "verify", "--reproducer", "async-accounting", "--target", "hami-core-v2.5",
+                "--source", SRC, "--driver", "fake", "--runs", "3", "--json")
+        sc = {s["scenario"]: s for s in r.json["evidence"]["scenarios"]}
+        assert sc["async-accounting:control"]["verdict"] == "pass"
+        s = sc["async-accounting:async-cycles-do-not-drift"]
+        return s["baseline"]["failures"], s["patched"]["failures"]
+
+    assert cycles(ws) == (3, 3)  # without it: the line drifts too
+    assert cycles(REPO_ROOT) == (3, 0)  # with it: fixed

@@ -47,6 +47,18 @@ def test_all_reproducers_proven_on_the_pin(cli, cache):
     assert v["llama-vmm:host-numa-create"] == "guarded"
 
 
+
+def test_async_accounting_is_guarded_on_the_pin(cli, cache):
+    """740f9ef/111bf4d are upstream at the pin: a stream-ordered allocation is charged by its size and
+    released on free, cycle after cycle, on both variants (the v2.5 line backports them)."""
+    res, doc = _verify(cli, cache, "--reproducer", "async-accounting", "--runs", "5")
+    assert res.code == 0, res.err
+    v = {s["scenario"]: s for s in doc["scenarios"]}
+    assert v["async-accounting:control"]["verdict"] == "pass"
+    for key in ("async-accounting:async-free-releases-the-charge", "async-accounting:async-cycles-do-not-drift"):
+        assert v[key]["verdict"] == "guarded", (key, v[key]["verdict"])
+        assert (v[key]["baseline"]["failures"], v[key]["patched"]["failures"]) == (0, 0), key
+
 def test_llama_vmm_crash_fixed_upstream_between_refs(cli, cache):
     res, doc = _verify(cli, cache, "--reproducer", "llama-vmm", "--baseline-ref", "e3c3477", "--patched-ref",
                        "8f3a89c", "--runs", "5", "--scenario", "host-numa-create", "--scenario", "ctxless-device")

@@ -12,7 +12,7 @@
 #   processes, ~11.5 min: past the 10-minute call limit; `pr --evidence` combines the two per
 #   reproducer); 2-GPU machine: `multi-device pool-alloc traces`.
 #   issue 12 part 2 (the HAMi v2.5.x line): `v25-line` = base (54b1305 + Build-Only) vs
-#   patches/hami-core-v2.5, every reproducer; llama-vmm and multi-device are reported
+#   patches/hami-core-v2.5, every reproducer; llama-vmm, multi-device and shared-region are reported
 #   not-applicable at 54b1305 (the line's [not_applicable]); then `v25-torch-threadpool
 #   v25-torch-guards` (the PyTorch workloads on the line, like torch-threadpool/torch-guards).
 # DRIVER=fake runs the same steps on the simulated driver (how they are proven off the GPU).
@@ -66,7 +66,7 @@ lp() { python3 -m lucepatch "$@"; }
 # refuses such a payload). Builds that must run here use the distribution's GCC 13 (same version, shared runtime).
 system_cc() { if [ -x /usr/bin/g++ ]; then export CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++; fi; }
 # the C reproducers (the workloads have their own steps: torch processes are ~10x slower per run)
-C_REPROS="--reproducer async-sched --reproducer llama-vmm --reproducer multi-device --reproducer pool-alloc \
+C_REPROS="--reproducer async-accounting --reproducer async-sched --reproducer llama-vmm --reproducer multi-device --reproducer pool-alloc \
   --reproducer pr188-guard --reproducer shared-region --reproducer zero-limit"
 TORCH_GUARDS="--scenario threadpool-default-alloc --scenario nccl-allreduce-default --scenario nccl-allreduce-expandable \
   --scenario nccl-allreduce-async --scenario main-thread-alloc --scenario vllm-async-output --scenario expandable-segments \
@@ -258,9 +258,9 @@ for step in "$@"; do
         done
       done ;;
     v25-line)
-      # every C reproducer + ctypes-clients, base vs line: 2 cmake builds (~1 min) + ~315 processes
-      # under the sequential rule (~3.5 min at 0.66 s per process at x8); llama-vmm and multi-device
-      # are reported not-applicable (not run)
+      # every C reproducer + ctypes-clients, base vs line: 2 cmake builds (~1 min) + ~340 processes
+      # under the sequential rule (~4 min at 0.66 s per process at x8); llama-vmm, multi-device and
+      # shared-region are reported not-applicable (not run); async-accounting proves the 740f9ef backport
       lp verify --target hami-core-v2.5 $C_REPROS --reproducer ctypes-clients --source $SRC --driver $DRIVER --runs 20 --jobs $JOBS \
         --evidence "$OUT/hami-core-v2.5-all.$TAG.json" 2>&1 | tee "$OUT/verify-v25-line.log" ;;
     v25-torch-threadpool)
