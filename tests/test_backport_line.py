@@ -23,6 +23,8 @@ BACKPORTS = {  # the upstream commits the line takes, and why (the patch notes s
     "833c62cd7edf7ad9e381613ef20d04eb21dc18c3": "checked cuCtxGetDevice in cuMemAllocManaged/Pitch",
     "72b24fdf63c53f77c4dc73ec858761a3dfbb6296": "graph calls fall through (with the CUDA 13 hooks)",
     "940161b745153db69544787b73dd30221e9ce4b7": "links with GCC >= 10 (fp1)",
+    # a real fix, not Build-Only (111bf4d's hunk is folded in; the patch note names both)
+    "740f9ef7824416feaf92af45cebe4d417e999acc": "cuMemAllocAsync charged by its size, released on free",
 }
 
 
@@ -42,6 +44,8 @@ def test_the_line_is_a_line_of_hami_core_on_54b1305(line, cli):
     assert build_only == {"backport-fix-dlopen-dl-sym.patch", "backport-add-support-for-cuda-13.patch",
                           "backport-fix-vllm-eager-mode-cause-core-dump.patch", "build-accept-cmake-4.patch",
                           "build-link-with-gcc-10-fp1-is-defined-in-a-header.patch"}
+    acct = next(p for p in line.patches if p.trailer("Upstream-Status") == "Backport [740f9ef7824416feaf92af45cebe4d417e999acc]")
+    assert "111bf4d" in acct.body and {r for r, _ in acct.reproducers} == {"async-accounting"}
     for p in line.patches:
         assert "Signed-off-by: lucepatch maintainers <maintainers@lucepatch.invalid>" in p.raw.decode(), p.name
         if not p.build_only and not p.name.startswith("backport-"):
@@ -65,7 +69,7 @@ def test_serves_and_the_deploy_data_agree(line):
     # exactly the releases with region 1.1, v2.5.1 (Olares 1.12.5) among them
     assert sorted(ser["compatible"]) == sorted(v for v, r in rel.items() if r["shrreg"] == "1.1")
     assert rel["v2.5.1"]["hami_core"] == line.base
-    assert line.not_applicable.keys() == {"llama-vmm", "multi-device"}
+    assert line.not_applicable.keys() == {"llama-vmm", "multi-device", "shared-region"}
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="no-tool: needs gcc")

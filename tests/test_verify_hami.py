@@ -52,7 +52,7 @@ def test_async_accounting_is_guarded_on_the_pin(cli, cache):
     """740f9ef/111bf4d are upstream at the pin: a stream-ordered allocation is charged by its size and
     released on free, cycle after cycle, on both variants (the v2.5 line backports them)."""
     res, doc = _verify(cli, cache, "--reproducer", "async-accounting", "--runs", "5")
-    assert res.code == 0, res.err
+    assert doc["verdict"] == "not-proven" and res.code == 1, res.err  # guards alone prove nothing
     v = {s["scenario"]: s for s in doc["scenarios"]}
     assert v["async-accounting:control"]["verdict"] == "pass"
     for key in ("async-accounting:async-free-releases-the-charge", "async-accounting:async-cycles-do-not-drift"):

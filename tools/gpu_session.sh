@@ -7,7 +7,7 @@
 #   plan (issue 4): smoke = `env async-sched`; full = `all vmm-refs overhead bench-verify traces`;
 #   reserve = `all-serial` (if parallel runs misbehave on the GPU); 2-GPU machine: `multi-device`.
 #   issue 12: `pool-alloc` (~1.5 min on 1x H200: 2 builds + 85 processes under the sequential
-#   rule) and `traces` (< 1 min); `all` is 355 processes (~4-5 min at the measured 0.66 s per
+#   rule) and `traces` (< 1 min); `all` is ~390 processes (~4-5 min at the measured 0.66 s per
 #   process at x8); `all-a` + `all-b` split it in two calls should a run need `--fixed` (1040
 #   processes, ~11.5 min: past the 10-minute call limit; `pr --evidence` combines the two per
 #   reproducer); 2-GPU machine: `multi-device pool-alloc traces`.
@@ -91,7 +91,7 @@ for step in "$@"; do
         --source $SRC --driver $DRIVER --runs 20 --jobs 8 \
         --evidence "$OUT/hami-core-all-a.$TAG.json" 2>&1 | tee "$OUT/verify-all-a.log" ;;
     all-b)
-      lp verify --reproducer pool-alloc --reproducer shared-region --reproducer zero-limit \
+      lp verify --reproducer pool-alloc --reproducer shared-region --reproducer zero-limit --reproducer async-accounting \
         --source $SRC --driver $DRIVER --runs 20 --jobs 8 \
         --evidence "$OUT/hami-core-all-b.$TAG.json" 2>&1 | tee "$OUT/verify-all-b.log" ;;
     pool-alloc)

@@ -33,6 +33,12 @@
 #define FC_STREAM_MAGIC 0x4c505354u /* "LPST" */
 #define FC_POOL_MAGIC 0x4c50504fu   /* "LPPO" */
 #define FC_GRANULARITY (2ULL << 20)
+/* A pool's reservation grows in chunks of this size, as the H200 shows: a 16 MiB cuMemAllocAsync
+ * made the default pool reserve 32 MiB (docs/evidence/hami-core-v2.5-all.h200.json,
+ * shared-region:control at 54b1305, which charges the reservation: +32 MiB), a 64 MiB
+ * cuMemAllocFromPoolAsync reserved 64 MiB (tests/fakecuda/traces/driver-semantics.pools.h200.jsonl),
+ * and bare-driver cuMemGetInfo moved by more than 8 MiB allocations (multi-device traces). */
+#define FC_POOL_CHUNK (32ULL << 20)
 #define FC_MAX_CTX_STACK 64
 
 struct CUctx_st {
@@ -726,8 +732,9 @@ static CUresult fc_cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) {
  *   - cuMemPoolDestroy with outstanding allocations returns at once and the pool goes away when
  *     the last one is freed; destroying a device's current pool makes its default pool current;
  *     "A device's default memory pool cannot be destroyed".
- * Simplifications: reservations grow in FC_GRANULARITY steps exactly as needed; a synchronize
- * releases over-threshold memory of every pool of the process.
+ * Simplifications: reservations grow in FC_POOL_CHUNK steps as needed (allocations themselves
+ * take FC_GRANULARITY steps); a synchronize releases over-threshold memory of every pool of the
+ * process.
  */
 
 static int valid_pool(struct CUmemPoolHandle_st *pl) { return pl && pl->magic == FC_POOL_MAGIC && !pl->destroyed; }
@@ -735,8 +742,8 @@ static int valid_pool(struct CUmemPoolHandle_st *pl) { return pl && pl->magic ==
 /* caller holds g_lock; returns reserved memory of `pl` down to `keep` (never below what backs
  * outstanding allocations) to its device */
 static void pool_release_to(struct CUmemPoolHandle_st *pl, size_t keep) {
-    size_t floor_b = round_up(pl->used_current, FC_GRANULARITY);
-    keep = round_up(keep, FC_GRANULARITY);
+    size_t floor_b = round_up(pl->used_current, FC_POOL_CHUNK);
+    keep = round_up(keep, FC_POOL_CHUNK);
     if (keep < floor_b)
         keep = floor_b;
     if (pl->reserved_current <= keep)
@@ -777,7 +784,7 @@ static CUresult pool_alloc(CUdeviceptr *dptr, size_t size, struct CUmemPoolHandl
         return CUDA_ERROR_INVALID_VALUE;
     size_t rs = round_up(size, FC_GRANULARITY);
     size_t spare = pl->reserved_current - pl->used_current;
-    size_t grow = rs > spare ? rs - spare : 0;
+    size_t grow = rs > spare ? round_up(rs - spare, FC_POOL_CHUNK) : 0;
     if (pl->max_size && pl->reserved_current + grow > pl->max_size)
         return CUDA_ERROR_OUT_OF_MEMORY;
     if (pl->dev >= 0 && g_used[pl->dev] + grow + g_ctx_overhead > FC_DEVICE_MEM)
