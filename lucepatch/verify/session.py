@@ -70,6 +70,9 @@ class Execution:
         return out
 
 
+DEFAULT_MAX_JOBS = 12
+
+
 def plan_execution(jobs: int | None) -> Execution:
     """Parallel only where every run gets a private mount namespace (HAMi-core's host-wide
     /tmp/vgpulock flock would otherwise serialise or hang them, docs/field-notes.md §3)."""
@@ -78,7 +81,10 @@ def plan_execution(jobs: int | None) -> Execution:
         return Execution("serial", 1, "namespace" if ok else "none", "--jobs 1")
     if not ok:
         return Execution("serial", 1, "none", why)
-    n = jobs or max(1, min(os.cpu_count() or 1, 16))
+    # at most 12 by default: each run creates a CUDA context and HAMi-core's init asks NVML for the
+    # device's processes, which the driver serialises; on one H200 (16 cores) the main job took 23.97 s
+    # at x12 against 25.97 s at x16, 28.73 s at x24 and 31.19 s at x32 (docs/evidence/main-job-jobs.h200.log)
+    n = jobs or max(1, min(os.cpu_count() or 1, DEFAULT_MAX_JOBS))
     if n == 1:
         return Execution("serial", 1, "namespace", "one CPU")
     return Execution("parallel", n, "namespace", why)
