@@ -16,6 +16,7 @@ PKG = REPO_ROOT / "lucepatch"
 PROCESS_HELPERS = {
     "lucepatch/git.py": "git",
     "lucepatch/compiling.py": "the C compiler (cached compiles)",
+    "lucepatch/builders/driverless.py": "ldconfig -p, unshare (a link as a driver-less builder sees it)",
     "lucepatch/builders/native.py": "cmake (native builds)",
     "lucepatch/builders/probe.py": "cmake, ninja, nvcc, ld.so, cuobjdump (probes)",
     "lucepatch/builders/superbuild.py": "cmake, ninja, nvcc (the full Lucebox build, the drop-and-relink)",

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucepatch import compiling, elf, git, report
-from lucepatch.builders import toolchain
+from lucepatch.builders import driverless, toolchain
 from lucepatch.elf import GpuCode, is_elf
 from lucepatch.engine.apply import WorkArea
 from lucepatch.engine.subtargets import applied_each, link_submodules
@@ -659,11 +659,19 @@ class ProbeRunner:
             flags = ["-Wl,--no-as-needed"] + (list(extra_flags) if i == final else [])
             if re.match(r"^(:\s*&&\s*)?\S*(c\+\+|g\+\+|gcc|clang\+*|cc)\s", c):
                 c = re.sub(r"^(:\s*&&\s*)?(\S+)", lambda m: (m.group(1) or "") + m.group(2) + " " + " ".join(flags), c, count=1)
+            if i == final:
+                # the link a devel-image builder makes: on a GPU host the real libcuda.so.1 (ld.so.cache,
+                # LD_LIBRARY_PATH) would satisfy libggml-cuda's NEEDED and hide F6 (driverless.py)
+                libs = driverless.driver_libraries(self.env)
+                if libs and not driverless.can_mask():
+                    res.evidence["driver_visible"] = libs
+                    libs = []
+                r = _run(driverless.masked(c, libs), cwd=bdir, env=driverless.masked_env(c, self.env))
+                res.evidence["link_command"] = c
+                res.evidence["driver_masked"] = libs
+                return r.returncode == 0, r.stdout + r.stderr
             r = _run(c, cwd=bdir, env=self.env, shell=True)
             out = r.stdout + r.stderr
-            if i == final:
-                res.evidence["link_command"] = c
-                return r.returncode == 0, out
             if r.returncode != 0:
                 raise _ProbeFail(f"stand-in step failed before the link: {summarize_errors(out)[0] or c[:120]}")
         return False, "no link command"
@@ -677,6 +685,9 @@ class ProbeRunner:
         res.first_error, res.error_count = first, count
         if ok and "not found" not in out:
             res.status, res.detail = PASS, f"{spec.data['target']} linked with only stubs/libcuda.so (no libcuda.so.1) in the layout"
+            if res.evidence.get("driver_visible"):
+                res.detail += (f"; but this host's {', '.join(res.evidence['driver_visible'])} could not be masked "
+                               "(needs root and unshare): a pass here does not show a driver-less builder's link")
         else:
             res.status = FAIL
             res.detail = f"link of {spec.data['target']} failed: {count} error line(s)"

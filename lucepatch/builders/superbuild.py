@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucepatch import elf, git, report
-from lucepatch.builders import toolchain
+from lucepatch.builders import driverless, toolchain
 from lucepatch.builders.probe import prepare_tree, resolve_profile, summarize_errors
 from lucepatch.errors import EnvironmentMissing, UsageError
 from lucepatch.files import sha256_file
@@ -360,11 +360,6 @@ def build_superproject(target: Target, source: Path, profile_name: str | None, c
 
 
 # ---------------------------------------------------------------------------------- drop a fix
-MASK_DRIVER = ("libs=$(ldconfig -p 2>/dev/null | awk '/libcuda\\.so\\.1 /{print $NF}'); "
-               "libs=\"$libs $(ls /usr/local/cuda*/compat/libcuda.so.1 2>/dev/null)\"; : > /tmp/lucepatch-empty-driver; "
-               "for f in $libs; do [ -e \"$f\" ] && mount --bind /tmp/lucepatch-empty-driver \"$f\"; done; ")
-
-
 def relink_dropping(build_dir: Path, repo_dir: Path, patch: Path, targets: list[str]) -> dict:
     """Revert `patch` in a kept build's sources (`repo_dir`: the repository it applies to), rebuild
     `targets` in the same build tree (only what the change invalidates: re-configure + links),
@@ -376,18 +371,17 @@ def relink_dropping(build_dir: Path, repo_dir: Path, patch: Path, targets: list[
         raise UsageError(f"cannot revert {patch.name} in {repo_dir}: {r.stderr.strip()[:200]}")
     try:
         build = f"cmake --build {shlex.quote(str(build_dir))} --target {' '.join(shlex.quote(t) for t in targets)}"
-        has_driver = "libcuda.so.1 " in subprocess.run(["sh", "-c", "ldconfig -p 2>/dev/null"], capture_output=True,
-                                                        text=True).stdout
-        cmd = ["unshare", "-m", "sh", "-c", MASK_DRIVER + build] if has_driver else ["sh", "-c", build]
+        libs = driverless.driver_libraries()
+        has_driver = bool(libs)
         t0 = time.monotonic()
-        p = subprocess.run(cmd, capture_output=True, text=True)
+        p = subprocess.run(driverless.masked(build, libs), capture_output=True, text=True, env=driverless.masked_env(build))
         seconds = time.monotonic() - t0
     finally:
         git.run(repo_dir, "apply", str(patch), check=False)
     log = p.stdout + p.stderr
     first, count = summarize_errors(log)
     return {"patch": patch.name, "targets": targets, "rc": p.returncode, "seconds": round(seconds, 1),
-            "driver_masked": has_driver, "steps_rerun": len(re.findall(r"^\[\d+/\d+\]", log, re.M)),
+            "driver_masked": has_driver, "masked_libraries": libs, "steps_rerun": len(re.findall(r"^\[\d+/\d+\]", log, re.M)),
             "undefined": sorted(set(re.findall(r"undefined reference to `([A-Za-z_0-9]+)'", log))),
             "not_found_warning": next((l.strip() for l in log.splitlines() if "libcuda.so.1, needed by" in l), ""),
             "first_error": first, "error_lines": count, "log_tail": log.splitlines()[-25:]}

@@ -1,0 +1,78 @@
+"""What a driver-less builder (a CUDA devel image) sees, on a machine that has a GPU driver.
+
+A devel image ships only `stubs/libcuda.so`; the link that fails there (F6: `libcuda.so.1, needed by
+libggml-cuda.so, not found` + undefined `cuMem*`) succeeds on a GPU host, because ld resolves a
+library's NEEDED entries through LD_LIBRARY_PATH, ld.so.conf and the default folders, where the
+host's real `libcuda.so.1` lives. Run such a link in a private mount namespace with every
+`libcuda.so.1` ld could find covered by an empty file: the host then looks like the devel image.
+
+The H200 host keeps its driver libraries in /usr/local/nvidia/lib64 on LD_LIBRARY_PATH as well as
+in ld.so.cache; masking only what `ldconfig -p` lists left that copy visible, and the F6 re-link
+read 0 undefined symbols there (docs/lucebox/lucebox-f6-relink.h200.json).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+
+from lucepatch.elf import DEFAULT_DIRS
+
+DRIVER = "libcuda.so.1"
+
+# the mount namespace is private to the command: the bind mounts vanish with it. An empty file
+# (not ELF) is skipped by ld as incompatible, exactly like an absent one.
+_MASK = ('e=$(mktemp) || exit 97; for f in "$@"; do mount --bind "$e" "$f" || exit 97; done; '
+         'rm -f "$e"; exec "$LUCEPATCH_MASKED_SHELL" -c "$LUCEPATCH_MASKED_CMD"')
+
+
+def driver_libraries(env: dict | None = None) -> list[str]:
+    """Every libcuda.so.1 ld or the loader could find here: ld.so.cache, the CUDA compat
+    folders, LD_LIBRARY_PATH and the default folders. Empty on a driver-less machine."""
+    env = os.environ if env is None else env
+    found: list[str] = []
+
+    def add(path: str) -> None:
+        if os.path.isfile(path) and path not in found:
+            found.append(path)
+
+    if shutil.which("ldconfig") or os.path.exists("/sbin/ldconfig"):
+        out = subprocess.run(["sh", "-c", "ldconfig -p 2>/dev/null"], capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            if line.strip().startswith(DRIVER + " ") and "=>" in line:
+                add(line.split("=>", 1)[1].strip())
+    for path in sorted(glob.glob(f"/usr/local/cuda*/compat/{DRIVER}")):
+        add(path)
+    for d in [*env.get("LD_LIBRARY_PATH", "").split(":"), *DEFAULT_DIRS]:
+        if d:
+            add(os.path.join(d, DRIVER))
+    return found
+
+
+def masked(command: str, libs: list[str]) -> list[str]:
+    """argv running the shell `command` with `libs` covered (pass it with env from masked_env).
+    Needs root and unshare(1); without libs the command runs as is."""
+    if not libs:
+        return [_shell(), "-c", command]
+    return ["unshare", "-m", "sh", "-c", _MASK, "sh", *libs]
+
+
+def _shell() -> str:
+    # link lines cmake writes are run by bash elsewhere in the probes; keep the same shell
+    return shutil.which("bash") or "sh"
+
+
+def masked_env(command: str, env: dict | None = None) -> dict:
+    out = dict(os.environ if env is None else env)
+    out["LUCEPATCH_MASKED_CMD"] = command
+    out["LUCEPATCH_MASKED_SHELL"] = _shell()
+    return out
+
+
+def can_mask() -> bool:
+    """True where a private mount namespace can be made (root with unshare(1))."""
+    if not shutil.which("unshare"):
+        return False
+    return subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode == 0
