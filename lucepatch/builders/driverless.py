@@ -6,9 +6,10 @@ library's NEEDED entries through LD_LIBRARY_PATH, ld.so.conf and the default fol
 host's real `libcuda.so.1` lives. Run such a link in a private mount namespace with every
 `libcuda.so.1` ld could find covered by an empty file: the host then looks like the devel image.
 
-The H200 host keeps its driver libraries in /usr/local/nvidia/lib64 on LD_LIBRARY_PATH as well as
-in ld.so.cache; masking only what `ldconfig -p` lists left that copy visible, and the F6 re-link
-read 0 undefined symbols there (docs/lucebox/lucebox-f6-relink.h200.json).
+On the H200 host, masking only what `ldconfig -p` lists left the F6 re-link at 0 undefined symbols
+(docs/lucebox/lucebox-f6-relink.h200.json); its processes load the driver's NVML from
+/usr/local/nvidia/lib64, a LD_LIBRARY_PATH folder of the NVIDIA container runtime, most likely where
+the unmasked libcuda.so.1 was.
 """
 
 from __future__ import annotations
