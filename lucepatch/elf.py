@@ -288,8 +288,9 @@ class Closure:
                                 "clash": self.cxx_runtime_clash}}
 
 
-# std::locale::classic(): every libstdc++ defines and exports it, and nothing else does
-CXX_RUNTIME_MARK = "_ZNSt6locale7classicEv"
+# Symbols only a copy of libstdc++ defines: libstdc++.a brings in only the members a library uses, so
+# a locale-free library carries the support runtime (exceptions, terminate) without std::locale
+CXX_RUNTIME_MARKS = ("_ZNSt6locale7classicEv", "__gxx_personality_v0", "__cxa_throw", "_ZSt9terminatev")
 CXX_CLASH_FIX = ("their exported std:: symbols interpose each other and start-up aborts (measured on the H200: "
                  "`free(): invalid pointer` in std::locale's initialisation, GCC 13); build with a compiler whose "
                  "libstdc++.so is on its link path (e.g. CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++)")
@@ -302,7 +303,8 @@ def private_cxx_runtime(path: str | os.PathLike) -> bool:
     d = dynamic(path)
     if d.soname.startswith("libstdc++.so") or any(n.startswith("libstdc++.so") for n in d.needed):
         return False
-    return CXX_RUNTIME_MARK in defined_dynamic_symbols(path)
+    defined = defined_dynamic_symbols(path)
+    return any(m in defined for m in CXX_RUNTIME_MARKS)
 
 
 def _expand(entry: str, origin: str) -> str:

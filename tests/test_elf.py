@@ -123,3 +123,18 @@ def test_two_private_cxx_runtimes_in_one_closure_are_caught(tmp_path):
             assert any("copies of the C++ runtime" in line and "liba.so, libb.so" in line for line in c.lines())
         else:
             assert c.cxx_private == [] and c.cxx_shared and c.ok and c.lines() == []
+
+
+@pytest.mark.needs("g++")
+def test_a_locale_free_private_runtime_is_seen_too(tmp_path):
+    """libstdc++.a brings in only what a library uses: one that only throws carries the support
+    runtime (personality, __cxa_throw) and no std::locale, and is still a private copy."""
+    (tmp_path / "t.cpp").write_text('#include <stdexcept>\n#include <string>\n'
+                                    'extern "C" int ft(int n) { if (n < 0) throw std::runtime_error(std::string("neg")); return n; }\n')
+    lib = tmp_path / "libt.so"
+    _cxx("-shared", "-fPIC", "-static-libstdc++", "-o", lib, tmp_path / "t.cpp")
+    syms = elf.defined_dynamic_symbols(lib)
+    assert "_ZNSt6locale7classicEv" not in syms and "__cxa_throw" in syms  # the premise
+    assert elf.private_cxx_runtime(lib)
+    _cxx("-shared", "-fPIC", "-o", tmp_path / "libs.so", tmp_path / "t.cpp")
+    assert not elf.private_cxx_runtime(tmp_path / "libs.so")

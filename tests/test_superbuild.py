@@ -5,6 +5,7 @@ closure, the cache, and the baseline failing at its F1 compile in seconds."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -117,5 +118,12 @@ def test_the_compilers_cmake_picks_are_part_of_the_key(tmp_path, monkeypatch):
     b = SB._fingerprint([])
     assert a["CXX"][1] == b["CXX"][1]  # the same compiler version ...
     assert a["CXX"][0] != b["CXX"][0] and a != b  # ... but another build
+    # unset, CMake takes PATH's c++: that one is keyed, by where it lives
     monkeypatch.delenv("CXX")
-    assert "CXX" not in SB._fingerprint([])
+    assert SB._fingerprint([])["CXX"][0] == os.path.realpath(shutil.which("c++"))
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    (tmp_path / "c++").symlink_to(wrapper)
+    assert SB._fingerprint([])["CXX"][0] == str(wrapper)
+    # a launcher in front is not the compiler
+    monkeypatch.setenv("CXX", f"ccache {real}")
+    assert SB._fingerprint([])["CXX"][:2] == a["CXX"][:2]

@@ -64,7 +64,8 @@ lp() { python3 -m lucepatch "$@"; }
 # (ggml's four libraries + libnccl's libstdc++.so.6) they abort at start-up: `free(): invalid pointer` in
 # std::locale's initialisation (docs/evidence/ggml-diag-opt-gcc.h200.txt; `build lucebox`'s closure check now
 # refuses such a payload). Builds that must run here use the distribution's GCC 13 (same version, shared runtime).
-system_cc() { if [ -x /usr/bin/g++ ]; then export CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++; fi; }
+# Once called, later steps of the same call build with it too (as the Lucebox steps all do now).
+system_cc() { if [ -x /usr/bin/g++ ] && [ -x /usr/bin/gcc ]; then export CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++; fi; }
 # the C reproducers (the workloads have their own steps: torch processes are ~10x slower per run)
 C_REPROS="--reproducer async-accounting --reproducer async-sched --reproducer llama-vmm --reproducer multi-device --reproducer pool-alloc \
   --reproducer pr188-guard --reproducer shared-region --reproducer zero-limit"
@@ -138,7 +139,7 @@ for step in "$@"; do
       # `python3 tools/carry_lucebox.py pack` (a few MB: trees without history + nlohmann .deb).
       # 1) probes (baseline + patched) and a cold full patched sm120-cuda13 build, same -j, one run;
       # 2) the unpatched tree fails at F1 in seconds; 3) F6 dropped in the same tree + re-link.
-      C=.upstream/lucebox-carry; W=/tmp/lbx-src; rm -rf $W /tmp/nlohmann
+      system_cc; C=.upstream/lucebox-carry; W=/tmp/lbx-src; rm -rf $W /tmp/nlohmann
       python3 tools/carry_lucebox.py unpack $C $W 2>&1 | tee "$OUT/lucebox-carry.log" &&
       { dpkg -x $C/nlohmann-json3-dev_*.deb /tmp/nlohmann 2>/dev/null ||
         { mkdir -p /tmp/nlohmann && cd /tmp/nlohmann && ar x "$OLDPWD"/$C/nlohmann-json3-dev_*.deb && tar -xf data.tar.* && cd "$OLDPWD"; }; } &&
@@ -162,15 +163,17 @@ for step in "$@"; do
         lp build lucebox --source $W --profile sm120-cuda13 \
         --summary "$OUT/commit/lucebox-full-build.sm120-cuda13.system-gcc.h200.json" 2>&1 | tee "$OUT/lucebox-full.log" | tail -30 ;;
     main-job-jobs)
-      # issue 13: the main job at several parallelism levels, interleaved with the default (x16), same builds;
-      # JOBS_LIST overrides the levels
+      # issue 13: the main job at several parallelism levels (16 = one per core here), same builds; JOBS_LIST
+      # overrides the levels; a repeated level gets its own files (-2, -3, ...)
+      declare -A seen=()
       for j in ${JOBS_LIST:-16 24 32 12 16}; do
+        seen[$j]=$(( ${seen[$j]:-0} + 1 )); sfx=x$j; [ "${seen[$j]}" -gt 1 ] && sfx=x$j-${seen[$j]}
         s0=$(now)
         lp verify --reproducer async-sched --source $SRC --driver $DRIVER --jobs $j \
-          --evidence "$OUT/async-sched.sequential.x$j.$TAG.json" > "$OUT/verify-main-job-x$j.log" 2>&1
+          --evidence "$OUT/async-sched.sequential.$sfx.$TAG.json" > "$OUT/verify-main-job-$sfx.log" 2>&1
         python3 -c "import sys; print(f'main job x{sys.argv[3]}: {float(sys.argv[2]) - float(sys.argv[1]):.2f} s')" "$s0" "$(now)" "$j" \
           | tee -a "$OUT/main-job-jobs.log"
-        grep -E "processes in|verdict:" "$OUT/verify-main-job-x$j.log" | tee -a "$OUT/main-job-jobs.log"
+        grep -E "processes in|verdict:" "$OUT/verify-main-job-$sfx.log" | tee -a "$OUT/main-job-jobs.log"
       done ;;
     ggml-build)
       # issue 17 item 4, fallback when lucebox-build's libggml-cuda has no code for this GPU (a

@@ -19,14 +19,15 @@ import os
 import shutil
 import subprocess
 
-from lucepatch.elf import DEFAULT_DIRS
+from lucepatch.elf import DEFAULT_DIRS, ld_so_conf_dirs
 
 DRIVER = "libcuda.so.1"
 
 # the mount namespace is private to the command: the bind mounts vanish with it. An empty file
 # (not ELF) is skipped by ld as incompatible, exactly like an absent one.
-_MASK = ('e=$(mktemp) || exit 97; for f in "$@"; do mount --bind "$e" "$f" || exit 97; done; '
-         'rm -f "$e"; exec "$LUCEPATCH_MASKED_SHELL" -c "$LUCEPATCH_MASKED_CMD"')
+_MASK = ('e=$(mktemp) || exit 97; trap \'rm -f "$e"\' EXIT; '
+         'for f in "$@"; do mount --bind "$e" "$f" || exit 97; done; '
+         '"$LUCEPATCH_MASKED_SHELL" -c "$LUCEPATCH_MASKED_CMD"')
 
 
 def driver_libraries(env: dict | None = None) -> list[str]:
@@ -39,15 +40,17 @@ def driver_libraries(env: dict | None = None) -> list[str]:
         if os.path.isfile(path) and path not in found:
             found.append(path)
 
-    if shutil.which("ldconfig") or os.path.exists("/sbin/ldconfig"):
-        out = subprocess.run(["sh", "-c", "ldconfig -p 2>/dev/null"], capture_output=True, text=True).stdout
+    ldconfig = shutil.which("ldconfig") or next((p for p in ("/sbin/ldconfig", "/usr/sbin/ldconfig") if os.path.exists(p)), None)
+    if ldconfig:
+        out = subprocess.run([ldconfig, "-p"], capture_output=True, text=True).stdout
         for line in out.splitlines():
             if line.strip().startswith(DRIVER + " ") and "=>" in line:
                 add(line.split("=>", 1)[1].strip())
     for path in sorted(glob.glob(f"/usr/local/cuda*/compat/{DRIVER}")):
         add(path)
-    for d in [*env.get("LD_LIBRARY_PATH", "").split(":"), *DEFAULT_DIRS]:
-        if d:
+    # ld reads /etc/ld.so.conf's folders itself (not only the cache) for a library's NEEDED entries
+    for d in [*env.get("LD_LIBRARY_PATH", "").split(":"), *ld_so_conf_dirs(), *DEFAULT_DIRS]:
+        if d and os.path.isabs(d):
             add(os.path.join(d, DRIVER))
     return found
 
@@ -67,6 +70,7 @@ def _shell() -> str:
 
 def masked_env(command: str, env: dict | None = None) -> dict:
     out = dict(os.environ if env is None else env)
+    # masked() runs the command from these two variables: always pass this env with its argv
     out["LUCEPATCH_MASKED_CMD"] = command
     out["LUCEPATCH_MASKED_SHELL"] = _shell()
     return out

@@ -36,6 +36,8 @@ from lucepatch.errors import EnvironmentMissing, UsageError
 from lucepatch.files import sha256_file
 from lucepatch.target import Target
 
+# part of the key: a payload judged ok by an older closure rule (before the C++-runtime check) is rebuilt
+PAYLOAD_RULE = 2
 ALLOWED_MISSING = ["libcuda.so.1", "libnvidia-ml.so.1"]  # the host driver's, mounted at run time
 DISCONNECTED = "-DFETCHCONTENT_FULLY_DISCONNECTED=ON"
 
@@ -201,10 +203,14 @@ def _fingerprint(needs: list[str]) -> dict:
     # the compilers CMake picks from the environment: two of one GCC version can link differently (the GPU
     # machine's /opt/gcc wrapper links libstdc++ statically, /usr/bin/g++ shared), so where they live is
     # part of the key, not only the version
-    for var in ("CC", "CXX", "CUDAHOSTCXX"):
-        if os.environ.get(var):
-            found = shutil.which(os.environ[var]) or os.environ[var]
-            fp[var] = [os.path.realpath(found), toolchain.version_line(found)]
+    for var, default in (("CC", "cc"), ("CXX", "c++"), ("CUDAHOSTCXX", None), ("CUDACXX", "nvcc")):
+        words = shlex.split(os.environ.get(var, "")) or ([default] if default else [])
+        if not words:
+            continue
+        # `CC="ccache gcc"`: the compiler is the first word that is not a launcher; unset, CMake takes PATH's
+        tool = next((w for w in words if os.path.basename(w) not in ("ccache", "sccache")), words[0])
+        found = shutil.which(tool)
+        fp[var] = [os.path.realpath(found) if found else tool, toolchain.version_line(found or tool), words[1:]]
     nvcc = shutil.which("nvcc")
     if nvcc:
         out = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
@@ -264,7 +270,7 @@ def build_superproject(target: Target, source: Path, profile_name: str | None, c
     with contextlib.ExitStack() as stack:
         tree = prepare_tree(target, source, variant, cache, stack, nested=True)
         repos = [dict(r, tree=_tree_id(tree.root / r["path"])) for r in tree.repos]
-        key_doc = {"target": target.name, "variant": variant, "repos": [(r["path"], r["tree"]) for r in repos],
+        key_doc = {"target": target.name, "variant": variant, "rule": PAYLOAD_RULE, "repos": [(r["path"], r["tree"]) for r in repos],
                    "plan": plan.to_json(), "toolchain": _fingerprint(list(target.build.needs_headers))}
         key = hashlib.sha256(json.dumps(key_doc, sort_keys=True).encode()).hexdigest()[:24]
         out = cache / "superbuilds" / key
@@ -372,6 +378,9 @@ def relink_dropping(build_dir: Path, repo_dir: Path, patch: Path, targets: list[
     try:
         build = f"cmake --build {shlex.quote(str(build_dir))} --target {' '.join(shlex.quote(t) for t in targets)}"
         libs = driverless.driver_libraries()
+        visible = libs if libs and not driverless.can_mask() else []
+        if visible:
+            libs = []  # not root / no unshare: the re-link sees the driver, and the result says so
         has_driver = bool(libs)
         t0 = time.monotonic()
         p = subprocess.run(driverless.masked(build, libs), capture_output=True, text=True, env=driverless.masked_env(build))
@@ -381,7 +390,7 @@ def relink_dropping(build_dir: Path, repo_dir: Path, patch: Path, targets: list[
     log = p.stdout + p.stderr
     first, count = summarize_errors(log)
     return {"patch": patch.name, "targets": targets, "rc": p.returncode, "seconds": round(seconds, 1),
-            "driver_masked": has_driver, "masked_libraries": libs, "steps_rerun": len(re.findall(r"^\[\d+/\d+\]", log, re.M)),
+            "driver_masked": has_driver, "masked_libraries": libs, "driver_visible": visible, "steps_rerun": len(re.findall(r"^\[\d+/\d+\]", log, re.M)),
             "undefined": sorted(set(re.findall(r"undefined reference to `([A-Za-z_0-9]+)'", log))),
             "not_found_warning": next((l.strip() for l in log.splitlines() if "libcuda.so.1, needed by" in l), ""),
             "first_error": first, "error_lines": count, "log_tail": log.splitlines()[-25:]}
