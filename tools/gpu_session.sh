@@ -168,11 +168,13 @@ for step in "$@"; do
       declare -A seen=()
       for j in ${JOBS_LIST:-16 24 32 12 16}; do
         seen[$j]=$(( ${seen[$j]:-0} + 1 )); sfx=x$j; [ "${seen[$j]}" -gt 1 ] && sfx=x$j-${seen[$j]}
-        s0=$(now)
+        s0=$(now); c0=$(head -1 /proc/stat)
         lp verify --reproducer async-sched --source $SRC --driver $DRIVER --jobs $j \
           --evidence "$OUT/async-sched.sequential.$sfx.$TAG.json" > "$OUT/verify-main-job-$sfx.log" 2>&1
-        python3 -c "import sys; print(f'main job x{sys.argv[3]}: {float(sys.argv[2]) - float(sys.argv[1]):.2f} s')" "$s0" "$(now)" "$j" \
-          | tee -a "$OUT/main-job-jobs.log"
+        # the whole machine's CPU use over the command (/proc/stat): tells a CPU-bound level from a driver-bound one
+        python3 -c "import sys; a, b = ([int(x) for x in l.split()[1:]] for l in sys.argv[4:6]); d = [y - x for x, y in zip(a, b)]
+print(f'main job x{sys.argv[3]}: {float(sys.argv[2]) - float(sys.argv[1]):.2f} s, CPU busy {100 * (1 - (d[3] + d[4]) / sum(d)):.0f} %')" \
+          "$s0" "$(now)" "$j" "$c0" "$(head -1 /proc/stat)" | tee -a "$OUT/main-job-jobs.log"
         grep -E "processes in|verdict:" "$OUT/verify-main-job-$sfx.log" | tee -a "$OUT/main-job-jobs.log"
       done ;;
     ggml-build)
