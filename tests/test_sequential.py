@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lucepatch.verify.rules import (CHECKED, GUARD, FixedRule, SequentialRule, Side, error_bounds, proof_error,
-                                    proof_hint, terminal_paths, theta)
+                                    proof_hint, stored_error_bounds, terminal_paths, theta)
 from lucepatch.verify.schedule import Scheduler
 
 ALPHA = 0.01  # the contract (docs/design.md), written out: a changed stats.ALPHA must fail here
@@ -49,6 +49,28 @@ def test_the_bound_check_can_fail():
     # a verdict threshold of 10 % lets equal failure rates "prove" a fix 2 % of the time: (i) exceeded
     loose = SequentialRule(20, alpha=0.1)
     assert error_bounds(loose, grid=100)["proven_if_no_effect"] > ALPHA
+
+
+def test_stored_bounds_are_the_enumerated_ones_per_rule(tmp_path):
+    folder = tmp_path / "bounds"
+    rule = SequentialRule(20)
+    first = stored_error_bounds(rule, folder)
+    assert first == error_bounds(rule)
+    files = list(folder.iterdir())
+    assert len(files) == 1
+    # a stored answer is read back, not enumerated again: a planted value shows it is the file that answers
+    planted = {**first, "proven_if_no_effect": 0.5}
+    files[0].write_text(__import__("json").dumps(planted))
+    assert stored_error_bounds(rule, folder) == planted
+    # another rule has its own entry; a damaged entry is enumerated again and rewritten
+    other = stored_error_bounds(SequentialRule(20, patched_min_passes=12), folder)
+    assert other == error_bounds(SequentialRule(20, patched_min_passes=12)) and len(list(folder.iterdir())) == 2
+    files[0].write_text("{not json")
+    assert stored_error_bounds(rule, folder) == first
+    # an unwritable folder costs the enumeration, never the run
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    assert stored_error_bounds(rule, blocked / "bounds") == first
 
 
 def test_monotone_in_both_rates_which_the_bracket_relies_on():

@@ -53,7 +53,7 @@ def _retire(ctx, ws, target_name, source, ref, driver, runs, as_json, coverage_m
 @click.option("--baseline-ref", default=None, help="Upstream ref as the baseline (ref-vs-ref, no series).")
 @click.option("--patched-ref", default=None, help="Upstream ref as the 'patched' side (ref-vs-ref).")
 @click.option("--jobs", type=click.IntRange(1, 256), default=None,
-              help="Parallel runs (default: one per CPU, at most 12, when each run can get a private mount namespace "
+              help="Parallel runs (default: one per CPU, at most 6, when each run can get a private mount namespace "
                    "for /tmp/vgpulock, i.e. as root with unshare; serial otherwise). --jobs 1 forces serial.")
 @click.option("--retire", "retire_ref", default=None, metavar="REF",
               help="Retirement by behaviour at upstream REF: add-one, leave-one-out, a positive control at the base, "

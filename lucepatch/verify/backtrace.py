@@ -9,8 +9,11 @@ trampoline are dropped, so frame 0 is where the signal hit.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import stat
+import threading
 from collections import defaultdict
 from pathlib import Path
 
@@ -19,11 +22,46 @@ _REPORTER_LIB = "liblp_reporter.so"
 _HOOK = re.compile(r"^(cu|nvml)[A-Z]\w*$")
 
 
+# (library identity, offset) -> addr2line's answer. The same crash gives the same offsets in every run
+# (they are relative to the library), so a scenario's later crashes are resolved without a process:
+# addr2line on libc alone takes ~0.17 s, spent inside a run's slot. Keyed by the file's identity too,
+# so a rebuilt library at the same path is resolved again.
+_RESOLVED: dict[tuple, tuple[str, str, int | None]] = {}
+_RESOLVED_LOCK = threading.Lock()
+
+
+def _identity(lib: str) -> tuple | None:
+    try:
+        st = os.stat(lib)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return (lib, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 def _addr2line(lib: str, offsets: list[str]) -> list[tuple[str, str, int | None]]:
+    """addr2line's (function, file, line) for each offset; [] when it cannot be asked or answers oddly."""
+    ident = _identity(lib)
+    if ident is None:
+        return []
+    with _RESOLVED_LOCK:
+        missing = list(dict.fromkeys(o for o in offsets if (ident, o) not in _RESOLVED))
+    if missing:
+        got = _run_addr2line(lib, missing)
+        if not got:
+            return []
+        with _RESOLVED_LOCK:
+            _RESOLVED.update({(ident, o): g for o, g in zip(missing, got)})
+    with _RESOLVED_LOCK:
+        return [_RESOLVED[(ident, o)] for o in offsets]
+
+
+def _run_addr2line(lib: str, offsets: list[str]) -> list[tuple[str, str, int | None]]:
     from lucepatch.verify.runner import run_helper  # the one module runs' helper processes start in
 
     tool = shutil.which("addr2line")
-    if not tool or not Path(lib).is_file():
+    if not tool:
         return []
     r = run_helper([tool, "-f", "-C", "-e", lib, *offsets], timeout=30)
     if r is None:

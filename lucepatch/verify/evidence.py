@@ -276,12 +276,18 @@ def schema() -> dict:
         return json.load(f)
 
 
-def validate(doc: dict, *, what: str = "evidence") -> None:
-    """Raise UsageError naming the first schema violation (path and message)."""
+@lru_cache(maxsize=1)
+def schema_validator():
+    """The schema's validator, made once per process (importing jsonschema is most of validation's cost;
+    verify makes it in the background while its runs go on)."""
     import jsonschema
 
-    validator = jsonschema.Draft202012Validator(schema())
-    errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
+    return jsonschema.Draft202012Validator(schema())
+
+
+def validate(doc: dict, *, what: str = "evidence") -> None:
+    """Raise UsageError naming the first schema violation (path and message)."""
+    errors = sorted(schema_validator().iter_errors(doc), key=lambda e: list(e.absolute_path))
     if errors:
         e = errors[0]
         where = "/".join(str(p) for p in e.absolute_path) or "(top)"

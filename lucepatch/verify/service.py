@@ -13,9 +13,9 @@ from lucepatch import git
 from lucepatch.errors import EnvironmentMissing, UsageError
 from lucepatch.target import Target, load_target
 from lucepatch.verify.driver import DriverChoice, choose_driver
-from lucepatch.verify.evidence import Evidence, RunPolicy
+from lucepatch.verify.evidence import Evidence, RunPolicy, schema_validator
 from lucepatch.verify.reproducer import Reproducer, list_reproducers, load_reproducer
-from lucepatch.verify.rules import FixedRule, SequentialRule, error_bounds
+from lucepatch.verify.rules import FixedRule, SequentialRule, stored_error_bounds
 from lucepatch.verify.verdict import split_not_applicable
 from lucepatch.verify.session import (Execution, Variant, build_evidence, check_scenarios, plan_execution,
                                       run_scenarios, variant_from_file)
@@ -163,8 +163,11 @@ def run_verify(req: VerifyRequest, cache: Path, *, progress=None) -> Evidence:
     t0 = time.monotonic()
     n = req.runs or max(r.default_runs for r in req.reproducers)
     rule = FixedRule(n) if req.fixed or cluster is not None else SequentialRule(n)
-    background = ThreadPoolExecutor(max_workers=1)  # the rule's exact error bounds, beside everything else
-    bounds_f = background.submit(error_bounds, rule)
+    # beside everything else: the rule's exact error bounds (kept in the cache after the first run) and
+    # the evidence schema's validator, which the end of a run would otherwise wait for
+    background = ThreadPoolExecutor(max_workers=1)
+    bounds_f = background.submit(stored_error_bounds, rule, cache / "bounds")
+    background.submit(schema_validator)
     background.shutdown(wait=False)
     with ThreadPoolExecutor(max_workers=1) as probe:
         if cluster is not None:

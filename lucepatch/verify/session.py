@@ -70,7 +70,7 @@ class Execution:
         return out
 
 
-DEFAULT_MAX_JOBS = 12
+DEFAULT_MAX_JOBS = 6
 
 
 def plan_execution(jobs: int | None) -> Execution:
@@ -81,9 +81,11 @@ def plan_execution(jobs: int | None) -> Execution:
         return Execution("serial", 1, "namespace" if ok else "none", "--jobs 1")
     if not ok:
         return Execution("serial", 1, "none", why)
-    # at most 12 by default: each run creates a CUDA context and HAMi-core's init asks NVML for the
-    # device's processes, which the driver serialises; on one H200 (16 cores) the main job took 23.97 s
-    # at x12 against 25.97 s at x16, 28.73 s at x24 and 31.19 s at x32 (docs/evidence/main-job-jobs.h200.log)
+    # at most 6 by default: each run creates CUDA contexts (HAMi-core's init makes and drops one, then the
+    # program makes its own) and asks NVML for the device's processes, and the driver serialises both, so
+    # runs beyond what keeps it busy only queue and contend. One H200 (16 cores), the main job warm, in one
+    # sweep: x3 31.1 s, x4 27.9/27.3, x6 24.7/24.2, x8 27.2/25.4, x10 27.0, x12 27.4 s; the sweep before it
+    # had x12 24.0 against x16 26.0, x24 28.7 and x32 31.2 s (docs/evidence/main-job-jobs.h200.log)
     n = jobs or max(1, min(os.cpu_count() or 1, DEFAULT_MAX_JOBS))
     if n == 1:
         return Execution("serial", 1, "namespace", "one CPU")
