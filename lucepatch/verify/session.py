@@ -83,9 +83,9 @@ def plan_execution(jobs: int | None) -> Execution:
         return Execution("serial", 1, "none", why)
     # at most 6 by default: each run creates CUDA contexts (HAMi-core's init makes and drops one, then the
     # program makes its own) and asks NVML for the device's processes, and the driver serialises both, so
-    # runs beyond what keeps it busy only queue and contend. One H200 (16 cores), the main job warm, in one
-    # sweep: x3 31.1 s, x4 27.9/27.3, x6 24.7/24.2, x8 27.2/25.4, x10 27.0, x12 27.4 s; the sweep before it
-    # had x12 24.0 against x16 26.0, x24 28.7 and x32 31.2 s (docs/evidence/main-job-jobs.h200.log)
+    # runs beyond what keeps it busy only queue and contend, and fewer leave it idle. The main job warm on
+    # one H200 (16 cores), one machine: x3 31.1 s, x4 27.9/27.3, x6 24.7/24.2, x8 27.2/25.4, x10 27.0,
+    # x12 27.4; another: x4 22.0, x5 22.2/20.8, x6 21.5/20.8, x7 19.3/21.4 (docs/evidence/main-job-jobs.h200.log)
     n = jobs or max(1, min(os.cpu_count() or 1, DEFAULT_MAX_JOBS))
     if n == 1:
         return Execution("serial", 1, "namespace", "one CPU")
