@@ -58,6 +58,12 @@ def bench(name: str, src: Path, target: str, limit: int, runs: int):
         if sparse.is_file():  # a mirror without some blobs (lucebox): check out what it has, like the source
             sh(repo, "git", "sparse-checkout", "set", "--no-cone", *sparse.read_text().split())
         sh(repo, "git", "checkout", "-q", "-f", "--detach", head, check=False)
+        # the submodules (lucebox: llama.cpp, Block-Sparse-Attention) as the source has them, sharing its
+        # objects: matrix follows each one through the superproject's gitlinks, as on a user's checkout
+        mods = sh(repo, "git", "config", "-f", ".gitmodules", "--get-regexp", r"\.path$", check=False).stdout.split()[1::2]
+        for path in mods:
+            if (src / path / ".git").exists():
+                sh(tmp, "git", "clone", "-q", "--shared", "--no-checkout", str(src / path), str(repo / path))
         root = sh(repo, "git", "rev-list", "--max-parents=0", head).stdout.split()[-1]
         rng = f"{root}..{head}"
         series = (ROOT / "patches" / target / "series").read_text().split()

@@ -344,3 +344,75 @@ def test_api_rebase_and_check_know_sub_targets(sup, tmp_path):
     res = api.check(t, sup["top"], cache, onto=bumped)
     assert [(st.path, [o.status for o in r.outcomes]) for st, r in res.subs] == \
         [("deps/a", ["applied"]), ("deps/b", ["already-upstream"])]
+
+
+def test_gitlinks_reads_every_commit_in_one_git_process(tmp_path, monkeypatch):
+    """gitlinks against git itself (`rev-parse C:path` + the entry's mode from ls-tree), per commit, over
+    a history where the path is absent, a gitlink, a folder, a file and a gitlink again; top-level and
+    nested paths; and one git process for the whole range however many commits lack the path."""
+    from lucepatch import git as lpgit
+    from lucepatch.engine.subtargets import gitlinks
+
+    r = init_repo(tmp_path / "hist")
+    write(r, "README", "x\n")
+    commits = [commit_all(r, "no submodule yet")]
+
+    def commit_index(msg):  # the index as it is: gitlinks to commits this repository does not have
+        git(r, "commit", "-q", "-m", msg)
+        return git(r, "rev-parse", "HEAD").strip()
+
+    fake = ["1" * 40, "2" * 40, "3" * 40]
+    for i, oid in enumerate(fake[:2]):  # a gitlink at deps/mod and at top, moving
+        git(r, "update-index", "--add", "--cacheinfo", f"160000,{oid},deps/mod")
+        git(r, "update-index", "--add", "--cacheinfo", f"160000,{oid},top")
+        commits.append(commit_index(f"link {i}"))
+    git(r, "rm", "-q", "--cached", "deps/mod", "top")
+    write(r, "deps/mod/file.c", "int f;\n")  # a plain folder at the path
+    write(r, "top", "a file\n")
+    git(r, "add", "deps/mod/file.c", "top")
+    commits.append(commit_index("folder and file"))
+    git(r, "rm", "-q", "-r", "--cached", "deps/mod", "top")
+    (r / "top").unlink()
+    git(r, "update-index", "--add", "--cacheinfo", f"160000,{fake[2]},deps/mod")
+    git(r, "update-index", "--add", "--cacheinfo", f"160000,{fake[2]},top")
+    commits.append(commit_index("linked again"))
+    write(r, "deps/other.c", "int o;\n")
+    git(r, "add", "deps/other.c")
+    git(r, "rm", "-q", "--cached", "deps/mod")
+    commits.append(commit_index("deps without mod"))
+
+    def by_git(c, path):
+        out = subprocess.run(["git", "ls-tree", c, "--", path], cwd=r, capture_output=True, text=True).stdout.split()
+        return out[2] if out and out[0] == "160000" else None
+
+    calls = []
+    real = lpgit.run_bytes
+    monkeypatch.setattr(lpgit, "run_bytes", lambda *a, **k: calls.append(a) or real(*a, **k))
+    for path in ("deps/mod", "top"):
+        want = [by_git(c, path) for c in commits]
+        assert gitlinks(r, commits, path) == want
+    assert gitlinks(r, commits, "deps/mod") == [None, fake[0], fake[1], None, fake[2], None]
+    assert gitlinks(r, commits, "top") == [None, fake[0], fake[1], None, fake[2], fake[2]]
+    assert gitlinks(r, commits, "nowhere/mod") == [None] * len(commits)
+    assert gitlinks(r, [], "deps/mod") == []
+    assert len(calls) == 5  # one process per call, however many commits lack the path
+
+
+@pytest.mark.upstream
+def test_gitlinks_on_lucebox_history_match_git():
+    """Over lucebox-hub's whole history (submodules added part-way, early commits without them):
+    the one-process reading agrees with git's own answer for every commit."""
+    src = os.environ.get("LUCEPATCH_SRC_LUCEBOX")
+    if not src:
+        pytest.skip("no-upstream: LUCEPATCH_SRC_LUCEBOX is not set (lucebox-hub 8305b6c with submodules)")
+    from lucepatch.engine.subtargets import gitlinks
+
+    commits = git(Path(src), "rev-list", "HEAD").split()
+    for path in ("server/deps/llama.cpp", "server/deps/Block-Sparse-Attention"):
+        want = []
+        for c in commits:
+            out = subprocess.run(["git", "ls-tree", c, "--", path], cwd=src, capture_output=True, text=True).stdout.split()
+            want.append(out[2] if out and out[0] == "160000" else None)
+        got = gitlinks(Path(src), commits, path)
+        assert got == want
+        assert any(w is None for w in want) and any(w for w in want)  # both kinds occur in that history

@@ -118,26 +118,46 @@ def link_submodules(applied: list[Applied]) -> Path:
 
 def gitlinks(repo: Path, commits: list[str], path: str) -> list[str | None]:
     """The commit the submodule at `path` is at in each superproject commit (None: absent, or
-    not a submodule there). `cat-file --batch-check` alone cannot say it: a gitlink's commit is
-    not in the superproject's objects, so `C:path` reads "missing" exactly as an absent path does;
-    `rev-parse` names the entry without reading it. Two git processes for the whole range (one
-    per commit only when some commit lacks the path and the batch rev-parse refuses)."""
+    not a submodule there). One git process for the whole range: the tree holding `path` is read
+    in each commit (`cat-file --batch`) and its entry for the name looked up; a gitlink is the entry
+    of mode 160000. (`C:path` itself cannot be asked: a gitlink's commit is not in the
+    superproject's objects, so it reads "missing" exactly as an absent path does, and a batch
+    `rev-parse` refuses the whole batch at the first commit without the path.)"""
     if not commits:
         return []
-    env = {"GIT_OPTIONAL_LOCKS": "0"}
-    specs = [f"{c}:{path}" for c in commits]
-    res = git.run(repo, "rev-parse", *specs, check=False, env=env)
-    names = res.stdout.split()
-    if res.status != 0 or len(names) != len(specs):
-        names = []
-        for spec in specs:
-            r = git.run(repo, "rev-parse", "--verify", "-q", spec, check=False, env=env)
-            names.append(r.stdout.strip() if r.status == 0 else None)
-    lines = "".join(f"{s}\n" for s in specs)
-    kinds = git.run(repo, "cat-file", "--batch-check=%(objecttype)", stdin=lines.encode("utf-8", "surrogateescape"),
-                    env=env).stdout.splitlines()
-    # a gitlink: the entry exists (rev-parse named it) and is a commit or not here at all
-    return [n if n and (k.endswith(" missing") or k == "commit") else None for n, k in zip(names, kinds)]
+    parent, _, name = path.strip("/").rpartition("/")
+    specs = [f"{c}:{parent}" if parent else f"{c}^{{tree}}" for c in commits]
+    out = git.run_bytes(repo, "cat-file", "--batch", stdin="".join(f"{s}\n" for s in specs).encode("utf-8", "surrogateescape"),
+                        env={"GIT_OPTIONAL_LOCKS": "0"})
+    want = name.encode("utf-8", "surrogateescape")
+    links: list[str | None] = []
+    pos = 0
+    for _ in specs:
+        nl = out.index(b"\n", pos)
+        header = out[pos:nl].split()
+        pos = nl + 1
+        if len(header) != 3:  # "<spec> missing" (or ambiguous): no such folder in that commit
+            links.append(None)
+            continue
+        oid, kind, size = header[0], header[1], int(header[2])
+        body = out[pos:pos + size]
+        pos += size + 1  # the content, then a newline
+        links.append(_tree_gitlink(body, want, len(oid) // 2) if kind == b"tree" else None)
+    return links
+
+
+def _tree_gitlink(tree: bytes, name: bytes, oid_len: int) -> str | None:
+    """The commit id of `name` in a raw tree object when that entry is a gitlink (mode 160000)."""
+    i = 0
+    while i < len(tree):
+        sp = tree.index(b" ", i)
+        nul = tree.index(b"\0", sp)
+        mode, entry = tree[i:sp], tree[sp + 1:nul]
+        oid = tree[nul + 1:nul + 1 + oid_len]
+        i = nul + 1 + oid_len
+        if entry == name:
+            return oid.hex() if mode == b"160000" else None
+    return None
 
 
 def check_all(target: Target, source: Path, cache: Path, *, onto: str | None = None, fetch: bool = False):
