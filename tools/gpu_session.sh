@@ -3,7 +3,7 @@
 # Run from the repo root on the GPU machine with .whl/ and .upstream/hami-core carried:
 #   bash tools/gpu_session.sh <step...>
 #   steps: env traces async-sched all all-a all-b all-serial vmm-refs overhead bench-verify multi-device
-#          pool-alloc run-cost main-job main-job-jobs lucebox-build lucebox-full ggml-build ggml-client ggml-diag
+#          pool-alloc run-cost main-job main-job-jobs lucebox-build lucebox-full lucebox-f6 ggml-build ggml-client ggml-diag
 #   plan (issue 4): smoke = `env async-sched`; full = `all vmm-refs overhead bench-verify traces`;
 #   reserve = `all-serial` (if parallel runs misbehave on the GPU); 2-GPU machine: `multi-device`.
 #   issue 12: `pool-alloc` (~1.5 min on 1x H200: 2 builds + 85 processes under the sequential
@@ -162,6 +162,22 @@ for step in "$@"; do
       LUCEPATCH_CARRIED_TREES=$C/trees.json CMAKE_PREFIX_PATH=/tmp/nlohmann/usr \
         lp build lucebox --source $W --profile sm120-cuda13 \
         --summary "$OUT/commit/lucebox-full-build.sm120-cuda13.system-gcc.h200.json" 2>&1 | tee "$OUT/lucebox-full.log" | tail -30 ;;
+    lucebox-f6)
+      # the F6 re-link where it matters: on the GPU host, whose real libcuda.so.1 ld would find (ldconfig,
+      # the driver's folders). The full patched build (~3.5 min, system GCC, tree kept), then F6 dropped
+      # and re-linked with every libcuda.so.1 ld can see masked (builders/driverless.py): a driver-less
+      # builder's link, which must fail with the 11 undefined cu* (exit 0); exit 3 = the driver stayed visible
+      system_cc; C=.upstream/lucebox-carry; W=/tmp/lbx-src
+      [ -f $W/server/CMakeLists.txt ] || { rm -rf $W; python3 tools/carry_lucebox.py unpack $C $W 2>&1 | tail -2; }
+      [ -d /tmp/nlohmann/usr ] || { dpkg -x $C/nlohmann-json3-dev_*.deb /tmp/nlohmann 2>/dev/null ||
+        { mkdir -p /tmp/nlohmann && cd /tmp/nlohmann && ar x "$OLDPWD"/$C/nlohmann-json3-dev_*.deb && tar -xf data.tar.* && cd "$OLDPWD"; }; }
+      mkdir -p "$OUT/commit"
+      LUCEPATCH_CARRIED_TREES=$C/trees.json CMAKE_PREFIX_PATH=/tmp/nlohmann/usr \
+        lp build lucebox --source $W --profile sm120-cuda13 --keep-build --summary "$OUT/lucebox-f6-build.json" \
+        2>&1 | tee "$OUT/lucebox-f6-build.log" | tail -8
+      { ldconfig -p | grep -E "libcuda\.so" || true; echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"; } > "$OUT/lucebox-f6-host-libcuda.txt"
+      python3 tools/lucebox_f6_relink.py "$OUT/lucebox-f6-build.json" "$OUT/commit/lucebox-f6-relink.masked.h200.json" 2>&1 | tail -14
+      echo "lucebox_f6_relink exit: ${PIPESTATUS[0]}" | tee -a "$OUT/lucebox-f6-host-libcuda.txt" ;;
     main-job-jobs)
       # issue 13: the main job at several parallelism levels (16 = one per core here), same builds; JOBS_LIST
       # overrides the levels; a repeated level gets its own files (-2, -3, ...)
