@@ -177,7 +177,9 @@ for step in "$@"; do
         2>&1 | tee "$OUT/lucebox-f6-build.log" | tail -8
       { ldconfig -p | grep -E "libcuda\.so" || true; echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"; } > "$OUT/lucebox-f6-host-libcuda.txt"
       python3 tools/lucebox_f6_relink.py "$OUT/lucebox-f6-build.json" "$OUT/commit/lucebox-f6-relink.masked.h200.json" 2>&1 | tail -14
-      echo "lucebox_f6_relink exit: ${PIPESTATUS[0]}" | tee -a "$OUT/lucebox-f6-host-libcuda.txt" ;;
+      echo "lucebox_f6_relink exit: ${PIPESTATUS[0]}" | tee -a "$OUT/lucebox-f6-host-libcuda.txt"
+      # which libcuda ld opened for that link (the same mask, -Wl,--verbose), the link line, NEEDED/RUNPATH
+      python3 tools/lucebox_f6_diag.py "$OUT/lucebox-f6-build.json" "$OUT/commit/lucebox-f6-diag.h200.txt" 2>&1 | tail -25 ;;
     main-job-jobs)
       # issue 13: the main job at several parallelism levels (16 = one per core here), same builds; JOBS_LIST
       # overrides the levels; a repeated level gets its own files (-2, -3, ...)
