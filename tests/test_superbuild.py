@@ -127,3 +127,24 @@ def test_the_compilers_cmake_picks_are_part_of_the_key(tmp_path, monkeypatch):
     # a launcher in front is not the compiler
     monkeypatch.setenv("CXX", f"ccache {real}")
     assert SB._fingerprint([])["CXX"][:2] == a["CXX"][:2]
+
+
+def test_the_relink_reverts_the_fix_inside_another_repository(fx, tmp_path):
+    """A cache inside some git repository (a checkout, or a machine whose / is one): git apply in
+    the kept copy (no .git) must still revert the fix, not skip its paths as outside the folder."""
+    enclosing = tmp_path / "enclosing"
+    enclosing.mkdir()
+    subprocess.run(["git", "init", "-q", str(enclosing)], check=True)
+    t = load_target_dir(fx["tdir"])
+    b = S.build_superproject(t, fx["upstream"], "test", enclosing / "cache", keep_build=True,
+                             extra_cmake_args=fx["si"].cmake_args())
+    assert b.ok and Path(b.source_root).is_relative_to(enclosing)
+    f6 = fx["tdir"] / "fix-cmake-propagate-the-driver-dependency.patch"
+    # what the unguarded call did there: exit 0, nothing reverted
+    probe = subprocess.run(["git", "apply", "-R", "--check", str(f6)], cwd=b.source_root, capture_output=True, text=True)
+    assert probe.returncode == 0
+    out = S.relink_dropping(Path(b.build_dir), Path(b.source_root), f6, ["gpu_app"])
+    assert out["rc"] != 0 and out["undefined"] == ["cuMemCreate"], out
+    # and the fix is back
+    again = subprocess.run(["cmake", "--build", b.build_dir, "--target", "gpu_app"], capture_output=True, text=True)
+    assert again.returncode == 0, again.stdout[-500:]

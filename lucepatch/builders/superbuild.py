@@ -32,7 +32,7 @@ from pathlib import Path
 from lucepatch import elf, git, report
 from lucepatch.builders import driverless, toolchain
 from lucepatch.builders.probe import prepare_tree, resolve_profile, summarize_errors
-from lucepatch.errors import EnvironmentMissing, UsageError
+from lucepatch.errors import CheckFailed, EnvironmentMissing, UsageError
 from lucepatch.files import sha256_file
 from lucepatch.target import Target
 
@@ -372,9 +372,20 @@ def relink_dropping(build_dir: Path, repo_dir: Path, patch: Path, targets: list[
     then put the patch back. Where the machine has a libcuda.so.1 (a GPU host), the rebuild runs
     in a private mount namespace with each one covered by an empty file: what a driver-less
     builder (a CUDA devel image) sees. Returns the rebuild's verdict and its undefined symbols."""
-    r = git.run(repo_dir, "apply", "-R", str(patch), check=False)
+    # A kept tree is a copy without .git. Inside some other repository (any folder above it, up to /)
+    # git apply would take the patch's paths as that repository's, skip every one of them as outside
+    # the current folder and exit 0: the re-link would then test the tree with the patch still in.
+    # So no repository above repo_dir is looked for, and the revert is checked to have happened.
+    env = {"GIT_CEILING_DIRECTORIES": str(Path(repo_dir).resolve().parent)}
+    touched = [Path(repo_dir, l.split("\t", 2)[2]) for l in
+               git.run(repo_dir, "apply", "--numstat", str(patch), env=env).stdout.splitlines() if l.count("\t") >= 2]
+    before = [f.read_bytes() if f.is_file() else None for f in touched]
+    r = git.run(repo_dir, "apply", "-R", str(patch), check=False, env=env)
     if r.status != 0:
         raise UsageError(f"cannot revert {patch.name} in {repo_dir}: {r.stderr.strip()[:200]}")
+    if [f.read_bytes() if f.is_file() else None for f in touched] == before:
+        raise CheckFailed(f"git apply -R {patch.name} in {repo_dir} changed none of its files; "
+                          "the re-link would test the tree with the patch still in")
     try:
         build = f"cmake --build {shlex.quote(str(build_dir))} --target {' '.join(shlex.quote(t) for t in targets)}"
         libs = driverless.driver_libraries()
@@ -386,7 +397,7 @@ def relink_dropping(build_dir: Path, repo_dir: Path, patch: Path, targets: list[
         p = subprocess.run(driverless.masked(build, libs), capture_output=True, text=True, env=driverless.masked_env(build))
         seconds = time.monotonic() - t0
     finally:
-        git.run(repo_dir, "apply", str(patch), check=False)
+        git.run(repo_dir, "apply", str(patch), check=False, env=env)
     log = p.stdout + p.stderr
     first, count = summarize_errors(log)
     return {"patch": patch.name, "targets": targets, "rc": p.returncode, "seconds": round(seconds, 1),
