@@ -66,6 +66,16 @@ lp() { python3 -m lucepatch "$@"; }
 # refuses such a payload). Builds that must run here use the distribution's GCC 13 (same version, shared runtime).
 # Once called, later steps of the same call build with it too (as the Lucebox steps all do now).
 system_cc() { if [ -x /usr/bin/g++ ] && [ -x /usr/bin/gcc ]; then export CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++; fi; }
+# The carried Lucebox trees unpacked once per machine at $W, nlohmann's headers at /tmp/nlohmann, and what a
+# `build lucebox` of them needs in the environment (the carried tree ids, nlohmann's CMake package); system GCC.
+lucebox_tree() {
+  system_cc; C=.upstream/lucebox-carry; W=/tmp/lbx-src
+  [ -f $W/server/CMakeLists.txt ] || { rm -rf $W; python3 tools/carry_lucebox.py unpack $C $W 2>&1 | tail -2; }
+  [ -d /tmp/nlohmann/usr ] || { dpkg -x $C/nlohmann-json3-dev_*.deb /tmp/nlohmann 2>/dev/null ||
+    { mkdir -p /tmp/nlohmann && cd /tmp/nlohmann && ar x "$OLDPWD"/$C/nlohmann-json3-dev_*.deb && tar -xf data.tar.* && cd "$OLDPWD"; }; }
+  mkdir -p "$OUT/commit"
+  export LUCEPATCH_CARRIED_TREES=$C/trees.json CMAKE_PREFIX_PATH=/tmp/nlohmann/usr
+}
 # the C reproducers (the workloads have their own steps: torch processes are ~10x slower per run)
 C_REPROS="--reproducer async-accounting --reproducer async-sched --reproducer llama-vmm --reproducer multi-device --reproducer pool-alloc \
   --reproducer pr188-guard --reproducer shared-region --reproducer zero-limit"
@@ -154,26 +164,16 @@ for step in "$@"; do
     lucebox-full)
       # issue 17 item 3, the full patched sm120-cuda13 build alone (~3.5 min on 16 cores), with the system GCC
       # (see system_cc): binaries, SASS per library and the closure (C++ runtime copies included)
-      system_cc; C=.upstream/lucebox-carry; W=/tmp/lbx-src
-      [ -f $W/server/CMakeLists.txt ] || { rm -rf $W; python3 tools/carry_lucebox.py unpack $C $W 2>&1 | tail -2; }
-      [ -d /tmp/nlohmann/usr ] || { dpkg -x $C/nlohmann-json3-dev_*.deb /tmp/nlohmann 2>/dev/null ||
-        { mkdir -p /tmp/nlohmann && cd /tmp/nlohmann && ar x "$OLDPWD"/$C/nlohmann-json3-dev_*.deb && tar -xf data.tar.* && cd "$OLDPWD"; }; }
-      mkdir -p "$OUT/commit"
-      LUCEPATCH_CARRIED_TREES=$C/trees.json CMAKE_PREFIX_PATH=/tmp/nlohmann/usr \
-        lp build lucebox --source $W --profile sm120-cuda13 \
+      lucebox_tree
+      lp build lucebox --source $W --profile sm120-cuda13 \
         --summary "$OUT/commit/lucebox-full-build.sm120-cuda13.system-gcc.h200.json" 2>&1 | tee "$OUT/lucebox-full.log" | tail -30 ;;
     lucebox-f6)
       # the F6 re-link where it matters: on the GPU host, whose real libcuda.so.1 ld would find (ldconfig,
       # the driver's folders). The full patched build (~3.5 min, system GCC, tree kept), then F6 dropped
       # and re-linked with every libcuda.so.1 ld can see masked (builders/driverless.py): a driver-less
       # builder's link, which must fail with the 11 undefined cu* (exit 0); exit 3 = the driver stayed visible
-      system_cc; C=.upstream/lucebox-carry; W=/tmp/lbx-src
-      [ -f $W/server/CMakeLists.txt ] || { rm -rf $W; python3 tools/carry_lucebox.py unpack $C $W 2>&1 | tail -2; }
-      [ -d /tmp/nlohmann/usr ] || { dpkg -x $C/nlohmann-json3-dev_*.deb /tmp/nlohmann 2>/dev/null ||
-        { mkdir -p /tmp/nlohmann && cd /tmp/nlohmann && ar x "$OLDPWD"/$C/nlohmann-json3-dev_*.deb && tar -xf data.tar.* && cd "$OLDPWD"; }; }
-      mkdir -p "$OUT/commit"
-      LUCEPATCH_CARRIED_TREES=$C/trees.json CMAKE_PREFIX_PATH=/tmp/nlohmann/usr \
-        lp build lucebox --source $W --profile sm120-cuda13 --keep-build --summary "$OUT/lucebox-f6-build.json" \
+      lucebox_tree
+      lp build lucebox --source $W --profile sm120-cuda13 --keep-build --summary "$OUT/lucebox-f6-build.json" \
         2>&1 | tee "$OUT/lucebox-f6-build.log" | tail -8
       { ldconfig -p | grep -E "libcuda\.so" || true; echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"; } > "$OUT/lucebox-f6-host-libcuda.txt"
       python3 tools/lucebox_f6_relink.py "$OUT/lucebox-f6-build.json" "$OUT/commit/lucebox-f6-relink.masked.h200.json" 2>&1 | tail -14
