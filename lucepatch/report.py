@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 
 SCHEMA_VERSION = 1
@@ -74,25 +75,209 @@ def emit_json(verb: str, payload: dict) -> None:
     sys.stdout.flush()
 
 
-IDENTIFIER_COLUMNS = {"patch", "target", "line"}
+# ---- tables ---------------------------------------------------------------------------------
+#
+# A table fits the console (the terminal, $COLUMNS, else 200) and nothing a user needs next is
+# cut: every column has a kind that says how its cells may bend (docs/design.md "Output and exit
+# codes"). Widths are decided here, not by rich, so a cell is never ended with "…":
+#   key    short (a number, a status, a 12-digit commit): always its full width, never wrapped
+#   name   an identifier (a patch, a target, a scenario): wraps after - _ . / , : and is read back
+#          by joining its lines
+#   text   prose (a detail, a fix, a reason): wraps at spaces; a cell with a word wider than the
+#          column (a path, a command) goes under the table whole
+#   value  what the next command takes (a sha256, a path, a URL): never broken; a cell wider than
+#          its column shows a marker (↓1) and is printed whole under the table
+
+KEY, NAME, TEXT, VALUE = "key", "name", "text", "value"
+GAP = 3  # " │ " between two columns (box.MINIMAL without edges)
+FLOOR = {NAME: 16, TEXT: 18, VALUE: 8}  # the narrowest a column is made before cells go under
+DEFAULT_KIND = {  # the columns the verbs print, by header; any other header is text
+    **dict.fromkeys(["#", "patch-id", "version", "base", "commit", "commits", "status", "applies", "action",
+                     "build-only", "variant", "level", "check", "step", "kind", "default runs", "line", "cells",
+                     "behaviour", "time", "id"], KEY),
+    **dict.fromkeys(["patch", "target", "scenario", "scenarios", "name", "reproducer", "artifact", "series",
+                     "probe", "label", "submodule at"], NAME),
+    **dict.fromkeys(["sha256", "path", "url", "log", "file"], VALUE),
+}
 
 
-def table(title: str, columns: list[str], rows: list[list], *, as_json: bool = False) -> None:
-    """A result table on stdout; nothing under --json (the JSON document carries the same rows)."""
+class Col:
+    """One column: its header, its kind (KEY/NAME/TEXT/VALUE) and how it is justified."""
+
+    __slots__ = ("name", "kind", "justify")
+
+    def __init__(self, name: str, kind: str | None = None, justify: str = "left"):
+        self.name, self.kind, self.justify = name, kind or DEFAULT_KIND.get(name, TEXT), justify
+
+
+def _col(c) -> Col:
+    return c if isinstance(c, Col) else Col(str(c))
+
+
+_BREAKS = re.compile(r"[^-_./,:]*[-_./,:]|[^-_./,:]+$")
+
+
+def _break_name(word: str, width: int) -> list[str]:
+    """`word` in lines of at most `width`, broken after - _ . / , : where it can be, else folded."""
+    parts = _BREAKS.findall(word) or [word]
+    lines, cur = [], ""
+    for part in parts:
+        while len(part) > width:  # no break point close enough: fold
+            if cur:
+                lines.append(cur)
+                cur = ""
+            lines.append(part[:width])
+            part = part[width:]
+        if len(cur) + len(part) > width:
+            lines.append(cur)
+            cur = part
+        else:
+            cur += part
+    if cur or not lines:
+        lines.append(cur)
+    return lines
+
+
+def _wrap_text(text: str, width: int, *, names: bool = False) -> list[str] | None:
+    """`text` in lines of at most `width`, broken at spaces; a word wider than `width` is broken
+    like a name (`names`) or makes the answer None (it must not be broken: it goes under the table)."""
+    out = []
+    for para in text.split("\n"):
+        line = ""
+        for word in para.split():
+            if len(word) > width:
+                if not names:
+                    return None
+                if line:
+                    out.append(line)
+                *full, line = _break_name(word, width)
+                out += full
+            elif line and len(line) + 1 + len(word) > width:
+                out.append(line)
+                line = word
+            else:
+                line = f"{line} {word}" if line else word
+        out.append(line)
+    return out
+
+
+def _natural(text: str) -> int:
+    return max((len(x) for x in text.split("\n")), default=0)
+
+
+def _header_floor(name: str) -> int:
+    """The narrowest a header folds to: at spaces and after hyphens ("upstream-" / "status")."""
+    return max((len(x) for w in name.split() for x in _BREAKS.findall(w)), default=1)
+
+
+def _header_lines(name: str, width: int) -> str:
+    return "\n".join(_wrap_text(name, width) or [x for w in name.split() for x in _break_name(w, width)])
+
+
+def _shrink(width: list[int], floor: list[int], which: list[int], room: int) -> None:
+    """Take one character at a time from the widest of `which` until the columns fit `room`."""
+    while sum(width) > room:
+        can = [i for i in which if width[i] > floor[i]]
+        if not can:
+            return
+        width[max(can, key=lambda i: width[i])] -= 1
+
+
+def _widths(cols: list[Col], cells: list[list[str]], total: int) -> list[int]:
+    """Each column's width so the table fits `total` characters: every column its natural width
+    when they fit; else, in this order: value columns collapse (their long cells go under the
+    table), widest first, while the rest could not fit; key columns fold their headers; name and text columns shrink, widest
+    first, to a readable floor, then to the narrowest their header allows."""
+    n = len(cols)
+    body = [max([0] + [_natural(r[i]) for r in cells]) for i in range(n)]
+    nat = [max(len(c.name), body[i]) for i, c in enumerate(cols)]
+    head = [_header_floor(c.name) for c in cols]
+    key_floor = [max(body[i], head[i]) for i in range(n)]
+    soft = [key_floor[i] if c.kind == KEY else min(key_floor[i], max(head[i], FLOOR[c.kind])) for i, c in enumerate(cols)]
+    hard = [key_floor[i] if c.kind == KEY else min(key_floor[i], max(head[i], 6)) for i, c in enumerate(cols)]
+    room = total - GAP * (n - 1)
+    width = list(nat)
+    for i in sorted((i for i, c in enumerate(cols) if c.kind == VALUE), key=lambda i: -nat[i]):
+        if sum(width[j] if cols[j].kind == VALUE else soft[j] for j in range(n)) <= room:
+            break
+        width[i] = soft[i]
+    flex = [i for i, c in enumerate(cols) if c.kind in (NAME, TEXT)]
+    if sum(width) > room:  # a two-line header costs one line; a wide one costs every row
+        width = [key_floor[i] if c.kind == KEY else width[i] for i, c in enumerate(cols)]
+    _shrink(width, soft, flex, room)
+    _shrink(width, hard, flex, room)
+    spare = room - sum(width)  # given back to collapsed value columns, where more of their cells then fit
+    for i in range(n):
+        if spare > 0 and cols[i].kind == VALUE and width[i] < nat[i]:
+            fits = [len(r[i]) for r in cells if width[i] < len(r[i]) <= width[i] + spare]
+            if fits:
+                spare -= max(fits) - width[i]
+                width[i] = max(fits)
+    return width
+
+
+def layout(columns: list, rows: list[list], total: int) -> tuple[list[Col], list[int], list[list[str]], list[tuple[str, str]]]:
+    """The cells as they print at `total` characters: (columns, widths, cells with their line
+    breaks, [(marker, 'column: whole value')] for what goes under the table)."""
+    cols = [_col(c) for c in columns]
+    cells = [["" if v is None else str(v) for v in r] + [""] * (len(cols) - len(r)) for r in rows]
+    widths = _widths(cols, cells, total)
+    below: list[tuple[str, str]] = []
+    shown = []
+    for r in cells:
+        line = []
+        for c, w, v in zip(cols, widths, r):
+            lines: list[str] | None
+            if c.kind == KEY:
+                lines = v.split("\n")
+            elif c.kind == NAME:
+                lines = _wrap_text(v, w, names=True)
+            elif c.kind == TEXT:
+                lines = _wrap_text(v, w)
+            else:
+                lines = v.split("\n") if _natural(v) <= w else None
+            if lines is None:  # goes under the table, whole
+                mark = f"↓{len(below) + 1}"
+                below.append((mark, f"{c.name}: {v}"))
+                lines = [mark]
+            line.append("\n".join(lines))
+        shown.append(line)
+    return cols, widths, shown, below
+
+
+def wrap(text: str, width: int, indent: str = "    ") -> str:
+    """Prose at `width` with a hanging indent; a word wider than the line (a path, a command) is
+    never broken."""
+    import textwrap
+
+    return "\n".join(textwrap.fill(" ".join(para.split()), width=max(20, width), subsequent_indent=indent,
+                                    break_long_words=False, break_on_hyphens=False)
+                      for para in text.split("\n"))
+
+
+def table(title: str, columns: list, rows: list[list], *, as_json: bool = False, notes: list[str] = ()) -> None:
+    """A result table on stdout; nothing under --json (the JSON document carries the same rows).
+    `columns` are header strings (their kind from DEFAULT_KIND, else text) or Col; `notes` print
+    under the table, wrapped at spaces (a fix, a hint: text the table has no room for)."""
     if as_json:
         return
-    from rich.markup import escape
+    from rich import box
     from rich.table import Table
     from rich.text import Text
 
-    t = Table(title=Text(title), show_lines=False)
-    for c in columns:
-        # names are identifiers: at 80 columns a patch name wraps, never ends in "…" (rows
-        # of one series share long prefixes and would read alike)
-        t.add_column(escape(c), overflow="fold" if c in IDENTIFIER_COLUMNS else "ellipsis")
-    for r in rows:
-        t.add_row(*[Text("" if v is None else str(v)) for v in r])  # cells are text, not markup
-    out().print(t)
+    console = out()
+    cols, widths, cells, below = layout(columns, rows, console.width)
+    t = Table(box=box.MINIMAL, show_edge=False, pad_edge=False, padding=(0, 1), header_style="bold")
+    for c, w in zip(cols, widths):
+        t.add_column(Text(_header_lines(c.name, w)), width=w, no_wrap=True, justify=c.justify, overflow="ignore")
+    for r in cells:
+        t.add_row(*[Text(v) for v in r])  # cells are text, not markup
+    console.print(Text(title, style="bold"), soft_wrap=False)
+    console.print(t)
+    for mark, text in below:  # whole, on one line each: a sha256 or a path is copied as printed
+        console.print(Text(f"{mark} {text}"), soft_wrap=True)
+    for note in notes:
+        console.print(Text(wrap(note, console.width)), soft_wrap=True)
 
 
 def result(msg: str, *, as_json: bool = False) -> None:

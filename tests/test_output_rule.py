@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import commit_all, git, write
+from tables import read_tables
 
 REPO = Path(__file__).resolve().parent.parent
 EVIDENCE = REPO / "docs" / "evidence" / "async-sched.h200.json"
@@ -83,14 +84,7 @@ def test_patch_names_wrap_at_80_columns_and_are_never_cut(capsys, monkeypatch):
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert lines and all(len(line) <= 80 for line in lines)
-    cells: dict[str, str] = {}
-    row = None
-    for line in lines:
-        parts = [p.strip() for p in line.split("│")]
-        if len(parts) < 4:
-            continue
-        row = parts[1] or row  # the "#" cell starts a row; wrapped lines leave it empty
-        if row and row.isdigit():
-            cells[row] = cells.get(row, "") + parts[2]
+    (t,) = read_tables(out)
+    cells = {r["#"]: r["patch"] for r in t["rows"]}
     assert cells == {"1": names[0], "2": names[1]}
-    assert "…" not in "".join(cells.values())
+    assert "…" not in out

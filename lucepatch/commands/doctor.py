@@ -16,6 +16,7 @@ from lucepatch import report
 from lucepatch.commands._common import json_option, workspace
 from lucepatch.doctor import VERBS, blocking, diagnose
 from lucepatch.errors import EXIT_ENVIRONMENT, CheckFailed
+from lucepatch.report import KEY, TEXT, Col
 
 
 @click.command("doctor")
@@ -45,9 +46,12 @@ def command(ctx, for_verbs, lib, image, pod, namespace, container, lib_path, ham
         report.emit_json("doctor", {"items": [i.to_json() for i in items], "for": list(for_verbs),
                                     "blocking": [i.name for i in block], "ok": not block})
     else:
-        report.table("lucepatch doctor", ["tool", "status", "version", "detail", "needed by", "fix"],
+        # the fix of each missing tool is prose too long for a column: whole, under the table
+        report.table("lucepatch doctor", [Col("tool", KEY), Col("status", KEY), Col("version", TEXT), Col("detail", TEXT),
+                                          Col("needed by", TEXT)],
                      [[i.name, "present" if i.ok else "MISSING", i.version, i.detail,
-                       ", ".join(i.needed_by) or "optional", "" if i.ok else i.remedy] for i in items])
+                       ", ".join(i.needed_by) or "optional"] for i in items],
+                     notes=[f"fix {i.name}: {i.remedy}" for i in items if not i.ok])
     for i in block:
         report.progress(f"{i.name} is missing ({i.detail}); needed by {', '.join(v for v in i.needed_by if not for_verbs or v in for_verbs)}: {i.remedy}")
     return EXIT_ENVIRONMENT if block else 0

@@ -184,9 +184,14 @@ def split_name(scenario: str) -> tuple[str, str]:
     return (rep, name) if sep else ("", scenario)
 
 
-def _clip(text: str, n: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= n else text[: n - 1].rstrip() + "…"
+def _words(text: str, n: int) -> str:
+    """The whole words of `text` that fit in `n` characters (never a cut word, never "…")."""
+    out = ""
+    for w in text.split():
+        if len(out) + bool(out) + len(w) > n:
+            break
+        out = f"{out} {w}" if out else w
+    return out or text[:n]
 
 
 def short_reason(s: ScenarioResult) -> str:
@@ -196,8 +201,9 @@ def short_reason(s: ScenarioResult) -> str:
         return ""
     if v == "guarded":
         return "passes on both"
-    if v == "skipped":
-        return _clip(re.sub(r"^not run on this machine:\s*", "", s.reason), 28)
+    if v == "skipped":  # the first thing it needs, in whole words; the table prints the full reason under it
+        first = re.split(r" \(|[;,] ", re.sub(r"^not run on this machine:\s*", "", s.reason), maxsplit=1)[0]
+        return _words(first, 28)
     if v == "invalid":
         if s.control:
             return "control failed"
@@ -216,7 +222,7 @@ def short_reason(s: ScenarioResult) -> str:
         # the verdict rule's hint when --runs could never reach p < alpha (lucepatch/verify/rules.py)
         m = re.search(r"proven needs (--runs \d+) or more", s.reason)
         return f"needs {m.group(1)} or more" if m else "too few baseline failures"
-    return _clip(s.reason, 28)
+    return _words(s.reason, 28)
 
 
 def _strip_from_tally(scenario: str, variant: str, t: Tally) -> Strip:
@@ -305,12 +311,13 @@ def build_view(ev: Evidence, workspace=None, reproducers: dict | None = None) ->
         base = f"on {info['base'][:12]}" if info["base"] else (f"ref {info['ref']}" if info["ref"] else "")
         patches = f"+ {len(info['patches'])} patch(es)" if info["patches"] else ""
         prov.append((v, " ".join(x for x in (what + ":", built, base, patches) if x)))
-        prov.append((f"{v} artifact", f"{info['artifact']} sha256 {info['sha256'][:16] or 'unknown'}"
-                                      + (f" (build key {info['build_key']})" if info["build_key"] else "")))
+        # whole: `deploy --lib` and `doctor --lib` take the path, a reviewer compares the sha256
+        prov.append((f"{v} artifact", info["artifact"] + (f" (build key {info['build_key']})" if info["build_key"] else "")))
+        prov.append((f"{v} sha256", info["sha256"] or "unknown"))
     prov += [
         ("driver", f"{d['kind']}{' (simulated: not GPU evidence)' if ev.simulated else ''} — {d['gpu']}, "
                    f"driver {d['driver']}" + (f", {drv['device_count']} device(s)" if drv.get("device_count") else "")),
-        ("libcuda", f"{libcuda.get('path', '')} sha256 {str(libcuda.get('sha256') or '')[:16]}".strip()),
+        ("libcuda", f"{libcuda.get('path', '')} sha256 {libcuda.get('sha256') or ''}".strip()),
         ("runs", f"{rp.get('rule')} rule, up to {rp.get('max_runs')} per variant and scenario, alpha {rp.get('alpha')}"
                  + (f", theta {rp['theta']}" if rp.get("theta") is not None else "")
                  + (f"; {ex.get('processes')} processes in {ex.get('wall_s')} s, {ex.get('mode')}" if ex.get("processes") else "")),

@@ -21,31 +21,118 @@ def _title(view: View) -> str:
     return f"verify {view.title} — driver {d['kind']} ({d['gpu']}, {d['driver']})"
 
 
-def verdict_table(view: View, *, wide: bool = False) -> Table:
-    # 80 columns: no outer edges, the one-space column rule as the only gap, two-line headers; only "why" wraps
+def _wrapped(text: str, width: int, indent: str = "    ") -> str:
+    """Prose wrapped at spaces with a hanging indent; a word wider than the line (a path, a
+    variable) is never broken."""
+    import textwrap
+
+    return textwrap.fill(" ".join(text.split()), width=max(20, width), subsequent_indent=indent,
+                         break_long_words=False, break_on_hyphens=False)
+
+
+def _rows_table(view: View, width: int) -> Table:
+    """The verdict table. The reason column gets the width its longest short reason needs; when
+    the table is wider than the console, scenario names wrap after hyphens first, then the
+    reason wraps at spaces. A skipped row has no counts (nothing ran), only the reason."""
+    from lucepatch.report import _break_name, _wrap_text
+
+    indent = "  " if view.grouped else ""
+    keys = 8 + 7 + max([len(r.p_text) for r in view.rows] + [1]) + max([len(r.verdict) for r in view.rows] + [7])
+    names = max([len(indent + r.name) for r in view.rows] + [len(x) for x, _ in view.groups()] + [8])
+    why = max([len(r.short) for r in view.rows] + [3])
+    room = width - keys - 5  # five one-space gaps
+    name_w = max(min(names, room - why), min(names, 12))
+    why_w = max(room - name_w, 3)
     t = Table(title=_title(view), box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 0), title_justify="left")
-    t.add_column("scenario", no_wrap=True, min_width=max((len(r.name) + 2 * view.grouped for r in view.rows), default=8))
+    t.add_column("scenario", no_wrap=True, width=name_w)
     t.add_column("baseline\nfail", justify="right", no_wrap=True)
     t.add_column("patched\nfail", justify="right", no_wrap=True)
     t.add_column("p", justify="right", no_wrap=True)
     t.add_column("verdict", no_wrap=True)
-    t.add_column("why", overflow="fold")
+    t.add_column("why", overflow="fold", width=min(why, why_w) if why <= why_w else why_w)
     for rep, rows in view.groups():
         if view.grouped:
-            t.add_row(Text(rep, style="bold"), "", "", "", "", "")
+            t.add_row(Text("\n".join(_break_name(rep, name_w)), style="bold"), "", "", "", "", "")
         for r in rows:
-            t.add_row(("  " if view.grouped else "") + r.name, r.frac("baseline"), r.frac("patched"), r.p_text,
-                      Text(r.verdict, style=VERDICT_STYLE.get(r.verdict, "")), r.reason if wide else r.short)
+            name = indent + r.name
+            if len(name) > name_w:  # wraps after hyphens, continued under itself
+                first, *rest = _wrap_text(r.name, name_w - len(indent), names=True)
+                rest = _wrap_text(" ".join(rest), name_w - len(indent) - 2, names=True) if rest else []
+                name = "\n".join([indent + first] + [indent + "  " + x for x in rest])
+            ran = r.verdict != "skipped"  # a skipped row shows no counts: no baseline run happened
+            t.add_row(name, r.frac("baseline") if ran else "", r.frac("patched") if ran else "",
+                      r.p_text if ran else "", Text(r.verdict, style=VERDICT_STYLE.get(r.verdict, "")), r.short)
     return t
 
 
-def provenance_table(view: View) -> Table:
-    t = Table(title="provenance", box=None, show_header=False, pad_edge=False, title_justify="left")
-    t.add_column("what", style="bold", no_wrap=True)
-    t.add_column("value", overflow="fold")
-    for k, v in view.provenance:
-        t.add_row(k, v)
-    return t
+def _below(view: View, width: int, *, wide: bool) -> list[Text]:
+    """What the table's short reasons leave out, whole, under it: every skip reason once (with the
+    scenarios it applies to), and with `wide` every scenario's full reason."""
+    out: list[Text] = []
+    skipped: dict[str, list[str]] = {}
+    for r in view.rows:
+        if r.verdict == "skipped" and not wide:
+            skipped.setdefault(r.reason, []).append(r.scenario)
+    for reason, scs in skipped.items():
+        reps = sorted({sc.partition(":")[0] for sc in scs})
+        what = (f"{', '.join(reps)}: {len(scs)} scenario(s)" if len(reps) == 1 and len(scs) > 1 else ", ".join(scs))
+        out.append(Text(_wrapped(f"skipped {what}: {reason}", width), style="dim"))
+    if wide:
+        for r in view.rows:
+            if r.reason:
+                out.append(Text(_wrapped(f"{r.scenario}: {r.reason}", width)))
+    return out
+
+
+class _VerdictTable:
+    """The table sized to the console it prints on, then what its reasons leave out."""
+
+    def __init__(self, view: View, wide: bool):
+        self.view, self.wide = view, wide
+
+    def __rich_console__(self, console, options):
+        width = options.max_width
+        yield _rows_table(self.view, width)
+        yield from _below(self.view, width, wide=self.wide)
+
+
+def verdict_table(view: View, *, wide: bool = False) -> _VerdictTable:
+    # 80 columns: no outer edges, the one-space column rule as the only gap, two-line headers
+    return _VerdictTable(view, wide)
+
+
+class _Provenance:
+    """What was built from which commit, on which driver: one `what  value` per line, the value
+    wrapped at spaces under itself; a path or a sha256 is never broken (it is copied as printed)."""
+
+    def __init__(self, view: View):
+        self.view = view
+
+    def __rich_console__(self, console, options):
+        import textwrap
+
+        rows = self.view.provenance
+        kw = max([len(k) for k, _ in rows] + [4])
+        yield Text("provenance", style="italic")
+        for k, v in rows:
+            room = max(20, options.max_width - kw - 2)
+            lines = textwrap.wrap(" ".join(v.split()), width=room, break_long_words=False,
+                                  break_on_hyphens=False) or [""]
+            shown = []
+            for n, line in enumerate(lines):
+                if len(line) > room:  # wider than the value column: a line of its own, from column 2
+                    if n == 0:
+                        shown.append(k)
+                    shown.append("  " + line)
+                else:
+                    shown.append((f"{k:<{kw}}  " if n == 0 else " " * (kw + 2)) + line)
+            out = Text("\n".join(shown), no_wrap=True, overflow="ignore")
+            out.stylize("bold", 0, len(k))
+            yield out
+
+
+def provenance_table(view: View) -> _Provenance:
+    return _Provenance(view)
 
 
 def strip_text(marks) -> Text:
