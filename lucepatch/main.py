@@ -114,9 +114,14 @@ class LazyGroup(click.Group):
                    "(default: $LUCEPATCH_WORKSPACE, nearest ancestor with lucepatch.toml, packaged copy).")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
               help="Cache for worktrees, builds and runs (default: $LUCEPATCH_CACHE, $XDG_CACHE_HOME/lucepatch).")
+@click.option("-q", "--quiet", is_flag=True,
+              help="No progress or notes on stderr: the result, errors and the line a verb ends with.")
 @click.pass_context
-def cli(ctx, workspace, cache_dir):
+def cli(ctx, workspace, cache_dir, quiet):
     """lucepatch: carry, prove and upstream fixes for HAMi-core, Lucebox and friends."""
+    from lucepatch import report
+
+    report.set_quiet(quiet)  # set on every invocation: an in-process caller runs many
     ctx.ensure_object(dict)
     ctx.obj["workspace"] = workspace
     ctx.obj["cache_dir"] = cache_dir

@@ -58,7 +58,29 @@ def out():
     return Console(highlight=False, width=None if tty else 200)
 
 
-def progress(msg: str) -> None:
+QUIET = False  # --quiet: progress and notes are not printed, only a verb's final line and errors
+
+
+def set_quiet(on: bool) -> None:
+    global QUIET
+    QUIET = bool(on)
+
+
+def err_console():
+    """rich's Console on stderr (a progress bar draws on it)."""
+    return err._get()
+
+
+def rich_progress_wanted() -> bool:
+    """A live progress bar: only on a terminal, and not under --quiet."""
+    return _rich_wanted() and not QUIET
+
+
+def progress(msg: str, *, final: bool = False) -> None:
+    """A line of progress, a note or a hint on stderr; under --quiet only a `final` one (the line
+    that says how a verb ended)."""
+    if QUIET and not final:
+        return
     # messages are text, never markup: "pip install 'lucepatch[docker]'" must print as written
     if not _rich_wanted():
         sys.stderr.write(f"lucepatch: {msg}\n")

@@ -13,6 +13,7 @@ from lucepatch.show.model import build_view
 from lucepatch.show.terminal import verdict_table
 from lucepatch.target import load_target
 from lucepatch.verify.evidence import write_evidence
+from lucepatch.verify.progress import clock
 from lucepatch.verify.service import ClusterOptions, VerifyRequest, run_verify, select
 
 
@@ -72,13 +73,16 @@ def _retire(ctx, ws, target_name, source, ref, driver, runs, as_json, coverage_m
               help="Re-evaluate recorded pod logs (<reproducer>.<scenario>.<variant>.log) instead of running.")
 @click.option("--save-logs", type=click.Path(file_okay=False), default=None, help="Keep the fetched pod logs here.")
 @click.option("--evidence", "evidence_path", type=click.Path(dir_okay=False), default=None, help="Write the evidence JSON here.")
-@click.option("--wide", is_flag=True, help="Full verdict reasons in the table (the evidence always has them).")
+@click.option("--wide", is_flag=True, help="Full verdict reasons under the table (the evidence always has them).")
+@click.option("--quiet", is_flag=True, help="No progress on stderr: only the table (or --json) and the verdict line.")
 @json_option
 @click.pass_context
 def command(ctx, reproducer_names, run_all, scenarios, target_name, source, driver, runs, fixed, lib, baseline_lib,
             baseline_ref, patched_ref, jobs, retire_ref, coverage_map, in_cluster, kubeconfig, kube_context, namespace, node,
-            gpu_mem, image, from_logs, save_logs, evidence_path, wide, as_json):
+            gpu_mem, image, from_logs, save_logs, evidence_path, wide, quiet, as_json):
     """Run reproducers against the baseline and the patched build and decide whether the fix is proven."""
+    if quiet:
+        report.set_quiet(True)
     ws = workspace(ctx)
     if retire_ref or coverage_map:
         return _retire(ctx, ws, target_name, source, retire_ref, driver, runs, as_json, coverage_map)
@@ -105,10 +109,12 @@ def command(ctx, reproducer_names, run_all, scenarios, target_name, source, driv
                     + (f" x{ex['jobs']}" if ex["mode"] == "parallel" else ""))
     for s in ev.scenarios:
         if s.fingerprint:
-            url = s.fingerprint.get("url")
-            report.progress(f"baseline failure of {s.scenario} {s.fingerprint['summary']}" + (f" ({url})" if url else ""))
-    for sk in ev.skipped:
-        report.progress(f"skipped: {sk['scenario']}: {sk['reason']}")
+            # the issue's address is in the evidence and in `show`: the line names it and fits
+            report.progress(f"{s.scenario}: baseline failure {s.fingerprint['summary']}")
+    if ev.skipped:  # each reason is under the table, whole (and in the evidence)
+        report.progress(f"{len(ev.skipped)} scenario(s) skipped: this machine cannot run them"
+                        + ("; the reasons are in the evidence" if as_json else "; why is under the table"))
     report.progress(f"verdict: {ev.verdict}" + (" (simulated driver)" if ev.simulated else "")
-                    + (f"; evidence written to {evidence_path}" if evidence_path else ""))
+                    + f"; {ex['processes']} runs in {clock(ex['wall_s'])}"
+                    + (f"; evidence written to {evidence_path}" if evidence_path else ""), final=True)
     return 0 if ev.verdict == "proven" else EXIT_CHECK_FAILED

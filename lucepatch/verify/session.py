@@ -15,6 +15,7 @@ from lucepatch.errors import UsageError
 from lucepatch.target import Target
 from lucepatch.verify import evidence as ev
 from lucepatch.verify.driver import DriverChoice, classify_driver
+from lucepatch.verify.progress import RunProgress
 from lucepatch.verify.reproducer import Reproducer
 from lucepatch.verify.rules import FixedRule, Rule, proof_hint
 from lucepatch.verify.runner import INVALID, SKIPPED, RunRecord, compile_reproducer, namespace_isolation, run_once
@@ -144,14 +145,13 @@ def run_scenarios(repros: list[Reproducer], variants: list[Variant], rule: Rule,
 
         launcher = build_isolate(cache)
         ex.launcher = "lucepatch-isolate (one exec: unshare, private tmpfs on /tmp/vgpulock, no core dumps)"
-    names = ", ".join(r.name for r in repros)
-    how = (f"{rule.max_runs} run(s) each" if rule.name == "fixed" else
-           f"sequential rule, at most {rule.max_runs} run(s) each")
-    report.progress(f"{names}: {len(selected)} scenario(s) x {len(variants)} variant(s), {how}, driver {driver.chosen}, "
-                    f"{ex.mode}" + (f" ({ex.jobs} jobs, private /tmp/vgpulock each)" if ex.mode == "parallel" else ""))
+    how = f"{rule.max_runs} runs" if rule.name == "fixed" else f"≤{rule.max_runs} runs"  # ≤: the sequential rule
+    report.progress(f"{len(selected)} scenario(s) of {len(repros)} reproducer(s), {how} per variant, "
+                    + (f"{ex.jobs} jobs" if ex.mode == "parallel" else "serial"))
     records: list[RunRecord] = []
     start = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="lucepatch-runs-") as scratch:
+    # the progress bar (a terminal) is stopped however the loop ends: Ctrl-C leaves the terminal as it was
+    with tempfile.TemporaryDirectory(prefix="lucepatch-runs-") as scratch, RunProgress(len(by_key), _bound(sched)) as shown:
 
         def one(job: Job) -> RunRecord:
             r, s = by_key[job.key]
@@ -166,15 +166,10 @@ def run_scenarios(repros: list[Reproducer], variants: list[Variant], rule: Rule,
             rec.scenario, rec.launch = job.key, job.launch
             return rec
 
-        last = [time.monotonic()]
-
         def done(job: Job, rec: RunRecord) -> None:
             sched.complete(job, rec.outcome)
             records.append(rec)
-            if time.monotonic() - last[0] >= 5:  # a line every 5 s at most
-                last[0] = time.monotonic()
-                open_ = sum(1 for k in by_key if not _settled(sched, k))
-                report.progress(f"  {names}: {len(records)} run(s) done, {open_} scenario(s) still open")
+            shown.update(len(records), _bound(sched), sum(1 for k in by_key if not _settled(sched, k)))
 
         if slots == 1:  # serial: in this thread (run_once's preexec_fn must not race other threads)
             while not sched.finished:
@@ -191,7 +186,7 @@ def run_scenarios(repros: list[Reproducer], variants: list[Variant], rule: Rule,
                     finished, _ = wait(running, return_when=FIRST_COMPLETED)
                     for f in finished:
                         done(running.pop(f), f.result())
-    report.progress(f"  {names}: {len(records)} run(s) done")
+        shown.close()
     ex.wall_s += time.monotonic() - start
     # a workload scenario skipped for an unmet requirement started no process
     ex.processes += sum(1 for r in records if not (r.outcome == SKIPPED and r.returncode is None and r.duration_s == 0))
@@ -208,6 +203,13 @@ def workload_requirements(selected: list, driver: DriverChoice) -> dict[str, str
     devices = device_count(driver.env) if any(s.min_devices > 1 for _, s in work) else None
     return {f"{r.name}:{s.name}": unmet(r, s, driver.chosen, devices=devices,
                                         pythonpath=workload_env(r, s).get("PYTHONPATH", "")) for r, s in work}
+
+
+def _bound(sched: Scheduler) -> int:
+    """The most runs the verification can still take: a settled scenario's runs, the rule's
+    maximum for the others (the sequential rule usually stops well before it)."""
+    return sum(t.launched[v] if t.stopped or _settled(sched, t.key) else max(sched.wanted(t, v), sched.rule.max_runs)
+               for t in sched.tracks.values() for v in sched.variants)
 
 
 def _settled(sched: Scheduler, key: str) -> bool:
