@@ -105,8 +105,8 @@ def emit_json(verb: str, payload: dict) -> None:
 #   key    short (a number, a status, a 12-digit commit): always its full width, never wrapped
 #   name   an identifier (a patch, a target, a scenario): wraps after - _ . / , : and is read back
 #          by joining its lines
-#   text   prose (a detail, a fix, a reason): wraps at spaces; a cell with a word wider than the
-#          column (a path, a command) goes under the table whole
+#   text   prose (a detail, a fix, a reason): wraps at spaces, a long name like a name; a cell with
+#          a path, a URL, an option or a commit wider than the column goes under the table whole
 #   value  what the next command takes (a sha256, a path, a URL): never broken; a cell wider than
 #          its column shows a marker (↓1) and is printed whole under the table
 
@@ -160,15 +160,21 @@ def _break_name(word: str, width: int) -> list[str]:
     return lines
 
 
+def _copied(word: str) -> bool:
+    """A word a user copies into the next command: a path, a URL, an option, a commit or a sha256."""
+    return "/" in word or word.lstrip("(").startswith("-") or bool(re.fullmatch(r"\(?[0-9a-f]{12,}\W*", word))
+
+
 def _wrap_text(text: str, width: int, *, names: bool = False) -> list[str] | None:
     """`text` in lines of at most `width`, broken at spaces; a word wider than `width` is broken
-    like a name (`names`) or makes the answer None (it must not be broken: it goes under the table)."""
+    like a name, unless (in prose, not `names`) it is one a user copies: then the answer is None
+    (the cell goes under the table, whole)."""
     out = []
     for para in text.split("\n"):
         line = ""
         for word in para.split():
             if len(word) > width:
-                if not names:
+                if not names and _copied(word):
                     return None
                 if line:
                     out.append(line)

@@ -12,7 +12,9 @@ from lucepatch.commands._common import json_option, workspace
 from lucepatch.show import terminal
 from lucepatch.show.model import build_view
 from lucepatch.show.page import write_html
-from lucepatch.verify.evidence import load_evidence
+from lucepatch.errors import UsageError
+from lucepatch.show.documents import EVIDENCE, RETIRE, read_document
+from lucepatch.verify.evidence import Evidence, load_evidence, upgrade_and_validate
 
 
 @click.command("show")
@@ -25,15 +27,38 @@ from lucepatch.verify.evidence import load_evidence
 def command(ctx, evidence, html_path, wide, as_json):
     """Show what EVIDENCE (from lucepatch verify --evidence) proves: verdicts, what was built from
     which commit, the driver and GPU, and every run of both variants."""
-    ev = load_evidence(Path(evidence))
+    found = read_document(Path(evidence))
+    if found.kind != EVIDENCE:
+        return _report(found, evidence, html_path, as_json)
+    ev = load_evidence(Path(evidence)) if "verb" not in found.doc else Evidence.from_json(
+        upgrade_and_validate(found.doc, evidence))
     view = build_view(ev, workspace(ctx))
     if html_path:
         write_html(view, Path(html_path))
     if as_json:
-        report.emit_json("show", {"evidence_path": evidence, "html": html_path, "view": view.to_json()})
+        report.emit_json("show", {"evidence_path": evidence, "kind": found.kind, "html": html_path,
+                                  "view": view.to_json()})
     else:
         terminal.show(view, report.out(), wide=wide)
     if html_path:
         report.progress(f"evidence page written to {html_path} ({view.glyph_count} runs, "
                         f"{len(view.rows)} scenarios; open it in any browser, it loads nothing)")
+    return 0
+
+
+def _report(found, path: str, html_path, as_json: bool) -> int:
+    """A retirement report or a coverage map: the table `verify --retire` / `--coverage-map` printed."""
+    if html_path:
+        raise UsageError(f"--html writes the page of evidence; {path} is a {found.kind} document")
+    if found.kind == RETIRE:
+        from lucepatch.upstream.retire import format_retire_table
+
+        title, columns, rows = format_retire_table(found.doc)
+    else:
+        from lucepatch.upstream.coverage import CoverageMap, format_coverage_map
+
+        title, columns, rows = format_coverage_map(CoverageMap.from_json(found.doc))
+    if as_json:
+        report.emit_json("show", {"evidence_path": path, "kind": found.kind, "document": found.doc})
+    report.table(title, columns, rows, as_json=as_json)
     return 0

@@ -358,6 +358,11 @@ def read_evidence_json(path: Path) -> dict:
             or doc.get("schema_version") not in READABLE_VERSIONS or "verdict" not in doc:
         raise UsageError(f"evidence file {path} is not lucepatch evidence (schema_version "
                          f"{'/'.join(map(str, READABLE_VERSIONS))}); pass the file lucepatch verify --evidence wrote")
+    return upgrade_and_validate(doc, path)
+
+
+def upgrade_and_validate(doc: dict, path) -> dict:
+    """A schema 1 or 2 evidence document (read from `path`) as schema 2, validated."""
     doc = upgrade(doc)
     validate(doc, what=f"evidence file {path}")
     return doc
