@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import click
+
+from lucepatch import report
+from lucepatch.commands._common import json_option
 
 
 @click.group("cluster")
@@ -16,7 +17,7 @@ def command():
 @click.option("--namespace", default="lucepatch-system", show_default=True, help="Namespace of the swap DaemonSet.")
 @click.option("--name", default="lucepatch-hami-core-swap", show_default=True, help="Name of the swap DaemonSet.")
 @click.option("--context", default=None, help="kubeconfig context.")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON document (schema_version 1) on stdout.")
+@json_option
 def status(namespace, name, context, as_json):
     """Per node: current library sha256 vs the expected one (drift = overwritten, e.g. by a HAMi update)."""
     from lucepatch.k8s import client
@@ -27,8 +28,9 @@ def status(namespace, name, context, as_json):
     logs = client.swap_pod_logs(namespace, context=context, wait_s=0)
     rows = client.swap_status_rows(expected, logs)
     if as_json:
-        click.echo(json.dumps({"schema_version": 1, "expected_sha256": expected, "nodes": rows}, indent=2))
-    else:
-        for r in rows:
-            click.echo(f"{r['node']:30} {r['state']:8} {r['current_sha256'] or '-'}")
+        report.emit_json("cluster", {"expected_sha256": expected, "nodes": rows})
+    report.table(f"cluster status: {namespace}/{name}, expected sha256 {expected or 'unknown'}",
+                 [report.Col("node", report.NAME), report.Col("state", report.KEY),
+                  report.Col("current sha256", report.VALUE)],
+                 [[r["node"], r["state"], r["current_sha256"] or "-"] for r in rows], as_json=as_json)
     return 0 if rows and all(r["state"] == "ok" for r in rows) else 1

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
+from lucepatch import report as out
+from lucepatch.commands._common import json_option
 from lucepatch.errors import CheckFailed
 
 
@@ -29,38 +29,56 @@ def command():
               help="Re-assert the fix every SECONDS (a HAMi restart overwrites it); 0 = once.")
 @click.option("--dry-run", is_flag=True, help="Check the gates and print the manifests; touch no cluster.")
 @click.option("--context", default=None, help="kubeconfig context.")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON document (schema_version 1) on stdout.")
+@json_option
 def hami_core(lib, evidence, lib_image, lib_path, installed, hami_versions, values_file, sets, rollback, reassert,
               dry_run, context, as_json):
     """Install (or --rollback) a patched libvgpu.so on every HAMi node through a privileged DaemonSet."""
     from lucepatch.k8s import manifests
     from lucepatch.k8s.deploy import deploy_hami_core
 
+    # the gates are progress on stderr as they run; with --dry-run they are also the result: on
+    # stdout, in the JSON document or (printed once, not twice) as comments above the manifests
+    seen = []
+
     def gate_line(g):
-        click.echo(f"gate {({True: 'ok  ', False: 'FAIL', None: 'skip'}[g.ok])} {g.name}: {g.message}", err=True)
+        seen.append(f"gate {({True: 'ok  ', False: 'FAIL', None: 'skip'}[g.ok])} {g.name}: {g.message}")
+        if not dry_run or as_json:
+            out.progress(seen[-1])
+
+    def gate_report():
+        # YAML comments: `deploy --dry-run | kubectl apply -f -` still reads the manifests after them
+        if dry_run and not as_json and seen:
+            click.echo("".join(f"# {line}\n" for line in seen), nl=False)
 
     def refused(doc):
         if as_json:
-            click.echo(json.dumps(doc, indent=2))
+            out.emit_json("deploy", _doc(doc))
+        gate_report()
 
-    report, docs, namespace = deploy_hami_core(
+    doc, docs, namespace = deploy_hami_core(
         lib=lib, evidence=evidence, lib_image=lib_image, lib_path=lib_path, installed=installed,
         hami_versions=hami_versions, values_file=values_file, sets=sets, rollback=rollback, reassert=reassert,
-        dry_run=dry_run, context=context, on_gate=gate_line, on_refused=refused,
-        on_apply=lambda line: click.echo(line, err=True))
+        dry_run=dry_run, context=context, on_gate=gate_line, on_refused=refused, on_apply=out.progress)
     if dry_run:
-        report["objects"] = manifests.to_objects(docs) if as_json else None
+        doc["objects"] = manifests.to_objects(docs) if as_json else None
         if as_json:
-            click.echo(json.dumps(report, indent=2))
+            out.emit_json("deploy", _doc(doc))
         else:
+            gate_report()
             click.echo(manifests.join(docs), nl=False)
         return 0
-    rows = report["nodes"]
+    rows = doc["nodes"]
     if as_json:
-        click.echo(json.dumps(report, indent=2))
-    else:
-        for r in rows:
-            click.echo(f"{r['node']:30} {r['outcome']:12} {r['current_sha256'] or '-'}  {r['message']}")
+        out.emit_json("deploy", _doc(doc))
+    out.table(f"deploy hami-core: {doc['action']} ({doc['result']})",
+              [out.Col("node", out.NAME), out.Col("outcome", out.KEY), out.Col("current sha256", out.VALUE),
+               out.Col("message", out.TEXT)],
+              [[r["node"], r["outcome"], r["current_sha256"] or "-", r["message"]] for r in rows], as_json=as_json)
     if not rows:
         raise CheckFailed(f"no swap pod reported: check the DaemonSet's nodeSelector (kubectl get ds -n {namespace})")
-    return 1 if report["result"] == "failed" else 0
+    return 1 if doc["result"] == "failed" else 0
+
+
+def _doc(doc: dict) -> dict:
+    """The deploy report as a --json document (report.emit_json adds schema_version and verb)."""
+    return {k: v for k, v in doc.items() if k != "schema_version"}

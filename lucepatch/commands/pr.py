@@ -56,6 +56,9 @@ def command(ctx, target, source, out_dir, evidence_paths, no_evidence, real_clie
     lines.append(f"PR v{res.revision} for {t.name} {t.version}: branch {res.branch} on {res.base[:12]} "
                  f"(template {res.template}); files in {res.out_dir}")
     lines += [f"  {f.name}" for f in res.files]
-    lines.append(f"pushed: {res.pushed}" if res.pushed else "nothing was pushed (use --push REMOTE --branch NAME)")
+    if res.pushed:
+        lines.append(f"pushed: {res.pushed}")
     report.result("\n".join(lines), as_json=as_json)
+    if not res.pushed:  # a hint, not the result
+        report.progress("nothing was pushed (use --push REMOTE --branch NAME)")
     return 0

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from lucepatch import report
+from lucepatch.commands._common import json_option
 from lucepatch.errors import CheckFailed
 
 SET_ALIASES = {"daemonset": "hami-core-swap", "swap": "hami-core-swap", "verify-jobs": "verify-job", "job": "verify-job"}
@@ -22,8 +24,9 @@ def command():
 @click.option("--evidence", "paths", type=click.Path(dir_okay=False), multiple=True, required=True,
               help="Real-driver evidence of workload reproducers (repeatable), in the order of the table.")
 @click.option("--target", "target_name", default="hami-core", show_default=True)
+@json_option
 @click.pass_context
-def real_clients(ctx, paths, target_name):
+def real_clients(ctx, paths, target_name, as_json):
     """Print the "Real clients" markdown table (what PyTorch, NCCL and vLLM's patterns did) from evidence."""
     from lucepatch.commands._common import workspace
     from lucepatch.upstream import real_clients as rc
@@ -31,7 +34,13 @@ def real_clients(ctx, paths, target_name):
 
     ws = workspace(ctx)
     hashes = {r.name: r.hash for r in list_reproducers(ws)}
-    click.echo(rc.markdown(rc.load([Path(p) for p in paths], target=target_name, repro_hashes=hashes)), nl=False)
+    docs = rc.load([Path(p) for p in paths], target=target_name, repro_hashes=hashes)
+    if as_json:
+        report.emit_json("render", {"what": "real-clients", "target": target_name, "evidence": list(paths),
+                                    "columns": rc.COLUMNS, "rows": rc.rows(docs),
+                                    "sources": [rc.source(d) for d in docs]})
+    else:
+        click.echo(rc.markdown(docs), nl=False)
 
 
 @command.command("k8s")
@@ -44,7 +53,7 @@ def real_clients(ctx, paths, target_name):
 @click.option("--show-values", is_flag=True, help="List every value with its default and meaning.")
 @click.option("--validate", "validate_versions", default=None, metavar="V1,V2",
               help="Also validate strictly against these Kubernetes versions (needs kubernetes-validate).")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON document (schema_version 1) on stdout.")
+@json_option
 def k8s(manifest_set, values_file, sets, out, show_values, validate_versions, as_json):
     """Render SET: lucebox | rbac | verify-job (both variants) | hami-core-swap (alias daemonset)."""
     from lucepatch.k8s import manifests, values
@@ -53,10 +62,10 @@ def k8s(manifest_set, values_file, sets, out, show_values, validate_versions, as
     if show_values:
         rows = values.describe(name)
         if as_json:
-            click.echo(json.dumps({"schema_version": 1, "set": name, "values": rows}, indent=2))
-        else:
-            for r in rows:
-                click.echo(f"{r['key']:28} {json.dumps(r['default']):36} {r['doc']}")
+            report.emit_json("render", {"what": "k8s", "set": name, "values": rows})
+        report.table(f"values of {name} (--set KEY=VALUE, --values FILE)",
+                     [report.Col("key", report.NAME), report.Col("default", report.TEXT), report.Col("meaning")],
+                     [[r["key"], json.dumps(r["default"]), r["doc"]] for r in rows], as_json=as_json)
         return 0
     vals = values.resolve(name, values.load_file(values_file) if values_file else {}, values.parse_set(sets))
     docs = manifests.render_verify_jobs(vals) if name == "verify-job" else manifests.render(name, vals)
@@ -66,7 +75,7 @@ def k8s(manifest_set, values_file, sets, out, show_values, validate_versions, as
         problems = validate.strict_validate(manifests.to_objects(docs), [v.strip() for v in validate_versions.split(",")])
         if problems:
             raise CheckFailed(f"{len(problems)} schema problem(s), first: {problems[0]}")
-        click.echo(f"validated against Kubernetes {validate_versions}", err=True)
+        report.progress(f"validated against Kubernetes {validate_versions}")
     written = []
     if out:
         Path(out).mkdir(parents=True, exist_ok=True)
@@ -74,10 +83,9 @@ def k8s(manifest_set, values_file, sets, out, show_values, validate_versions, as
             p = Path(out) / d.filename
             p.write_text(d.text, encoding="utf-8")
             written.append(str(p))
-            click.echo(f"wrote {p}", err=True)
+            report.progress(f"wrote {p}")
     if as_json:
-        click.echo(json.dumps({"schema_version": 1, "set": name, "files": written,
-                               "objects": manifests.to_objects(docs)}, indent=2))
+        report.emit_json("render", {"what": "k8s", "set": name, "files": written, "objects": manifests.to_objects(docs)})
     elif not out:
         click.echo(manifests.join(docs), nl=False)
     return 0
