@@ -119,7 +119,7 @@ DEFAULT_KIND = {  # the columns the verbs print, by header; any other header is 
                      "behaviour", "time", "id"], KEY),
     **dict.fromkeys(["patch", "target", "scenario", "scenarios", "name", "reproducer", "artifact", "series",
                      "probe", "label", "submodule at"], NAME),
-    **dict.fromkeys(["sha256", "path", "url", "log", "file"], VALUE),
+    **dict.fromkeys(["sha256", "path", "url", "log", "file", "conflicts"], VALUE),
 }
 
 
@@ -222,7 +222,11 @@ def _widths(cols: list[Col], cells: list[list[str]], total: int) -> list[int]:
     head = [_header_floor(c.name) for c in cols]
     key_floor = [max(body[i], head[i]) for i in range(n)]
     soft = [key_floor[i] if c.kind == KEY else min(key_floor[i], max(head[i], FLOOR[c.kind])) for i, c in enumerate(cols)]
-    hard = [key_floor[i] if c.kind == KEY else min(key_floor[i], max(head[i], 6)) for i, c in enumerate(cols)]
+    # a name is never folded inside a piece between its break points (allocations-) if it can be helped
+    piece = [max([len(x) for r in cells for w in r[i].split() for x in _BREAKS.findall(w)] + [1])
+             if c.kind == NAME else 6 for i, c in enumerate(cols)]
+    hard = [key_floor[i] if c.kind == KEY else min(key_floor[i], max(head[i], min(piece[i], 14), 6))
+            for i, c in enumerate(cols)]
     room = total - GAP * (n - 1)
     width = list(nat)
     for i in sorted((i for i, c in enumerate(cols) if c.kind == VALUE), key=lambda i: -nat[i]):
@@ -234,6 +238,8 @@ def _widths(cols: list[Col], cells: list[list[str]], total: int) -> list[int]:
         width = [key_floor[i] if c.kind == KEY else width[i] for i, c in enumerate(cols)]
     _shrink(width, soft, flex, room)
     _shrink(width, hard, flex, room)
+    if sum(width) > room:  # cannot fit even folded: `table` prints each row as a record instead
+        return []
     spare = room - sum(width)  # given back to collapsed value columns, where more of their cells then fit
     for i in range(n):
         if spare > 0 and cols[i].kind == VALUE and width[i] < nat[i]:
@@ -246,10 +252,17 @@ def _widths(cols: list[Col], cells: list[list[str]], total: int) -> list[int]:
 
 def layout(columns: list, rows: list[list], total: int) -> tuple[list[Col], list[int], list[list[str]], list[tuple[str, str]]]:
     """The cells as they print at `total` characters: (columns, widths, cells with their line
-    breaks, [(marker, 'column: whole value')] for what goes under the table)."""
+    breaks, [(marker, 'column: whole value')] for what goes under the table). A column empty in
+    every row is left out when the table would not fit with it: it says nothing."""
     cols = [_col(c) for c in columns]
     cells = [["" if v is None else str(v) for v in r] + [""] * (len(cols) - len(r)) for r in rows]
+    natural = sum(max([len(c.name)] + [_natural(r[i]) for r in cells]) for i, c in enumerate(cols))
+    if cells and natural + GAP * (len(cols) - 1) > total:
+        keep = [i for i in range(len(cols)) if any(r[i].strip() for r in cells)] or [0]
+        cols, cells = [cols[i] for i in keep], [[r[i] for i in keep] for r in cells]
     widths = _widths(cols, cells, total)
+    if not widths:
+        return cols, [], cells, []
     below: list[tuple[str, str]] = []
     shown = []
     for r in cells:
@@ -289,23 +302,46 @@ def table(title: str, columns: list, rows: list[list], *, as_json: bool = False,
     under the table, wrapped at spaces (a fix, a hint: text the table has no room for)."""
     if as_json:
         return
-    from rich import box
-    from rich.table import Table
     from rich.text import Text
 
     console = out()
     cols, widths, cells, below = layout(columns, rows, console.width)
+    console.print(Text(title, style="bold"), soft_wrap=False)
+    if not widths:
+        _records(console, cols, cells)
+    else:
+        _grid(console, cols, widths, cells, below)
+    for note in notes:
+        console.print(Text(wrap(note, console.width)), soft_wrap=True)
+
+
+def _records(console, cols: list[Col], cells: list[list[str]]) -> None:
+    """Too many columns for the console: one block per row, `column  value` per line (values
+    wrapped at spaces, a path or a sha256 whole on a line of its own)."""
+    from rich.text import Text
+
+    kw = max(len(c.name) for c in cols[1:]) if len(cols) > 1 else 0
+    for r in cells:
+        console.print(Text(f"{cols[0].name} {r[0]}".strip(), style="bold"), soft_wrap=True)
+        for c, v in zip(cols[1:], r[1:]):
+            if v:
+                console.print(Text(f"  {c.name:<{kw}}  " + wrap(v, console.width - kw - 4, " " * (kw + 4))),
+                              soft_wrap=True)
+
+
+def _grid(console, cols: list[Col], widths: list[int], cells: list[list[str]], below) -> None:
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
     t = Table(box=box.MINIMAL, show_edge=False, pad_edge=False, padding=(0, 1), header_style="bold")
     for c, w in zip(cols, widths):
         t.add_column(Text(_header_lines(c.name, w)), width=w, no_wrap=True, justify=c.justify, overflow="ignore")
     for r in cells:
         t.add_row(*[Text(v) for v in r])  # cells are text, not markup
-    console.print(Text(title, style="bold"), soft_wrap=False)
     console.print(t)
     for mark, text in below:  # whole, on one line each: a sha256 or a path is copied as printed
         console.print(Text(f"{mark} {text}"), soft_wrap=True)
-    for note in notes:
-        console.print(Text(wrap(note, console.width)), soft_wrap=True)
 
 
 def result(msg: str, *, as_json: bool = False) -> None:

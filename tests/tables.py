@@ -60,5 +60,31 @@ def read_tables(out: str) -> list[dict]:
 
 
 def table_lines(out: str) -> list[str]:
-    """The lines of `out` that must fit the width: all but a whole value printed under a table."""
-    return [l for l in out.splitlines() if not re.match(r"^↓\d+ ", l)]
+    """The lines of `out` that must fit the width: all but a whole value printed under a table
+    (`↓N column: value`) or alone on its line (a path, a sha256 wider than the console)."""
+    return [l for l in out.splitlines() if not re.match(r"^↓\d+ ", l) and len(l.split()) > 1]
+
+
+def read_records(out: str, first: str) -> list[dict]:
+    """The rows of a table printed as records (too many columns for the console): a line
+    `<first column> <value>`, then `  <column>  <value>` lines, values continued under themselves."""
+    rows, key = [], None
+    for line in out.splitlines():
+        if line.startswith(f"{first} ") and not line.startswith("  "):
+            rows.append({first: line[len(first) + 1:].strip()})
+            key = None
+        elif rows and line.startswith("  ") and (m := re.match(r"^  (\S(?:.*?\S)?)\s{2,}(\S.*)$", line)) \
+                and not line.startswith("    "):
+            key = m.group(1)
+            rows[-1][key] = m.group(2).strip()
+        elif rows and key and line.startswith("    "):
+            rows[-1][key] = _join(rows[-1][key], line.strip())
+        else:
+            key = None
+    return rows
+
+
+def rows_of(out: str, first: str) -> list[dict]:
+    """The rows of every table whose first column is `first`, grid or records."""
+    grid = [r for t in read_tables(out) if t["columns"] and t["columns"][0] == first for r in t["rows"]]
+    return grid or read_records(out, first)

@@ -10,7 +10,7 @@ from lucepatch import git, report
 from lucepatch.commands._common import cache, json_option, require_source, source_option, workspace
 from lucepatch.errors import EXIT_CHECK_FAILED
 from lucepatch.show.model import build_view
-from lucepatch.show.terminal import verdict_table
+from lucepatch.show.terminal import print_parts, verdict_parts
 from lucepatch.target import load_target
 from lucepatch.verify.evidence import write_evidence
 from lucepatch.verify.progress import clock
@@ -103,7 +103,8 @@ def command(ctx, reproducer_names, run_all, scenarios, target_name, source, driv
     if as_json:
         report.emit_json("verify", {"evidence_path": evidence_path, "evidence": ev.to_json()})
     else:
-        report.out().print(verdict_table(build_view(ev), wide=wide))
+        console = report.out()
+        print_parts(console, verdict_parts(build_view(ev), console.width, wide=wide))
     ex = ev.execution
     report.progress(f"{ex['processes']} processes in {ex['wall_s']:.1f}s, {ex['mode']}"
                     + (f" x{ex['jobs']}" if ex["mode"] == "parallel" else ""))

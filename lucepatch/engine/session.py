@@ -432,8 +432,8 @@ class Session:
                 ps.action, ps.applies, ps.signal, ps.upstream_commit, ps.detail = ABSORBED, "absorbed", "3-way", commit, o.detail
             else:
                 ps.applies, ps.detail = "conflict", o.detail
-                if not stop_at_conflict:
-                    ps.action = STOPPED
+                if not stop_at_conflict:  # a dry run: the files git named, as a session would list them
+                    ps.action, ps.conflict_files = STOPPED, conflicted_paths(o.detail)
                     continue
                 self._materialize(i)
                 return st.phase
@@ -745,18 +745,27 @@ def table_rows(doc: dict) -> list[list]:
         n = r["needed"]
         by = {True: " (simulated driver)", False: " (real driver)"}.get(n.get("simulated"), "")
         why = r["signal"] + (f" {r['upstream_commit'][:12]}" if r.get("upstream_commit") else "") if r["signal"] else ""
-        detail = r["detail"] + (f"; conflicts: {', '.join(r['conflict_files'])}" if r["conflict_files"] else "")
-        out.append([i, r["name"], r["applies"] or "-", why, n["needed"] + by, r["action"], detail])
+        # the conflicting files in a column of their own: whole (a path is what the user opens next)
+        out.append([i, r["name"], r["applies"] or "-", why, n["needed"] + by, r["action"], r["detail"],
+                    ", ".join(r["conflict_files"])])
     return out
 
 
-TABLE_COLUMNS = ["#", "patch", "applies", "signal", "needed", "action", "detail"]
+TABLE_COLUMNS = ["#", "patch", "applies", "signal", "needed", "action", "detail", "conflicts"]
 
 
 def title(doc: dict) -> str:
     bump = f" -> {doc['new_version']} ({doc['bump']})" if doc.get("new_version") else ""
     return (f"rebase {doc['target']} {doc['old_version']}{bump}: {doc['direction']} from {doc['base'][:12]} onto "
             f"{doc['onto'][:12]} ({doc['onto_ref']})")
+
+
+def conflicted_paths(detail: str) -> list[str]:
+    """The files git apply names in its account of a conflict: `U path` (3-way markers), `patch
+    failed: path:N`, `path: does not exist` / `patch does not apply` / `already exists`."""
+    found = re.findall(r"(?:^|; |\n)U (\S+)", detail) + re.findall(r"patch failed: (\S+?):\d+", detail) + \
+        re.findall(r"error: (\S+?): (?:does not exist|patch does not apply|already exists)", detail)
+    return list(dict.fromkeys(found))
 
 
 def dry_run(cache: Path, t: Target, source: Path, onto_ref: str, opts: Options, *, fetch: bool = False) -> dict:

@@ -6,10 +6,11 @@ unless `wide` (the full text is always in the evidence)."""
 from __future__ import annotations
 
 from rich import box
-from rich.console import Console, Group
+from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from lucepatch.report import wrap
 from lucepatch.show.model import GLYPHS, VARIANTS, View
 
 VERDICT_STYLE = {"proven": "bold green", "pass": "green", "guarded": "cyan", "not-proven": "yellow",
@@ -19,15 +20,6 @@ VERDICT_STYLE = {"proven": "bold green", "pass": "green", "guarded": "cyan", "no
 def _title(view: View) -> str:
     d = view.driver
     return f"verify {view.title} — driver {d['kind']} ({d['gpu']}, {d['driver']})"
-
-
-def _wrapped(text: str, width: int, indent: str = "    ") -> str:
-    """Prose wrapped at spaces with a hanging indent; a word wider than the line (a path, a
-    variable) is never broken."""
-    import textwrap
-
-    return textwrap.fill(" ".join(text.split()), width=max(20, width), subsequent_indent=indent,
-                         break_long_words=False, break_on_hyphens=False)
 
 
 def _rows_table(view: View, width: int) -> Table:
@@ -76,12 +68,17 @@ def _below(view: View, width: int, *, wide: bool) -> list[Text]:
     for reason, scs in skipped.items():
         reps = sorted({sc.partition(":")[0] for sc in scs})
         what = (f"{', '.join(reps)}: {len(scs)} scenario(s)" if len(reps) == 1 and len(scs) > 1 else ", ".join(scs))
-        out.append(Text(_wrapped(f"skipped {what}: {reason}", width), style="dim"))
+        out.append(Text(wrap(f"skipped {what}: {reason}", width), style="dim", no_wrap=True))
     if wide:
         for r in view.rows:
             if r.reason:
-                out.append(Text(_wrapped(f"{r.scenario}: {r.reason}", width)))
+                out.append(Text(wrap(f"{r.scenario}: {r.reason}", width), no_wrap=True))
     return out
+
+
+def verdict_parts(view: View, width: int, *, wide: bool = False) -> list:
+    """The verdict table at `width`, then (whole) what its short reasons leave out."""
+    return [_rows_table(view, width), *_below(view, width, wide=wide)]
 
 
 class _VerdictTable:
@@ -91,9 +88,14 @@ class _VerdictTable:
         self.view, self.wide = view, wide
 
     def __rich_console__(self, console, options):
-        width = options.max_width
-        yield _rows_table(self.view, width)
-        yield from _below(self.view, width, wide=self.wide)
+        yield from verdict_parts(self.view, options.max_width, wide=self.wide)
+
+
+def print_parts(console: Console, parts: list) -> None:
+    """Each part on its own; text already wrapped here (no_wrap) is printed as it is (soft wrap),
+    so a path or a sha256 longer than the console stays whole instead of being cropped or folded."""
+    for p in parts:
+        console.print(p, soft_wrap=isinstance(p, Text) and bool(p.no_wrap))
 
 
 def verdict_table(view: View, *, wide: bool = False) -> _VerdictTable:
@@ -101,38 +103,30 @@ def verdict_table(view: View, *, wide: bool = False) -> _VerdictTable:
     return _VerdictTable(view, wide)
 
 
-class _Provenance:
+def provenance_parts(view: View, width: int) -> list[Text]:
     """What was built from which commit, on which driver: one `what  value` per line, the value
-    wrapped at spaces under itself; a path or a sha256 is never broken (it is copied as printed)."""
+    wrapped at spaces under itself; a path or a sha256 is never broken (it is copied as printed):
+    wider than the value column, it gets a line of its own from column 2."""
+    import textwrap
 
-    def __init__(self, view: View):
-        self.view = view
-
-    def __rich_console__(self, console, options):
-        import textwrap
-
-        rows = self.view.provenance
-        kw = max([len(k) for k, _ in rows] + [4])
-        yield Text("provenance", style="italic")
-        for k, v in rows:
-            room = max(20, options.max_width - kw - 2)
-            lines = textwrap.wrap(" ".join(v.split()), width=room, break_long_words=False,
-                                  break_on_hyphens=False) or [""]
-            shown = []
-            for n, line in enumerate(lines):
-                if len(line) > room:  # wider than the value column: a line of its own, from column 2
-                    if n == 0:
-                        shown.append(k)
-                    shown.append("  " + line)
-                else:
-                    shown.append((f"{k:<{kw}}  " if n == 0 else " " * (kw + 2)) + line)
-            out = Text("\n".join(shown), no_wrap=True, overflow="ignore")
-            out.stylize("bold", 0, len(k))
-            yield out
-
-
-def provenance_table(view: View) -> _Provenance:
-    return _Provenance(view)
+    rows = view.provenance
+    kw = max([len(k) for k, _ in rows] + [4])
+    room = max(20, width - kw - 2)
+    out = [Text("provenance", style="italic")]
+    for k, v in rows:
+        lines = textwrap.wrap(" ".join(v.split()), width=room, break_long_words=False, break_on_hyphens=False) or [""]
+        shown = []
+        for n, line in enumerate(lines):
+            if len(line) > room:
+                if n == 0:
+                    shown.append(k)
+                shown.append("  " + line)
+            else:
+                shown.append((f"{k:<{kw}}  " if n == 0 else " " * (kw + 2)) + line)
+        text = Text("\n".join(shown), no_wrap=True)
+        text.stylize("bold", 0, len(k))
+        out.append(text)
+    return out
 
 
 def strip_text(marks) -> Text:
@@ -172,9 +166,11 @@ def legend(view: View) -> Text:
 
 
 def show(view: View, console: Console, *, wide: bool = False) -> None:
-    parts = [verdict_table(view, wide=wide), provenance_table(view), Text(""), strip_table(view), legend(view)]
+    parts = [*verdict_parts(view, console.width, wide=wide), *provenance_parts(view, console.width), Text(""),
+             strip_table(view), legend(view)]
     for e in view.fingerprints:
-        parts.append(Text(f"{e['scenario']}: baseline failure {e['summary']} {e['url']}".rstrip()))
+        parts.append(Text(wrap(f"{e['scenario']}: baseline failure {e['summary']} {e['url']}".rstrip(), console.width),
+                          no_wrap=True))
     for n in view.notes:
         parts.append(Text(f"note: {n}", style="yellow"))
     verdict = Text("verdict: ")
@@ -182,4 +178,4 @@ def show(view: View, console: Console, *, wide: bool = False) -> None:
     if view.simulated:
         verdict.append(" (simulated driver: not GPU evidence)", style="yellow")
     parts.append(verdict)
-    console.print(Group(*parts))
+    print_parts(console, parts)

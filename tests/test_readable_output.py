@@ -1,0 +1,255 @@
+"""Output a person can read (docs/design.md "Output and exit codes"), verb by verb, at 60, 80 and
+200 columns ($COLUMNS, and piped without it: 200): no line wider than the console but a whole value
+printed under a table, and every value the next step needs — a full sha256, a full path, a patch
+name, a fix, a reason — found unbroken when the table is read back as a person reads it."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import commit_all, git, write
+from tables import read_tables, rows_of, table_lines
+
+REPO = Path(__file__).resolve().parent.parent
+WIDTHS = [60, 80, None]  # None: piped, no $COLUMNS (200)
+BUILD = ('[build]\nsystem = "cmake"\nconfigure_args = []\ntargets = ["lib"]\n\n'
+         '[build.artifacts]\n"libtoy.so" = "libtoy.so"\n')
+CMAKE = ('cmake_minimum_required(VERSION 3.10)\nproject(toy C)\n'
+         'add_library(lib SHARED src/a.c src/b.c)\nset_target_properties(lib PROPERTIES OUTPUT_NAME toy)\n')
+LONG = "fix-allocator-charge-stream-ordered-allocations-to-the-streams-device-not-the-current-one"
+
+
+def at(monkeypatch, width):
+    if width is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", str(width))
+    return width or 200
+
+
+def fits(out: str, width: int) -> None:
+    wide = [l for l in table_lines(out) if len(l.rstrip()) > width]
+    assert not wide, "\n".join(wide)
+    assert "…" not in out, out
+
+
+def cells(out: str, column: str) -> list[str]:
+    return [r[column] for t in read_tables(out) if column in t["columns"] for r in t["rows"]]
+
+
+@pytest.fixture
+def long_toy(toy):
+    """The toy target with a patch name as long as HAMi-core's, and a cmake build."""
+    tdir = toy["ws"] / "patches" / "toy"
+    first = (tdir / "series").read_text().splitlines()[0]
+    (tdir / first).rename(tdir / f"{LONG}.patch")
+    (tdir / "series").write_text((tdir / "series").read_text().replace(first, f"{LONG}.patch"))
+    return toy
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_list_status_check_keep_every_patch_name_whole(cli, long_toy, monkeypatch, width):
+    w = at(monkeypatch, width)
+    ws, up = long_toy["ws"], long_toy["upstream"]
+    for args in (["list"], ["status", "toy", "--source", up], ["check", "toy", "--source", up]):
+        r = cli("--workspace", ws, *args)
+        assert r.code == 0, r.err
+        fits(r.out, w)
+        names = cells(r.out, "patch")
+        assert f"{LONG}.patch" in names and "fix-b-return-twenty.patch" in names, (args, r.out)
+
+
+@pytest.mark.needs("cmake", "gcc")
+@pytest.mark.parametrize("width", WIDTHS)
+def test_build_prints_the_full_sha256_and_path_deploy_needs(cli, toy, monkeypatch, width):
+    up = toy["upstream"]
+    write(up, "CMakeLists.txt", CMAKE)
+    base = commit_all(up, "a library")
+    t = toy["ws"] / "patches" / "toy" / "target.toml"
+    t.write_text(t.read_text().replace(toy["base"], base) + "\n" + BUILD)
+    w = at(monkeypatch, width)
+    r = cli("--workspace", toy["ws"], "build", "toy", "--source", up, "--both")
+    assert r.code == 0, r.err
+    fits(r.out, w)
+    doc = cli("--workspace", toy["ws"], "build", "toy", "--source", up, "--both", "--json").json
+    (table,) = read_tables(r.out)
+    for b in doc["builds"]:
+        a = b["artifacts"]["libtoy.so"]
+        row = next(x for x in table["rows"] if x["variant"] == b["variant"])
+        assert row["sha256"] == a["sha256"] and row["path"] == a["path"]  # whole, in the cell or under it
+        assert any(a["path"] in l for l in r.out.splitlines())  # on one line: copied as printed
+        assert any(a["sha256"] in l for l in r.out.splitlines())
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_doctor_fix_text_is_whole(cli, monkeypatch, tmp_path, width):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")  # docker is missing: it has a fix
+    w = at(monkeypatch, width)
+    r = cli("doctor")
+    fits(r.out, w)
+    items = cli("doctor", "--json").json["items"]
+    flat = " ".join(r.out.split())
+    for i in items:
+        if i["status"] == "missing":
+            assert f"fix {i['name']}: {' '.join(i['remedy'].split())}" in flat, (i, r.out)
+    rows = {x["tool"]: x for x in read_tables(r.out)[0]["rows"]}
+    assert set(rows) == {i["name"] for i in items}
+    # prose: every character, in order (a line break is where a space was, or inside a long word)
+    assert all("".join(rows[i["name"]]["detail"].split()) == "".join(i["detail"].split()) for i in items)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_rebase_dry_run_names_the_conflicting_file(cli, toy, monkeypatch, width):
+    up = toy["upstream"]
+    write(up, "src/b.c", "int b(void) {\n    return 2 + 0;\n}\n")  # fix-b's context is gone
+    head = commit_all(up, "upstream rewrites b")
+    w = at(monkeypatch, width)
+    r = cli("--workspace", toy["ws"], "rebase", "toy", "--source", up, "--onto", head, "--dry-run")
+    assert r.code == 1, r.err
+    fits(r.out, w)
+    rows = {x["patch"]: x for x in rows_of(r.out, "#")}
+    assert rows["fix-b-return-twenty.patch"]["conflicts"] == "src/b.c", r.out
+    assert "fix-b-return-twenty.patch" in r.err or "conflict" in r.err
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_matrix_and_lint_fit(cli, toy, monkeypatch, width):
+    up, base = toy["upstream"], toy["base"]
+    write(up, "src/c.c", "int c;\n")
+    head = commit_all(up, "upstream moves on, with a subject long enough to need its column wrapped at 60")
+    w = at(monkeypatch, width)
+    r = cli("--workspace", toy["ws"], "matrix", "toy", "--source", up, "--range", f"{base}..{head}")
+    assert r.code == 0, r.err
+    fits(r.out, w)
+    assert head[:10] in " ".join(cells(r.out, "commits"))
+    r = cli("--workspace", toy["ws"], "lint", "toy")
+    fits(r.out, w)
+
+
+# ---- verify and show: the verdict table -----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def verified(tmp_path_factory, fh):
+    """One verify run on the simulated driver with a skipped reproducer, its evidence kept."""
+    from test_verify_verdicts import _series, make_ws
+
+    def one_device(_r, text):
+        return text.replace('LUCEPATCH_FAKECUDA_DEVICES = "2"', 'LUCEPATCH_FAKECUDA_DEVICES = "1"')
+
+    ws = make_ws(fh, "ws-readable", _series(""), ["async-sched", "multi-device"], toml_edit=one_device)
+    ev = tmp_path_factory.mktemp("readable") / "ev.json"
+    from lucepatch.main import main
+
+    assert main(["--workspace", str(ws), "--cache-dir", str(fh["cache"]), "verify", "--all", "--source",
+                 str(fh["upstream"]), "--driver", "fake", "--runs", "3", "--evidence", str(ev), "--quiet"]) in (0, 1)
+    return {"ws": ws, "ev": ev, "doc": json.loads(ev.read_text()), "fh": fh}
+
+
+from test_verify_verdicts import fh  # noqa: E402,F401  (the module's fakehami upstream, built once)
+
+
+@pytest.mark.needs("gcc", "cmake", "/usr/local/cuda/include/cuda.h")
+@pytest.mark.parametrize("width", WIDTHS)
+def test_verdict_table_skipped_rows_show_the_reason_not_counts(cli, verified, monkeypatch, width):
+    w = at(monkeypatch, width)
+    r = cli("--workspace", verified["ws"], "show", verified["ev"])
+    assert r.code == 0, r.err
+    fits(r.out, w)
+    doc = verified["doc"]
+    skipped = [s for s in doc["scenarios"] if s["verdict"] == "skipped"]
+    assert skipped
+    lines = r.out.splitlines()
+    reps = {s["scenario"].split(":", 1)[0] for s in doc["scenarios"]}
+    for rep in {s["scenario"].split(":", 1)[0] for s in skipped}:  # every scenario of multi-device is skipped
+        start = next(i for i, l in enumerate(lines) if l.strip() == rep)  # its heading in the verdict table
+        block = []
+        for l in lines[start + 1:]:
+            if l.strip() in reps or not l.startswith("  "):
+                break
+            block.append(l)
+        assert sum("skipped" in l for l in block) == sum(s["scenario"].startswith(rep + ":") for s in skipped)
+        assert not any(re.search(r"\d+/\d+", l) for l in block), block  # no "0/1": no run happened
+    flat = " ".join(r.out.split())
+    for reason in {s["reason"] for s in skipped}:  # the whole reason, under the table
+        assert " ".join(reason.split()) in flat
+
+
+@pytest.mark.needs("gcc", "cmake", "/usr/local/cuda/include/cuda.h")
+@pytest.mark.parametrize("width", [60, 80])
+def test_show_wide_puts_full_reasons_under_the_table(cli, monkeypatch, width):
+    at(monkeypatch, width)
+    ev = REPO / "docs" / "evidence" / "hami-core-all.h200x2.json"
+    r = cli("--workspace", REPO, "show", ev, "--wide")
+    assert r.code == 0, r.err
+    fits(r.out, width)
+    doc = json.loads(ev.read_text())
+    flat = " ".join(r.out.split())
+    assert all(" ".join(f"{s['scenario']}: {s['reason']}".split()) in flat for s in doc["scenarios"] if s["reason"])
+    # 28 scenarios: a page, not a column of single words (1836 lines at 80 before)
+    assert len(r.out.splitlines()) < 220
+
+
+def test_show_provenance_keeps_sha256_and_paths_whole(cli, monkeypatch):
+    at(monkeypatch, 60)
+    ev = REPO / "docs" / "evidence" / "async-sched.h200.json"
+    doc = json.loads(ev.read_text())
+    r = cli("--workspace", REPO, "show", ev)
+    lines = [l.strip() for l in r.out.splitlines()]
+    for v in ("baseline", "patched"):
+        a = doc["variants"][v]["artifact"]
+        assert a["sha256"] in lines and a["path"] in lines  # each alone on its line, unbroken
+
+
+# ---- progress -------------------------------------------------------------------------------------
+
+def test_progress_line_fits_80_columns_for_any_count():
+    from lucepatch.verify.progress import final_line, line
+
+    for done, bound, open_, n, s in [(0, 40, 4, 4, 0.1), (95, 1376, 34, 50, 5), (999_998, 999_999, 999, 999, 359_999)]:
+        text = "lucepatch: " + line(done, bound, open_, n, s)
+        assert len(text) <= 80, text
+        assert len("lucepatch: " + final_line(done, n, s, processes=done - 1)) <= 80
+    assert line(120, 220, 12, 50, 42) == "runs 120/≤220, 12/50 scenarios open, 0:42, ETA ≤0:35"
+
+
+def test_progress_is_one_short_line_per_interval_and_a_bar_on_a_terminal(monkeypatch, capsys):
+    import io
+
+    from rich.console import Console
+
+    from lucepatch import report
+    from lucepatch.verify import progress
+
+    p = progress.RunProgress(3, 12, interval=0)
+    for i in range(1, 7):
+        p.update(i, 12, 3)
+    p.close()
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 7 and all(len(l) <= 80 for l in err)
+    assert err[0].startswith("lucepatch: runs 1/≤12, 3/3 scenarios open") and "runs 6 done" in err[-1]
+
+    buf = io.StringIO()
+    monkeypatch.setattr(report, "rich_progress_wanted", lambda: True)
+    monkeypatch.setattr(report, "err_console", lambda: Console(file=buf, force_terminal=True, width=80))
+    with progress.RunProgress(3, 12) as bar:
+        bar.update(6, 12, 2)
+        bar._bar.refresh()
+    assert "━" in buf.getvalue() and "6/12" in buf.getvalue()  # a bar, drawn on the terminal
+
+
+@pytest.mark.needs("gcc", "cmake", "/usr/local/cuda/include/cuda.h")
+def test_verify_progress_names_no_reproducer_and_quiet_leaves_the_verdict_line(cli, verified, monkeypatch):
+    fh = verified["fh"]
+    args = ["--workspace", verified["ws"], "--cache-dir", fh["cache"], "verify", "--all", "--source", fh["upstream"],
+            "--driver", "fake", "--runs", "3"]
+    r = cli(*args)
+    assert all(len(l) <= 80 for l in r.err.splitlines() if l.startswith("lucepatch: runs")), r.err
+    assert not [l for l in r.err.splitlines() if "async-sched, multi-device" in l], r.err
+    q = cli(*args, "--quiet")
+    assert q.out == r.out  # the result is the same
+    assert len(q.err.splitlines()) == 1 and q.err.startswith("lucepatch: verdict:"), q.err
+    assert cli("--quiet", *args).err.startswith("lucepatch: verdict:")
