@@ -13,6 +13,7 @@ import pytest
 
 from conftest import commit_all, git, write
 from tables import read_tables, rows_of, table_lines
+from test_json_schemas import check
 
 REPO = Path(__file__).resolve().parent.parent
 WIDTHS = [60, 80, None]  # None: piped, no $COLUMNS (200)
@@ -76,6 +77,7 @@ def test_build_prints_the_full_sha256_and_path_deploy_needs(cli, toy, monkeypatc
     assert r.code == 0, r.err
     fits(r.out, w)
     doc = cli("--workspace", toy["ws"], "build", "toy", "--source", up, "--both", "--json").json
+    check("build", doc)
     (table,) = read_tables(r.out)
     for b in doc["builds"]:
         a = b["artifacts"]["libtoy.so"]
@@ -249,6 +251,7 @@ def test_verify_progress_names_no_reproducer_and_quiet_leaves_the_verdict_line(c
     r = cli(*args)
     assert all(len(l) <= 80 for l in r.err.splitlines() if l.startswith("lucepatch: runs")), r.err
     assert not [l for l in r.err.splitlines() if "async-sched, multi-device" in l], r.err
+    check("verify", cli(*args, "--json").json)
     q = cli(*args, "--quiet")
     assert q.out == r.out  # the result is the same
     assert len(q.err.splitlines()) == 1 and q.err.startswith("lucepatch: verdict:"), q.err
