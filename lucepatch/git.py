@@ -14,6 +14,7 @@ checkout: stash, reflog).
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import threading
 from collections import OrderedDict
@@ -244,10 +245,14 @@ def _commit(repo: gitpython.Repo, ref: str):
         return None
 
 
-def resolve_commit(repo_dir: Path | str, ref: str, *, what: str = "base commit", remedy: str = "") -> str:
+def resolve_commit(repo_dir: Path | str, ref: str, *, what: str = "base commit", remedy: str = "",
+                   upstream: str | None = None) -> str:
+    """`ref` as a commit of `repo_dir`; missing, one line naming `what` (the flag or the pin) and
+    `remedy` (default: the fetch into this repository from `upstream`, fetch_hint)."""
     sha = try_resolve(repo_dir, ref)
     if sha is None:
-        hint = remedy or "fetch it into the checkout (git fetch from the right remote; git fetch --unshallow if shallow)"
+        hint = remedy or f"fetch it into that checkout ({fetch_hint(repo_dir, upstream, ref)})" + (
+            " or name a ref that exists there" if what.startswith("--") else "")  # a flag's value can change; a pin cannot
         raise EnvironmentMissing(f"{what} {ref} is not in the checkout {repo_dir}; {hint}")
     return sha
 
@@ -306,6 +311,39 @@ def remote_url(repo_dir: Path | str, name: str) -> str | None:
             return next(iter(repo.remote(name).urls), None)
         except ValueError:  # no such remote
             return None
+
+
+def _same_repo(a: str, b: str) -> bool:
+    def norm(u: str) -> str:
+        u = u.strip().rstrip("/").removesuffix(".git").lower()
+        u = re.sub(r"^(?:https?|ssh|git)://(?:[^@/]+@)?", "", u)
+        return re.sub(r"^[^@/]+@([^:/]+):", r"\1/", u)  # git@github.com:org/repo -> github.com/org/repo
+    return bool(a and b) and norm(a) == norm(b)
+
+
+def fetch_hint(repo_dir: Path | str, upstream_url: str | None = None, commit: str = "") -> str:
+    """How to bring a missing commit into `repo_dir` — that repository, by path, from the remote
+    that is the target's upstream (a fork's `origin` is not; with none, the URL itself); a shallow
+    clone deepened; a submodule's commit fetched in the submodule, not its superproject."""
+    repo_dir = Path(repo_dir)
+    remote = None
+    try:
+        with repo_at(repo_dir) as repo:
+            urls = {r.name: next(iter(r.urls), "") for r in repo.remotes}
+    except (UsageError, gitpython.exc.GitError, OSError, ValueError):  # not a repository: no remote to name
+        urls = {}
+    if upstream_url:
+        remote = next((n for n, u in urls.items() if _same_repo(u, upstream_url)), None)
+    where = f"git -C {repo_dir} fetch"
+    if remote:
+        cmd = f"{where} {remote}"
+    elif upstream_url:
+        cmd = f"{where} {upstream_url}" + (f" {commit}" if commit and len(commit) == 40 else "")
+    else:
+        cmd = f"{where} {'origin' if 'origin' in urls else '<the upstream remote>'}"
+    if is_shallow(repo_dir):
+        cmd += " --unshallow"
+    return cmd
 
 
 def is_shallow(repo_dir: Path | str) -> bool:

@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 import pytest
 
-from conftest import commit_all, write
+from conftest import commit_all, git, write
 from lucepatch.main import VERBS, cli as lucepatch_cli
 
 REPO = Path(__file__).resolve().parent.parent
@@ -90,7 +90,8 @@ def moved_base(toy):
 def test_fetch_hint_only_where_fetch_exists(cli, moved_base, verb, has_fetch):
     r = cli("--workspace", moved_base["ws"], *verb, "--source", moved_base["upstream"])
     assert r.code == 3, r.err
-    assert "is not in the checkout" in r.err and "git fetch" in r.err
+    # the fetch is in that checkout (by path), from the target's upstream: not wherever the user stands
+    assert "is not in the checkout" in r.err and f"git -C {moved_base['upstream']} fetch" in r.err, r.err
     assert ("--fetch" in r.err) == has_fetch, r.err
 
 
@@ -167,3 +168,70 @@ def test_a_killed_build_is_swept_by_the_next(tmp_path):
         (d / "build").mkdir(parents=True)
     _sweep_stale_staging(out)
     assert not stale.exists() and live.exists()
+
+
+# ---- each message names the right thing: the flag, the repository, the cause ------------------------
+
+def test_every_file_a_message_names_exists():
+    bad = []
+    for where, text in _strings():
+        for m in re.finditer(r"(?<![\w/.-])((?:docs|tools|\.ci|bench|ci|reproducers|patches)/[\w./-]+\w)", text):
+            if "{" not in m.group(1) and not (REPO / m.group(1)).exists():
+                bad.append(f"{where}: {m.group(1)}")
+    extras = set(re.findall(r"^(\w+) = \[", (REPO / "pyproject.toml").read_text().split("[project.optional-dependencies]")[1]
+                            .split("\n[")[0], re.M))
+    for where, text in _strings():
+        bad += [f"{where}: lucepatch[{x}]" for x in re.findall(r"lucepatch\[(\w+)\]", text) if x not in extras]
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("verb", [["check", "toy", "--onto", "2" * 40], ["rebase", "toy", "--onto", "2" * 40, "--dry-run"],
+                                  ["rebase", "toy", "--onto", "HEAD", "--backport", "2" * 40, "--dry-run"]])
+def test_a_ref_the_user_gave_is_named_by_its_flag(cli, toy, verb):
+    r = cli("--workspace", toy["ws"], *verb, "--source", toy["upstream"])
+    assert r.code == 3, r.err
+    flag = "--backport" if "--backport" in verb else "--onto"
+    assert f"{flag} {'2' * 40} is not in the checkout {toy['upstream']}" in r.err, r.err
+    assert "base commit" not in r.err and "or name a ref that exists there" in r.err
+
+
+def test_the_fetch_hint_names_the_upstream_remote_not_a_forks_origin(cli, moved_base):
+    up = moved_base["upstream"]
+    git(up, "remote", "add", "origin", "https://example.invalid/someones-fork-of-toy")
+    r = cli("--workspace", moved_base["ws"], "check", "toy", "--source", up)
+    assert r.code == 3 and f"git -C {up} fetch https://example.invalid/toy {'1' * 40}" in r.err, r.err
+    assert "fetch origin" not in r.err  # origin is the fork: fetching it would not bring upstream's commit
+    git(up, "remote", "add", "upstream", "git@example.invalid:toy.git")  # the same repository, by ssh
+    r = cli("--workspace", moved_base["ws"], "status", "toy", "--source", up)
+    assert f"git -C {up} fetch upstream" in r.err, r.err
+
+
+def test_a_submodules_commit_is_fetched_in_the_submodule(tmp_path):
+    from lucepatch import git as g
+    from lucepatch.engine.apply import resolve_base
+    from lucepatch.errors import EnvironmentMissing
+
+    sup = tmp_path / "super"
+    sub = sup / "deps" / "lib"
+    for repo in (sup, sub):
+        repo.mkdir(parents=True, exist_ok=True)
+        git(repo, "init", "-q")
+    git(sub, "remote", "add", "origin", "https://example.invalid/lib")
+    with pytest.raises(EnvironmentMissing) as exc:
+        resolve_base(sub, "3" * 40, "super.lib", upstream="https://example.invalid/lib", fetch=None)
+    assert f"is not in the checkout {sub}" in str(exc.value) and f"git -C {sub} fetch origin" in str(exc.value)
+    assert g.fetch_hint(sup, "https://example.invalid/lib") == f"git -C {sup} fetch https://example.invalid/lib"
+
+
+def test_the_real_driver_skip_names_the_cuda_runtime_not_pytorch():
+    from lucepatch.verify.reproducer import load_reproducer
+    from lucepatch.verify.requirements import unmet
+    from lucepatch.workspace import resolve_workspace
+
+    ws = resolve_workspace(REPO)
+    for name in ("ggml-client", "torch-clients"):
+        r = load_reproducer(ws, name)
+        why = unmet(r, next(s for s in r.scenarios if not s.control), "fake")
+        assert "needs the real CUDA driver" in why and "CUDA runtime" in why, why
+        if name == "ggml-client":
+            assert "PyTorch" not in why and "torch" not in why, why

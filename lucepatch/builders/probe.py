@@ -226,7 +226,7 @@ def nested_submodules(sub_src: Path, base: str) -> list[dict]:
 
 
 def carried_bases(source: Path, repos: list[tuple[str, str]]) -> dict[str, str]:
-    """Bases for checkouts carried without history (tools/carry_lucebox.sh; a machine with no network).
+    """Bases for checkouts carried without history (tools/carry_lucebox.py pack; a machine with no network).
 
     With LUCEPATCH_CARRIED_TREES=<manifest.json>, each repository of `source` is a one-commit copy of
     the pinned tree made by that tool; its HEAD is used as the base once HEAD^{tree} equals the tree
@@ -242,7 +242,7 @@ def carried_bases(source: Path, repos: list[tuple[str, str]]) -> dict[str, str]:
     for rel, pinned in repos:
         ent = doc.get(rel)
         if not ent or ent.get("pinned") != pinned:
-            raise CheckFailed(f"{path} records no carried tree of {rel} at {pinned[:12]}: re-run tools/carry_lucebox.sh")
+            raise CheckFailed(f"{path} records no carried tree of {rel} at {pinned[:12]}: re-run python3 tools/carry_lucebox.py pack")
         repo = Path(source) / rel
         tree = git.tree_of(repo)
         if tree != ent["tree"]:

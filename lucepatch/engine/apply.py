@@ -168,21 +168,27 @@ def clone_private(source: Path, dest: Path) -> None:
                                "\tfilemode = true\n\tbare = false\n\tlogallrefupdates = false\n" + ext)
 
 
-def resolve_base(source: Path, ref: str, target_name: str, *, fetch: bool | None = None) -> str:
+def resolve_base(source: Path, ref: str, target_name: str, *, fetch: bool | None = None,
+                 upstream: str | None = None, what: str | None = None) -> str:
     """The base commit in `source`. `fetch`: True = git fetch when missing; False = the verb has a
-    --fetch option that was not given (the hint names it); None = the verb has none (no such hint)."""
-    remedy = "fetch it into the checkout (git fetch origin; or git fetch --unshallow if the clone is shallow)"
+    --fetch option that was not given (the hint names it); None = the verb has none (no such hint).
+    `upstream`: the target's upstream URL (the hint fetches from the remote that is it, in this
+    repository); `what`: the name of `ref` (default: the pinned base; a flag's when a user gave it)."""
+    hint = git.fetch_hint(source, upstream, ref)
+    remedy = f"fetch it into that checkout ({hint})"
     if fetch is False:
         remedy += " or pass --fetch to let lucepatch run git fetch"
     sha = git.try_resolve(source, ref)
     if sha is None and fetch:
-        git.run(source, "fetch", "--quiet", "origin", check=False)
+        remote = hint.split(" fetch ", 1)[1].split()[0]
+        git.run(source, "fetch", "--quiet", remote, check=False)
         if git.is_shallow(source):
-            git.run(source, "fetch", "--quiet", "--unshallow", "origin", check=False)
+            git.run(source, "fetch", "--quiet", "--unshallow", remote, check=False)
         sha = git.try_resolve(source, ref)
     if sha is None:
         why = " (the checkout is a shallow clone)" if git.is_shallow(source) else ""
-        raise EnvironmentMissing(f"base commit {ref} of {target_name} is not in the checkout {source}{why}; {remedy}")
+        name = what or f"base commit {ref} of {target_name}"
+        raise EnvironmentMissing(f"{name} is not in the checkout {source}{why}; {remedy}")
     return sha
 
 
@@ -513,18 +519,20 @@ def fast_loop(work: WorkArea, source: Path, target: Target, patches: list[Patch]
 def apply_series(target: Target, source: Path, patches: list[Patch], work: WorkArea,
                  base: str | None = None, *, trailers: bool = True, am_args: tuple[str, ...] = (),
                  am_env: dict | None = None, checkout: bool = True, fetch: bool | None = None,
-                 write_objects: bool = True) -> SeriesResult:
+                 write_objects: bool = True, base_label: str | None = None) -> SeriesResult:
     """Apply `patches` in order onto `base` (default: the pinned base) in a private repository.
 
     `am_args` accepts "--signoff" (the committer identity from `am_env` signs each commit);
     `checkout=False` leaves the private repository without a work tree (apply/check/status do
     not need one); `write_objects=False` (check) computes the outcomes without writing the new
-    commits anywhere. Patches that git would apply exactly are applied in Python (FastSeries),
+    commits anywhere; `base_label` names `base` in an error (the flag a user gave it with).
+    Patches that git would apply exactly are applied in Python (FastSeries),
     the others by the per-patch engine; LUCEPATCH_ENGINE=per-patch uses the engine for all.
     """
     from lucepatch.engine.safety import base_listing
 
-    base_sha = resolve_base(source, base or target.base, target.name, fetch=fetch)
+    base_sha = resolve_base(source, base or target.base, target.name, fetch=fetch, upstream=target.upstream,
+                            what=base_label)
     listing = base_listing(source, base_sha)
     check_series_safety(patches, source, base_sha, listing)
     clone_private(source, work.repo)

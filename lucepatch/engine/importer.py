@@ -182,13 +182,15 @@ def import_patches(ws: Workspace, target: str, cache: Path, *, from_path: str | 
             if ".." not in from_branch:
                 raise UsageError(f"--from-branch {from_branch!r} must be a range A..B")
             a, b = from_branch.split("..", 1)
-            a_sha = git.resolve_commit(src, a, what="range start", remedy="pass an existing ref")
-            b_sha = git.resolve_commit(src, b or "HEAD", what="range end", remedy="pass an existing ref")
+            a_sha = git.resolve_commit(src, a, what="--from-branch start", remedy="pass an existing ref")
+            b_sha = git.resolve_commit(src, b or "HEAD", what="--from-branch end",
+                                       remedy="pass an existing ref")
             clone_private(src, work.repo)
             files = format_commits(work.repo, a_sha, b_sha, work.path / "out")
             incoming = [(format_patch_slug(f.name), f.read_bytes()) for f, _, _ in files]
         elif quilt:
-            base_sha = resolve_base(src, base_ref, target)
+            base_sha = resolve_base(src, base_ref, target, upstream=t.upstream if t else upstream_url,
+                                    what=None if t else f"--base {base_ref}")
             incoming = normalise_quilt(src, work, base_sha, Path(from_path))
         else:
             fp = Path(from_path)

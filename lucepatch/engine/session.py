@@ -308,10 +308,8 @@ class Session:
                 store.unlock()
                 raise UsageError(f"{msg}; one session per target at a time")
         try:
-            base = resolve_base(source, t.base, t.name, fetch=fetch)
-            onto = git.resolve_commit(source, onto_ref, what=f"--onto {onto_ref}",
-                                      remedy="fetch it into the checkout first (git fetch origin "
-                                             "'+refs/heads/*:refs/remotes/origin/*', or the PR ref) or name an existing ref")
+            base = resolve_base(source, t.base, t.name, fetch=fetch, upstream=t.upstream)
+            onto = git.resolve_commit(source, onto_ref, what="--onto", upstream=t.upstream)
             check_series_safety(t.patches, source, base)
             check_series_safety(t.patches, source, onto)
             tmp = where or store.root / f".{store.key}.starting-{os.getpid()}"
@@ -322,7 +320,7 @@ class Session:
             clone_private(source, tmp / "worktree")
             if opts.line:
                 _as_line(orig, t, opts.line)
-            made = _backports(tmp / "worktree", source, orig, opts) if opts.backports or opts.build_only else {}
+            made = _backports(tmp / "worktree", source, orig, opts, t.upstream) if opts.backports or opts.build_only else {}
             tt = load_target_dir(orig)
             check_series_safety(tt.patches, source, onto)
             st = State(target=name, target_dir=str(target_dir.resolve()), source=str(Path(source).resolve()), base=base,
@@ -630,11 +628,10 @@ def _identity(source: Path) -> str:
     return f"{name} <{mail}>"
 
 
-def _backports(repo: Path, source: Path, orig: Path, opts: Options) -> dict[str, str]:
+def _backports(repo: Path, source: Path, orig: Path, opts: Options, upstream: str | None = None) -> dict[str, str]:
     """Patch files for `--backport REV...` (format-patch of each upstream commit, marked
     `Upstream-Status: Backport [<commit>]`, signed off by the backporter), first in the series."""
-    shas = {rev: git.resolve_commit(source, rev, what=f"--backport {rev}",
-                                    remedy="fetch it into the checkout first (git fetch origin)")
+    shas = {rev: git.resolve_commit(source, rev, what="--backport", upstream=upstream)
             for rev in dict.fromkeys(opts.backports)}
     build_only = set()
     for rev in opts.build_only:

@@ -50,7 +50,7 @@ def compute_status(t, src, work, head: str, base: str) -> list[dict]:
 
 
 def status_of(t, src: Path, cache: Path, *, fetch: bool = False) -> dict:
-    base = resolve_base(src, t.base, t.name, fetch=fetch)
+    base = resolve_base(src, t.base, t.name, fetch=fetch, upstream=t.upstream)
     head = git.resolve_commit(src, "HEAD", what="HEAD", remedy="the checkout has no commits")
     with WorkArea(cache, f"status-{t.name}") as work:
         rows = compute_status(t, src, work, head, base)

@@ -164,9 +164,10 @@ def check_all(target: Target, source: Path, cache: Path, *, onto: str | None = N
     """`check`: the superproject's SeriesResult with each submodule's in `.subs`. With `onto`, a
     submodule is checked at the commit the superproject's `onto` pins it to (its gitlink there)."""
     bases = {}
+    if onto:  # named by its flag, not as "base commit", and fetched in this checkout from the upstream
+        onto = git.resolve_commit(source, onto, what="--onto", upstream=target.upstream)
     if onto and target.submodules:
-        sha = git.resolve_commit(source, onto, what="--onto", remedy="fetch it or pass an existing ref")
-        onto = sha
+        sha = onto
         for st in sub_targets(target)[1:]:
             link = gitlinks(source, [sha], st.path)[0]
             if link is None:
@@ -194,7 +195,7 @@ def for_rebase(target: Target, source: Path, cache: Path, onto_ref: str, *, dry_
     table on stdout, none under --json; the others as progress)."""
     if not target.submodules:
         return []
-    onto = git.resolve_commit(source, onto_ref, what=f"--onto {onto_ref}", remedy="fetch it or name an existing ref")
+    onto = git.resolve_commit(source, onto_ref, what="--onto", upstream=target.upstream)
     out, bases = [], {}
     for st in sub_targets(target)[1:]:
         src = st.source(source)

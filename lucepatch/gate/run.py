@@ -23,7 +23,7 @@ def cache_key(t: Target, ws, src: Path, upstream_head: str | None, driver_ident:
     named = named_scenarios(t)
     doc = {
         "lucepatch": __version__, "target": t.name, "series_hash": t.series_hash,
-        "base": git.resolve_commit(src, t.base, what=f"base commit of {t.name}"),
+        "base": git.resolve_commit(src, t.base, what=f"base commit of {t.name}", upstream=t.upstream),
         "head": git.try_resolve(src, upstream_head) if upstream_head else None,
         "reproducers": {n: repros.get(n) for n in sorted(named)}, "named": {k: v for k, v in sorted(named.items())},
         "probes": hashlib.sha256((t.dir / "probes.toml").read_bytes()).hexdigest() if (t.dir / "probes.toml").is_file() else None,

@@ -297,7 +297,8 @@ def coverage_map_at(target, source, ref: str, cache: Path, driver="auto", *, wor
     from lucepatch.upstream.behaviour import Lab
     from lucepatch.upstream.retire import Judge, target_reproducers
 
-    commit = git.resolve_commit(Path(source), ref, what="upstream ref", remedy="fetch it into the checkout")
+    commit = git.resolve_commit(Path(source), ref, what=f"upstream commit of {target.name}",
+                                upstream=target.upstream)
     lab = Lab(target, source, cache, driver, target_reproducers(target, workspace), 1)
     judge = Judge(target, lab)
     keep, bad = judge.applicable(commit, judge.order)

@@ -167,8 +167,9 @@ def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, *, patc
     if conv.get("ai_use_required") and not ai_use:
         raise UsageError(f"{target.upstream} asks every PR to disclose AI use; pass --ai-use TEXT "
                          f"or set ai_use in [pr] of {target.toml_path}")
-    base_sha = git.resolve_commit(source, upstream_ref or target.base, what=f"upstream ref of {target.name}",
-                                  remedy="fetch it into the checkout (git fetch origin)")
+    base_sha = git.resolve_commit(source, upstream_ref or target.base,
+                                  what="--upstream-ref" if upstream_ref else f"base commit of {target.name}",
+                                  upstream=target.upstream)
     ev = None
     if evidence_path is not None:
         paths = evidence_path if isinstance(evidence_path, (list, tuple)) else [evidence_path]

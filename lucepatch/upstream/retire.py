@@ -402,9 +402,8 @@ def retire_report(target: Target, source: Path | str, ref: str, cache: Path, dri
     n = runs or MIN_RUNS
     if n < MIN_RUNS:
         raise UsageError(f"--runs {n}: retirement compares fixed runs, at least {MIN_RUNS} per build and scenario")
-    commit = git.resolve_commit(source, ref, what="upstream ref",
-                                remedy="fetch it into the checkout (git fetch origin) and pass a commit that exists")
-    base = git.resolve_commit(source, target.base, what="the pinned base", remedy="fetch it into the checkout")
+    commit = git.resolve_commit(source, ref, what="--retire", upstream=target.upstream)
+    base = git.resolve_commit(source, target.base, what=f"base commit of {target.name}", upstream=target.upstream)
     cache = Path(cache)
     repros = {r.name: r for r in target_reproducers(target, workspace)}
     decl, problems = declared(target, repros)

@@ -49,8 +49,9 @@ def unmet(repro: Reproducer, scenario: Scenario, driver_chosen: str, *, devices:
     why = []
     if req.driver == "real" and driver_chosen != "real":
         which = "simulated" if driver_chosen == "fake" else driver_chosen
-        why.append(f"needs the real CUDA driver (this verify uses the {which} one; PyTorch's CUDA runtime "
-                   "needs the driver's private export tables)")
+        # the cause is the workload's CUDA runtime (libcudart: PyTorch's, ggml's, cuBLAS's), not any one client
+        why.append(f"needs the real CUDA driver (this verify uses the {which} one, which has the driver API only: "
+                   "the CUDA runtime a workload loads needs the driver's private export tables)")
     missing = [e for e in req.executables if shutil.which(os.path.expandvars(e)) is None]
     if missing:
         why.append(f"needs {', '.join(missing)} on PATH")
