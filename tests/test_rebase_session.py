@@ -255,7 +255,8 @@ def test_bad_input(carry):
         r = rb(*args)
         assert r.code == 2 and "no rebase session of carry is open" in r.err and len(r.err.strip().splitlines()) == 1
     r = rb("--source", up, "--onto", "no-such-ref")
-    assert r.code == 3 and "git fetch" in r.err and len(r.err.strip().splitlines()) == 1
+    # the fetch is in that checkout, by path (git -C), whatever directory the user stands in
+    assert r.code == 3 and f"git -C {up} fetch" in r.err and len(r.err.strip().splitlines()) == 1
     assert rb("--continue", "--abort").code == 2 and rb().code == 2
     assert rb("--source", up, "--onto", "upstream-next").code == 1
     r = rb("--source", up, "--onto", "pr-7")

@@ -112,9 +112,14 @@ def command(ctx, reproducer_names, run_all, scenarios, target_name, source, driv
         if s.fingerprint:
             # the address is in the evidence and in `show`: the line names it and fits
             report.progress(f"{s.scenario}: baseline failure {s.fingerprint['summary']}")
-    if ev.skipped:  # each reason is under the table, whole (and in the evidence)
-        report.progress(f"{len(ev.skipped)} scenario(s) skipped: this machine cannot run them"
-                        + ("; the reasons are in the evidence" if as_json else "; why is under the table"))
+    if ev.skipped and not as_json:  # each reason is under the table, whole (and in the evidence)
+        report.progress(f"{len(ev.skipped)} scenario(s) skipped; why is under the table")
+    elif ev.skipped:  # no table: each distinct reason once, with the scenarios it skipped
+        by: dict[str, list[str]] = {}
+        for sk in ev.skipped:
+            by.setdefault(sk["reason"], []).append(sk["scenario"])
+        for reason, scs in by.items():
+            report.progress(f"skipped {', '.join(scs) if len(scs) <= 2 else f'{len(scs)} scenarios'}: {reason}")
     report.progress(f"verdict: {ev.verdict}" + (" (simulated driver)" if ev.simulated else "")
                     + f"; {ex['processes']} runs in {clock(ex['wall_s'])}"
                     + (f"; evidence written to {evidence_path}" if evidence_path else ""), final=True)
