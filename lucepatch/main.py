@@ -13,7 +13,7 @@ import traceback
 import click
 
 from lucepatch import __version__
-from lucepatch import signals
+from lucepatch import report, signals
 from lucepatch.errors import EXIT_USAGE, LucepatchError, from_exception
 
 # verb name -> module under lucepatch.commands
@@ -119,8 +119,6 @@ class LazyGroup(click.Group):
 @click.pass_context
 def cli(ctx, workspace, cache_dir, quiet):
     """lucepatch: carry, prove and upstream fixes for HAMi-core, Lucebox and friends."""
-    from lucepatch import report
-
     report.set_quiet(quiet)  # set on every invocation: an in-process caller runs many
     ctx.ensure_object(dict)
     ctx.obj["workspace"] = workspace

@@ -100,8 +100,8 @@ def emit_json(verb: str, payload: dict) -> None:
 # ---- tables ---------------------------------------------------------------------------------
 #
 # A table fits the console (the terminal, $COLUMNS, else 200) and nothing a user needs next is
-# cut: every column has a kind that says how its cells may bend (docs/design.md "Output and exit
-# codes"). Widths are decided here, not by rich, so a cell is never ended with "…":
+# cut (docs/design.md "Output and exit codes"): every column has a kind that says how its cells
+# may bend. Widths are decided here, not by rich, so a cell is never ended with "…":
 #   key    short (a number, a status, a 12-digit commit): always its full width, never wrapped
 #   name   an identifier (a patch, a target, a scenario): wraps after - _ . / , : and is read back
 #          by joining its lines

@@ -248,6 +248,10 @@ def test_verify_progress_names_no_reproducer_and_quiet_leaves_the_verdict_line(c
     fh = verified["fh"]
     args = ["--workspace", verified["ws"], "--cache-dir", fh["cache"], "verify", "--all", "--source", fh["upstream"],
             "--driver", "fake", "--runs", "3"]
+    for width in (60, 80):  # verify prints the same table show does, at the console's width
+        at(monkeypatch, width)
+        fits(cli(*args, "--quiet").out, width)
+    at(monkeypatch, None)
     r = cli(*args)
     assert all(len(l) <= 80 for l in r.err.splitlines() if l.startswith("lucepatch: runs")), r.err
     assert not [l for l in r.err.splitlines() if "async-sched, multi-device" in l], r.err

@@ -124,8 +124,6 @@ def build_variants(target: Target, source: Path, cache: Path, artifact: str, *,
     for name in ("baseline", "patched"):
         ref = baseline_ref if name == "baseline" else patched_ref
         if ref:  # named by its flag in an error, not as the target's base commit
-            from lucepatch import git
-
             git.resolve_commit(source, ref, what=f"--{name}-ref", upstream=target.upstream)
             b = build_variant(target, source, "baseline", cache, base=ref, label=f"{name} ({ref})")
             prov = {"from": "ref", "ref": ref, "commit": b.commit, "base": b.base, "tree": b.tree, "patches": b.patches,
