@@ -111,7 +111,7 @@ def command(ctx, reproducer_names, run_all, scenarios, target_name, source, driv
     for s in ev.scenarios:
         if s.fingerprint:
             # the address is in the evidence and in `show`: the line names it and fits
-            report.progress(f"{s.scenario}: baseline failure {s.fingerprint['summary']}")
+            report.progress(f"{s.scenario}: baseline {s.fingerprint['summary']}")
     if ev.skipped and not as_json:  # each reason is under the table, whole (and in the evidence)
         report.progress(f"{len(ev.skipped)} scenario(s) skipped; why is under the table")
     elif ev.skipped:  # no table: each distinct reason once, with the scenarios it skipped
