@@ -13,7 +13,7 @@ import pytest
 
 from lucepatch.verify import trace
 from lucepatch.verify.fakecuda import build_fakecuda
-from lucepatch.verify.reproducer import load_reproducer_dir
+from lucepatch.verify.reproducer import load_reproducer_dir, scenario_env
 from lucepatch.verify.runner import compile_reproducer
 from lucepatch.verify.trace.record_all import SEMANTICS_PROBES, compile_semantics
 
@@ -74,7 +74,7 @@ def test_simulated_driver_matches_h200(recorded, sim):
         if not repro_dir.is_dir():
             pytest.fail(f"trace {recorded.name} names reproducer {program}, which no longer exists")
         repro = load_reproducer_dir(repro_dir)
-        binary, env = compile_reproducer(repro, cache, stubs), dict(repro.env)
+        binary, env = compile_reproducer(repro, cache, stubs), scenario_env(repro, repro.scenario(scenario))
     got, rc = trace.record(binary, scenario, interposer, {**env, "LD_LIBRARY_PATH": str(stubs)})
     expected = trace.load(recorded)
     assert trace.diff(expected, got) == []

@@ -26,7 +26,7 @@ from lucepatch import report
 from lucepatch.errors import CheckFailed, EnvironmentMissing, UsageError
 from lucepatch.k8s import client as kclient
 from lucepatch.k8s import jobs, manifests, values
-from lucepatch.verify.reproducer import Reproducer, Scenario
+from lucepatch.verify.reproducer import Reproducer, Scenario, scenario_env
 from lucepatch.verify.runner import INVALID, RunRecord, classify
 
 BIN_DIR = "/lucepatch/bin"
@@ -72,7 +72,7 @@ def job_values(repro: Reproducer, scenario: Scenario, variant: str, *, run_id: s
         "reproducer": repro.name, "reproducer_cmd": [f"{BIN_DIR}/{repro.name}", scenario.name],
         "image": image, "lib_path_in_image": LIB_PATH.format(variant=variant), "lib_sha256": lib_sha256,
         "runs": runs, "run_timeout_seconds": int(repro.timeout_s), "node": node, "gpu_mem_mib": gpu_mem_mib,
-        "gpu_count": gpu_count, "env": {**repro.env, **scenario.env},
+        "gpu_count": gpu_count, "env": scenario_env(repro, scenario),
         "labels": {RUN_ID_LABEL: run_id},
     })
 

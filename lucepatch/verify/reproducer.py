@@ -20,6 +20,18 @@ requirements are met (a build against a library the machine lacks would fail, no
 `load_proof` says who proves what was loaded: "program" (the workload reports it after CUDA
 init and before its action, through lp_workload or lp_report.h) or "preload" (lucepatch's preloaded reporter reports it at exit and on a fatal
 signal: for programs that cannot be changed). `ranks` > 1: that many processes must each prove it.
+
+Parameters (either kind): what a scenario's program takes as input — sizes, counts, devices — are
+declared, typed, in `[params.<name>]` (every scenario) and `[[scenario]]`'s `[scenario.params.<name>]`
+(that scenario; a name declared in both is the scenario's). Keys: `type` (int | bytes | device |
+choice), `default`, `min`/`max` (int, bytes, device), `choices` (choice), `points` (values a sweep
+must include: both sides of each threshold the scenario drives, e.g. the limit exactly hit and one
+byte over), `env` (the variable that carries the value; default LP_PARAM_<NAME>), `description`.
+Bytes take an integer or a string with a k/m/g suffix (binary, as HAMi-core reads its limits). The
+runner always sets every declared parameter (the default unless a caller such as an input sweep
+gives another value, validated against the declaration), so the program reads it from the
+environment and never keeps a second default (lp_param_* in reproducers/common/lp_report.h,
+lp_workload.param). A parameter's variable must not also be set in [env].
 """
 
 from __future__ import annotations
@@ -33,6 +45,9 @@ from lucepatch.errors import UsageError
 from lucepatch.workspace import Workspace
 
 KINDS = ("c", "workload")
+PARAM_TYPES = ("int", "bytes", "device", "choice")
+PARAM_KEYS = ("type", "default", "min", "max", "choices", "points", "env", "description")
+_BYTE_SUFFIX = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 LOAD_PROOFS = ("program", "preload")
 REQUIREMENT_KEYS = ("python_modules", "executables", "files", "driver")
 BUILD_KEYS = ("language", "sources", "output", "flags", "headers")
@@ -102,6 +117,138 @@ class WorkloadBuild:
                 "flags": self.flags, "headers": self.headers}
 
 
+def parse_bytes(v, where: str) -> int:
+    """An integer number of bytes, or a string with a k/m/g suffix (binary units, as HAMi-core reads
+    CUDA_DEVICE_MEMORY_LIMIT): 64m = 67108864."""
+    if isinstance(v, bool):
+        raise UsageError(f"{where}: {v!r} is not a number of bytes")
+    if isinstance(v, int):
+        n = v
+    elif isinstance(v, str) and v.strip():
+        t = v.strip().lower()
+        mult = _BYTE_SUFFIX.get(t[-1], 1)
+        digits = t[:-1] if t[-1] in _BYTE_SUFFIX else t
+        if not digits.isdigit():
+            raise UsageError(f"{where}: {v!r} is not a number of bytes (an integer, or digits with k, m or g)")
+        n = int(digits) * mult
+    else:
+        raise UsageError(f"{where}: {v!r} is not a number of bytes")
+    if n < 0:
+        raise UsageError(f"{where}: {v!r} is negative")
+    return n
+
+
+@dataclass(frozen=True)
+class Param:
+    """One typed input of a scenario's program (reproducer.toml [params.<name>] /
+    [scenario.params.<name>]). Values are normalised: int/bytes/device as int, choice as str."""
+    name: str
+    type: str
+    default: int | str
+    env: str
+    min: int | None = None
+    max: int | None = None
+    choices: tuple[str, ...] = ()
+    points: tuple = ()
+    description: str = ""
+
+    def check(self, value, where: str = "") -> int | str:
+        """`value` parsed and validated against the declaration (UsageError naming it otherwise)."""
+        where = where or f"parameter {self.name}"
+        if self.type == "choice":
+            if not isinstance(value, str) or value not in self.choices:
+                raise UsageError(f"{where}: {value!r} is not one of {', '.join(self.choices)}")
+            return value
+        if self.type == "bytes":
+            v = parse_bytes(value, where)
+        else:
+            if isinstance(value, bool) or not isinstance(value, (int, str)) or \
+                    (isinstance(value, str) and not value.strip().lstrip("-").isdigit()):
+                raise UsageError(f"{where}: {value!r} is not an integer")
+            v = int(value)
+            if self.type == "device" and v < 0:
+                raise UsageError(f"{where}: device {v} is negative")
+        if self.min is not None and v < self.min:
+            raise UsageError(f"{where}: {value!r} is below the minimum {self.min}")
+        if self.max is not None and v > self.max:
+            raise UsageError(f"{where}: {value!r} is above the maximum {self.max}")
+        return v
+
+    def to_json(self) -> dict:
+        out = {"type": self.type, "default": self.default, "env": self.env}
+        for key in ("min", "max"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        if self.choices:
+            out["choices"] = list(self.choices)
+        if self.points:
+            out["points"] = list(self.points)
+        if self.description:
+            out["description"] = self.description
+        return out
+
+    @classmethod
+    def from_toml(cls, name: str, d, where: str) -> "Param":
+        where = f"{where} parameter {name}"
+        if not isinstance(d, dict):
+            raise UsageError(f"{where} must be a table (type, default, ...)")
+        if not name.replace("_", "").isalnum() or not name[:1].isalpha() or name != name.lower():
+            raise UsageError(f"{where}: a parameter name is lower-case letters, digits and _, starting with a letter")
+        unknown = sorted(set(d) - set(PARAM_KEYS))
+        if unknown:
+            raise UsageError(f"{where}: unknown key {', '.join(unknown)}; known: {', '.join(PARAM_KEYS)}")
+        ptype = d.get("type")
+        if ptype not in PARAM_TYPES:
+            raise UsageError(f"{where}: type must be one of {', '.join(PARAM_TYPES)}, not {ptype!r}")
+        if "default" not in d:
+            raise UsageError(f"{where} lacks a default")
+        env = d.get("env", f"LP_PARAM_{name.upper()}")
+        if not isinstance(env, str) or not env or not env.replace("_", "").isalnum() or env[0].isdigit():
+            raise UsageError(f"{where}: env must name an environment variable, not {env!r}")
+        if ptype == "choice":
+            choices = d.get("choices")
+            if not isinstance(choices, list) or not choices or not all(isinstance(c, str) and c for c in choices):
+                raise UsageError(f"{where}: a choice parameter needs choices, a non-empty list of strings")
+            if "min" in d or "max" in d:
+                raise UsageError(f"{where}: min/max are for int, bytes and device parameters")
+            bare = cls(name, ptype, "", env, choices=tuple(choices))
+        else:
+            if "choices" in d:
+                raise UsageError(f"{where}: choices are for choice parameters")
+            conv = (lambda v, w: parse_bytes(v, w)) if ptype == "bytes" else (lambda v, w: cls._int(v, w))
+            lo = conv(d["min"], f"{where} min") if "min" in d else None
+            hi = conv(d["max"], f"{where} max") if "max" in d else None
+            if ptype == "device" and lo is None:
+                lo = 0
+            if lo is not None and hi is not None and lo > hi:
+                raise UsageError(f"{where}: min {d['min']!r} is above max {d['max']!r}")
+            bare = cls(name, ptype, 0, env, min=lo, max=hi)
+        default = bare.check(d["default"], f"{where} default")
+        points = d.get("points", [])
+        if not isinstance(points, list):
+            raise UsageError(f"{where}: points must be a list of values")
+        pts = tuple(bare.check(v, f"{where} point") for v in points)
+        if len(set(pts)) != len(pts):
+            raise UsageError(f"{where}: points must not repeat a value")
+        desc = d.get("description", "")
+        if not isinstance(desc, str):
+            raise UsageError(f"{where}: description must be a string")
+        return cls(name, ptype, default, env, min=bare.min, max=bare.max, choices=bare.choices,
+                   points=pts, description=desc)
+
+    @staticmethod
+    def _int(v, where: str) -> int:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise UsageError(f"{where}: {v!r} is not an integer")
+        return v
+
+
+def _params_from_toml(d, where: str) -> dict[str, Param]:
+    if not isinstance(d, dict):
+        raise UsageError(f"{where} params must be a table of parameters ([params.<name>])")
+    return {name: Param.from_toml(name, v, where) for name, v in d.items()}
+
+
 @dataclass
 class Scenario:
     name: str
@@ -119,11 +266,28 @@ class Scenario:
     requires: Requirements | None = None  # the reproducer's, with this scenario's keys replacing them
     ranks: int = 1  # processes that must each prove what they loaded (torch.distributed ranks)
     timeout_s: float | None = None  # overrides the reproducer's (a server that loads a model)
+    params: dict[str, Param] = field(default_factory=dict)  # the reproducer's and this scenario's inputs
+
+    def param_env(self, values: dict | None = None) -> dict:
+        """The environment that carries every declared parameter: its default, or the value given
+        in `values` (validated; a name the scenario does not declare is a UsageError)."""
+        values = dict(values or {})
+        unknown = sorted(set(values) - set(self.params))
+        if unknown:
+            known = ", ".join(self.params) or "none"
+            raise UsageError(f"scenario {self.name} has no parameter {', '.join(unknown)}; it declares {known}")
+        env = {}
+        for name, p in self.params.items():
+            v = p.check(values[name], f"scenario {self.name} parameter {name}") if name in values else p.default
+            env[p.env] = str(v)
+        return env
 
     def to_json(self) -> dict:
         out = {"name": self.name, "control": self.control, "description": self.description,
                "min_devices": self.min_devices, "regression_guard": self.regression_guard,
                "fixed_upstream": self.fixed_upstream}
+        if self.params:
+            out["params"] = {n: p.to_json() for n, p in self.params.items()}
         if self.requires is not None and self.requires.to_json():
             out["requires"] = self.requires.to_json()
         if self.ranks != 1:
@@ -229,6 +393,7 @@ def load_reproducer_dir(rdir: Path) -> Reproducer:
     build = WorkloadBuild.from_toml(data["build"], f"{toml_path} [build]", rdir) if workload and "build" in data else None
     if load_proof not in LOAD_PROOFS:
         raise UsageError(f"{toml_path}: load_proof must be one of {', '.join(LOAD_PROOFS)}, not {load_proof!r}")
+    shared_params = _params_from_toml(data.get("params", {}), f"{toml_path}:")
     scenarios = []
     for s in data["scenario"]:
         if "name" not in s:
@@ -243,6 +408,15 @@ def load_reproducer_dir(rdir: Path) -> Reproducer:
                       min_devices=int(s.get("min_devices", 1)),
                       regression_guard=bool(s.get("regression_guard", False)),
                       fixed_upstream=str(s.get("fixed_upstream", "")))
+        sc.params = {**shared_params, **_params_from_toml(s.get("params", {}), f"{where}:")}
+        env_keys = {**data.get("env", {}), **s.get("env", {})}
+        clash = sorted(p.env for p in sc.params.values() if p.env in env_keys)
+        if clash:
+            raise UsageError(f"{where}: {', '.join(clash)} is both a parameter's variable and set in [env]; "
+                             "declare it once (the parameter's default)")
+        envs = [p.env for p in sc.params.values()]
+        if len(set(envs)) != len(envs):
+            raise UsageError(f"{where}: two parameters share one variable")
         if workload:
             sc.command = _str_list(s["command"], f"{where}: command") if "command" in s else None
             sc.requires = Requirements.from_toml(s.get("requires", {}), f"{where} requires", base=requires)
@@ -277,6 +451,13 @@ def load_reproducer_dir(rdir: Path) -> Reproducer:
         scenarios=scenarios, kind=kind, command=command, requires=requires, load_proof=load_proof,
         extra_hash_files=extra, build=build,
     )
+
+
+def scenario_env(repro: Reproducer, scenario: Scenario, params: dict | None = None) -> dict:
+    """What a C reproducer's program runs with: the reproducer's [env], the scenario's, and every
+    declared parameter (defaults unless `params` gives values). The one place the runner and the
+    trace recorder take it from."""
+    return {**repro.env, **scenario.env, **scenario.param_env(params)}
 
 
 def list_reproducers(ws: Workspace) -> list[Reproducer]:

@@ -30,7 +30,7 @@ from lucepatch import compiling
 from lucepatch.builders import toolchain
 from lucepatch.verify import backtrace, hami_log, proof
 from lucepatch.verify import workload as wl
-from lucepatch.verify.reproducer import Reproducer, Scenario
+from lucepatch.verify.reproducer import Reproducer, Scenario, scenario_env
 
 EVENT_PREFIX = "@@lucepatch "
 
@@ -160,7 +160,7 @@ def parse_events(stdout: str) -> list[dict]:
 def run_once(binary: Path | None, repro: Reproducer, scenario: Scenario, variant: str, index: int,
              preload: Path | None, driver_env: dict, scratch: Path, expected_sha256: str | None = None,
              extra_env: dict | None = None, isolate: bool = False, launcher: Path | None = None,
-             bind_now: bool = True, reporter: Path | None = None) -> RunRecord:
+             bind_now: bool = True, reporter: Path | None = None, params: dict | None = None) -> RunRecord:
     """One fresh process: the compiled `binary` (C) or the workload's command, with `preload` (and
     the `reporter` after it) in LD_PRELOAD. isolate=True: in a private mount namespace with its own
     tmpfs on /tmp/vgpulock (what makes parallel runs under HAMi safe) — through `launcher`
@@ -171,17 +171,19 @@ def run_once(binary: Path | None, repro: Reproducer, scenario: Scenario, variant
     (lp_bind_now: lazy binding would run ld.so's resolver inside the hooks and wipe the stack
     poison); setting it here skips that second exec, which maps libcuda and the preload again.
     Workloads poison no stack and start as the user runs them (eager binding of PyTorch's libraries
-    would only cost seconds)."""
+    would only cost seconds).
+
+    params: values for the scenario's declared parameters (reproducer.toml [params]); every
+    parameter not given runs at its default."""
     region = scratch / f"region-{uuid.uuid4().hex}.cache"  # never reuse a region file
     events = scratch / f"events-{uuid.uuid4().hex}.jsonl"
     env = scrubbed_environ()
     if repro.is_workload:
         env.pop("PYTHONPATH", None)
-        env.update(wl.workload_env(repro, scenario))
+        env.update(wl.workload_env(repro, scenario, params))
         argv = wl.command_for(repro, scenario, binary)  # binary: the folder of its [build], if any
     else:
-        env.update(repro.env)
-        env.update(scenario.env)
+        env.update(scenario_env(repro, scenario, params))
         argv = [str(binary), scenario.name]
     env.update(driver_env)
     env.update(extra_env or {})

@@ -1,6 +1,6 @@
 """Record the driver-call traces of every reproducer scenario and of the driver-semantics probe.
 
-    python3 -m lucepatch.verify.trace.record_all --out DIR [--driver real|fake] [--label h200]
+    python3 -m lucepatch.verify.trace.record_all --out DIR [--driver real|fake] [--label h200] [--program NAME ...]
 
 Run on a GPU machine with --driver real (no HAMi loaded); commit DIR/*.jsonl under
 tests/fakecuda/traces/. CI replays the same programs on the simulated driver (tests/test_traces.py).
@@ -17,14 +17,16 @@ from pathlib import Path
 from lucepatch import compiling
 from lucepatch.builders.toolchain import cuda_include
 from lucepatch.verify.fakecuda import build_fakecuda
-from lucepatch.verify.reproducer import list_reproducers
+from lucepatch.verify.reproducer import list_reproducers, scenario_env
 from lucepatch.verify.runner import compile_reproducer
 from lucepatch.verify.trace import SOURCE, VALUES_VERSION, build_interposer, record
 from lucepatch.workspace import resolve_cache, resolve_workspace
 
 SEMANTICS = SOURCE.with_name("semantics.c")
-# The probes semantics.c runs (its argument): contexts/streams/VMM, and memory pools.
-SEMANTICS_PROBES = ("all", "pools")
+# The probes semantics.c runs (its argument): contexts/streams/VMM, memory pools, and the queries and
+# frees HAMi-core's hooks must forward faithfully (NULL meminfo outputs, managed memory and pointer
+# attributes, frees of pointers no hook tracked).
+SEMANTICS_PROBES = ("all", "pools", "queries")
 
 
 def compile_semantics(cache: Path, stub_dir: Path) -> Path:
@@ -67,7 +69,7 @@ def programs(ws, cache: Path, stub_dir: Path, devices: int | None = None):
                 print(f"{repro.name}.{s.name}: needs {s.min_devices} devices, {devices} here; not recorded",
                       file=sys.stderr)
                 continue
-            yield repro.name, s.name, binary, {**repro.env, **s.env}
+            yield repro.name, s.name, binary, scenario_env(repro, s)
 
 
 def main(argv=None) -> int:
@@ -75,6 +77,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--driver", choices=["real", "fake"], default="real")
     ap.add_argument("--label", default="h200", help="suffix naming the hardware, e.g. h200")
+    ap.add_argument("--program", action="append", default=[], metavar="NAME",
+                    help="record only this program (a reproducer or driver-semantics; repeatable); "
+                         "NAME.SCENARIO: only that scenario")
     args = ap.parse_args(argv)
     ws, cache = resolve_workspace(None), resolve_cache(None)
     stubs = build_fakecuda(cache / "fakecuda")
@@ -82,7 +87,10 @@ def main(argv=None) -> int:
     env_driver = {"LD_LIBRARY_PATH": str(stubs)} if args.driver == "fake" else {}
     args.out.mkdir(parents=True, exist_ok=True)
     devices = device_count(env_driver)
+    wanted = set(args.program)
     for name, scenario, binary, env in programs(ws, cache, stubs, devices):
+        if wanted and name not in wanted and f"{name}.{scenario}" not in wanted:
+            continue
         trace, rc = record(binary, scenario, interposer, {**env, **env_driver})
         path = args.out / f"{name}.{scenario}.{args.label}.jsonl"
         meta = {"program": name, "scenario": scenario, "returncode": rc, "driver": args.driver,

@@ -82,13 +82,14 @@ def build_program(repro, cache: Path) -> Path:
     return compiling.build_cached(unit, Path(cache) / "workloads", compiler=compiler)
 
 
-def workload_env(repro, scenario) -> dict:
+def workload_env(repro, scenario, params: dict | None = None) -> dict:
     """The reproducer's and the scenario's env, expanded. PYTHONPATH is the workload's own (plus
     $LUCEPATCH_WORKLOAD_PYTHONPATH), never the caller's: lucepatch's own dependencies on the caller's
     path (the carried wheels) must not shadow the packages the workload's interpreter has (torch's)."""
     import os
 
     env = {k: expand(v, repro, scenario.name) for k, v in {**repro.env, **scenario.env}.items()}
+    env.update(scenario.param_env(params))
     extra = os.environ.get(PYTHONPATH_ENV, "")
     env["PYTHONPATH"] = ":".join(p for p in (env.get("PYTHONPATH", ""), extra) if p)
     return env
