@@ -11,7 +11,12 @@
  *   - stream-ordered memory pools (cuMemPoolCreate, cuMemAllocFromPoolAsync, ...): the memory
  *     comes from the pool's device, not the stream's; a pool's backing memory (its
  *     "reserved" memory) is what the device loses, freed blocks stay reserved until a
- *     synchronize releases what exceeds the release threshold, or cuMemPoolTrimTo.
+ *     synchronize releases what exceeds the release threshold, or cuMemPoolTrimTo;
+ *   - CUDA_VISIBLE_DEVICES selects and orders the devices CUDA enumerates, NVML ignores it (the
+ *     CUDA ordinal and the NVML index of one GPU differ; see fc_setup);
+ *   - cuMemGetInfo_v2 writes only the outputs it is given (see fc_cuMemGetInfo_v2);
+ *   - managed memory (cuMemAllocManaged) and the pointer-attribute queries (cuPointerGetAttribute,
+ *     cuPointerGetAttributes), see the managed-memory section.
  * Device pointers are fake addresses; nothing is ever dereferenced.
  *
  * Rules: never call dlsym here (libvgpu.so replaces dlsym), and link with -Wl,-Bsymbolic
@@ -72,6 +77,9 @@ struct fc_alloc {
     int dev;                          /* -1: host memory (a host pool) */
     struct CUmemPoolHandle_st *pool;  /* NULL for cuMemAlloc; else the pool it came from */
     struct fc_alloc *next;
+    int managed;                      /* cuMemAllocManaged: migrates on demand, no device charge */
+    struct CUctx_st *ctx;             /* the context it was allocated in (pointer attributes) */
+    uint64_t buffer_id;               /* CU_POINTER_ATTRIBUTE_BUFFER_ID: unique per allocation */
 };
 
 struct fc_handle { /* a cuMemCreate handle */
@@ -93,7 +101,12 @@ struct fc_mapping {
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static int g_initialized;
-static int g_ndev = 2;
+static int g_ndev = 2;  /* GPUs in the machine: what NVML enumerates */
+/* What CUDA enumerates: ordinal i is the machine's GPU g_vis[i] (CUDA_VISIBLE_DEVICES). Every
+ * per-device array below is indexed by the CUDA ordinal; only the NVML side (the exported helpers)
+ * speaks machine indices. */
+static int g_nvis = 2;
+static int g_vis[FC_MAX_DEVICES];
 static size_t g_ctx_overhead;
 static struct CUctx_st g_primary[FC_MAX_DEVICES];
 static int g_primary_refs[FC_MAX_DEVICES];
@@ -107,12 +120,82 @@ static uint64_t g_next_addr[FC_MAX_DEVICES];
 static uint64_t g_next_host_addr = 0x7f0000000000ULL; /* host-pool allocations */
 static uint64_t g_next_va = 0x7e0000000000ULL;
 static uint64_t g_next_handle = 1;
+static uint64_t g_next_managed_addr = 0x7c0000000000ULL; /* managed allocations */
+static uint64_t g_next_buffer_id = 1;
 static struct fc_alloc *g_allocs;
 static struct fc_handle *g_handles;
 static struct fc_mapping *g_maps;
 
 static __thread struct CUctx_st *t_stack[FC_MAX_CTX_STACK];
 static __thread int t_depth;
+
+/* The machine index of a CUDA_VISIBLE_DEVICES entry, -1 when it names no GPU. Entries are integer
+ * indices or UUID strings ("GPU-..."); a UUID may be given by a unique prefix, as the CUDA
+ * Programming Guide's "CUDA Environment Variables" describes. */
+static int visible_entry(const char *e, size_t n) {
+    while (n && (*e == ' ' || *e == '\t')) e++, n--;
+    while (n && (e[n - 1] == ' ' || e[n - 1] == '\t')) n--;
+    if (n == 0)
+        return -1;
+    if (n > 4 && strncmp(e, "GPU-", 4) == 0) {
+        int found = -1;
+        for (int i = 0; i < g_ndev; i++) {
+            char uuid[64];
+            snprintf(uuid, sizeof uuid, FC_UUID_FORMAT, i);
+            if (strncmp(uuid, e, n) == 0) {
+                if (found >= 0)
+                    return -1; /* an ambiguous prefix names no GPU */
+                found = i;
+            }
+        }
+        return found;
+    }
+    int v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (e[i] < '0' || e[i] > '9' || v > FC_MAX_DEVICES)
+            return -1;
+        v = v * 10 + (e[i] - '0');
+    }
+    return v < g_ndev ? v : -1;
+}
+
+/* CUDA_VISIBLE_DEVICES (CUDA Programming Guide, "CUDA Environment Variables"): unset, every GPU in
+ * machine order; set, only the listed GPUs, enumerated in the order listed, and "if one of the
+ * indices is invalid, only the devices whose index precedes the invalid index are visible". An
+ * entry repeated is treated as invalid (inference: one GPU cannot have two ordinals). NVML ignores
+ * the variable (its indices are the machine's), so the two numberings differ whenever the list is
+ * not 0,1,2,... */
+static void parse_visible_devices(const char *s) {
+    g_nvis = 0;
+    if (s == NULL) {
+        for (int i = 0; i < g_ndev; i++)
+            g_vis[g_nvis++] = i;
+        return;
+    }
+    const char *p = s;
+    while (g_nvis < g_ndev) {
+        const char *comma = strchr(p, ',');
+        size_t n = comma ? (size_t)(comma - p) : strlen(p);
+        int d = visible_entry(p, n);
+        for (int i = 0; d >= 0 && i < g_nvis; i++)
+            if (g_vis[i] == d)
+                d = -1;
+        if (d < 0)
+            break;
+        g_vis[g_nvis++] = d;
+        if (!comma)
+            break;
+        p = comma + 1;
+    }
+}
+
+/* The CUDA ordinal of machine GPU `machine`, -1 when CUDA_VISIBLE_DEVICES hides it. */
+static int ordinal_of(int machine) {
+    for (int i = 0; i < g_nvis; i++)
+        if (g_vis[i] == machine)
+            return i;
+    return -1;
+}
 
 static void fc_setup(void) {
     const char *s = getenv("LUCEPATCH_FAKECUDA_DEVICES");
@@ -123,6 +206,7 @@ static void fc_setup(void) {
     s = getenv("LUCEPATCH_FAKECUDA_CTX_OVERHEAD_MIB");
     if (s && *s)
         g_ctx_overhead = (size_t)strtoull(s, NULL, 10) << 20;
+    parse_visible_devices(getenv("CUDA_VISIBLE_DEVICES"));
     for (int i = 0; i < FC_MAX_DEVICES; i++) {
         g_primary[i] = (struct CUctx_st){FC_CTX_MAGIC, i, 1, 0};
         g_pool[i] = (struct CUmemPoolHandle_st){.magic = FC_POOL_MAGIC, .dev = i, .is_default = 1};
@@ -138,7 +222,7 @@ static struct CUctx_st *cur_ctx(void) { return t_depth > 0 ? t_stack[t_depth - 1
 
 static int valid_ctx(struct CUctx_st *c) { return c && c->magic == FC_CTX_MAGIC; }
 
-static int valid_dev(CUdevice d) { return d >= 0 && d < g_ndev; }
+static int valid_dev(CUdevice d) { return d >= 0 && d < g_nvis; }
 
 #define NEED_INIT()                           \
     do {                                      \
@@ -172,9 +256,11 @@ FC_API int lucepatch_fakecuda_device_count(void) {
     return g_ndev;
 }
 
-FC_API int lucepatch_fakecuda_device_has_context(int dev) {
+/* NVML's side: `machine` is a machine index (NVML ignores CUDA_VISIBLE_DEVICES). */
+FC_API int lucepatch_fakecuda_device_has_context(int machine) {
     fc_lazy_setup();
-    if (!valid_dev(dev))
+    int dev = machine >= 0 && machine < g_ndev ? ordinal_of(machine) : -1;
+    if (dev < 0)
         return 0;
     pthread_mutex_lock(&g_lock);
     int r = g_primary_refs[dev] > 0 || g_created_ctx[dev] > 0;
@@ -182,10 +268,11 @@ FC_API int lucepatch_fakecuda_device_has_context(int dev) {
     return r;
 }
 
-FC_API unsigned long long lucepatch_fakecuda_device_used(int dev) {
+FC_API unsigned long long lucepatch_fakecuda_device_used(int machine) {
     fc_lazy_setup();
-    if (!valid_dev(dev))
-        return 0;
+    int dev = machine >= 0 && machine < g_ndev ? ordinal_of(machine) : -1;
+    if (dev < 0)
+        return 0; /* hidden from this process's CUDA: it holds nothing there */
     pthread_mutex_lock(&g_lock);
     unsigned long long r = g_used[dev];
     if (g_primary_refs[dev] > 0 || g_created_ctx[dev] > 0)
@@ -200,7 +287,7 @@ static CUresult fc_cuInit(unsigned int flags) {
     fc_lazy_setup();
     if (flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
-    if (g_ndev == 0)
+    if (g_nvis == 0)
         return CUDA_ERROR_NO_DEVICE;
     g_initialized = 1;
     return CUDA_SUCCESS;
@@ -271,7 +358,7 @@ static CUresult fc_cuDeviceGetCount(int *n) {
     NEED_INIT();
     if (!n)
         return CUDA_ERROR_INVALID_VALUE;
-    *n = g_ndev;
+    *n = g_nvis;
     return CUDA_SUCCESS;
 }
 
@@ -307,11 +394,11 @@ static CUresult fc_cuDeviceTotalMem_v2(size_t *bytes, CUdevice d) {
 }
 
 static void fill_uuid(CUuuid *u, int d) {
-    /* stable per device; matches fakenvml's "GPU-..." string */
+    /* stable per machine GPU; matches fakenvml's "GPU-..." string (FC_UUID_FORMAT) */
     static const unsigned char base[16] = {0x1c, 0xe9, 0xa7, 0xc4, 0x00, 0x00, 0x4f, 0xa1,
                                            0x8b, 0x00, 0x6c, 0x75, 0x63, 0x65, 0x70, 0x00};
     memcpy(u->bytes, base, 16);
-    u->bytes[15] = (unsigned char)d;
+    u->bytes[15] = (unsigned char)g_vis[d];
 }
 
 static CUresult fc_cuDeviceGetUuid(CUuuid *u, CUdevice d) {
@@ -341,7 +428,7 @@ static CUresult fc_cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = 9; break;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = 0; break;
     case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: *v = 2048; break;
-    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: *v = 0x18 + d; break;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: *v = 0x18 + g_vis[d]; break; /* the machine's slot */
     case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: *v = 0; break;
     case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *v = 1; break;
     case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: *v = 1; break;
@@ -670,6 +757,8 @@ static CUresult do_alloc(CUdeviceptr *dptr, size_t size, int dev) {
     g_next_addr[dev] += rs;
     a->size = rs;
     a->dev = dev;
+    a->ctx = cur_ctx();
+    a->buffer_id = g_next_buffer_id++;
     a->next = g_allocs;
     g_allocs = a;
     g_used[dev] += rs;
@@ -684,7 +773,7 @@ static struct fc_alloc *take_alloc(CUdeviceptr p) {
         if ((*pp)->ptr == p) {
             struct fc_alloc *a = *pp;
             *pp = a->next;
-            if (!a->pool)
+            if (!a->pool && !a->managed)
                 g_used[a->dev] -= a->size;
             return a;
         }
@@ -769,7 +858,7 @@ static void pool_maybe_free(struct CUmemPoolHandle_st *pl) {
 
 /* caller holds g_lock: the release a stream / context synchronize triggers */
 static void pools_release_over_threshold(void) {
-    for (int d = 0; d < g_ndev; d++)
+    for (int d = 0; d < g_nvis; d++)
         if (g_pool[d].reserved_current > g_pool[d].release_threshold)
             pool_release_to(&g_pool[d], g_pool[d].release_threshold);
     for (struct CUmemPoolHandle_st *pl = g_created_pools; pl; pl = pl->next)
@@ -793,7 +882,7 @@ static CUresult pool_alloc(CUdeviceptr *dptr, size_t size, struct CUmemPoolHandl
     if (!a)
         return CUDA_ERROR_OUT_OF_MEMORY;
     uint64_t *next = pl->dev >= 0 ? &g_next_addr[pl->dev] : &g_next_host_addr;
-    *a = (struct fc_alloc){(CUdeviceptr)*next, rs, pl->dev, pl, g_allocs};
+    *a = (struct fc_alloc){(CUdeviceptr)*next, rs, pl->dev, pl, g_allocs, 0, NULL, g_next_buffer_id++};
     *next += rs;
     g_allocs = a;
     pl->reserved_current += grow;
@@ -884,6 +973,12 @@ static CUresult fc_cuMemFreeAsync(CUdeviceptr p, CUstream s) {
     return CUDA_SUCCESS;
 }
 
+/* Either output may be NULL: the driver writes the ones it is given and succeeds. Measured by
+ * others on the real driver: OptiX calls cuMemGetInfo_v2(NULL, &total) during its initialisation
+ * (HAMi-core#321, driver 580.126.09; #333, driver 575.57.08) and llama.cpp calls
+ * cudaMemGetInfo(&free, NULL) (llama.cpp#20499), both working without HAMi; NULL for both is taken
+ * to succeed as well (inference). The driver-semantics probe `meminfo` records all three on the
+ * H200 (tools/gpu_session.sh traces). */
 static CUresult fc_cuMemGetInfo_v2(size_t *free_b, size_t *total) {
     NEED_INIT();
     if (free_b)
@@ -893,11 +988,11 @@ static CUresult fc_cuMemGetInfo_v2(size_t *free_b, size_t *total) {
     struct CUctx_st *c = cur_ctx();
     if (!c)
         return CUDA_ERROR_INVALID_CONTEXT;
-    if (!free_b || !total)
-        return CUDA_ERROR_INVALID_VALUE;
-    unsigned long long used = lucepatch_fakecuda_device_used(c->dev);
-    *total = FC_DEVICE_MEM;
-    *free_b = FC_DEVICE_MEM - used;
+    unsigned long long used = lucepatch_fakecuda_device_used(g_vis[c->dev]);
+    if (total)
+        *total = FC_DEVICE_MEM;
+    if (free_b)
+        *free_b = FC_DEVICE_MEM - used;
     return CUDA_SUCCESS;
 }
 
@@ -1055,6 +1150,163 @@ static CUresult fc_cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
         pool_release_to(pool, keep);
     pthread_mutex_unlock(&g_lock);
     return r;
+}
+
+/* ---- managed memory and pointer attributes -----------------------------------------------------
+ *
+ * From the CUDA Driver API reference (Memory Management; Unified Addressing):
+ *   - cuMemAllocManaged needs a current context; flags must be CU_MEM_ATTACH_GLOBAL or
+ *     CU_MEM_ATTACH_HOST, and a size of 0 is CUDA_ERROR_INVALID_VALUE; the memory "migrates on
+ *     demand", so it is charged to no device here until touched (nothing is ever touched); it is
+ *     freed with cuMemFree;
+ *   - cuPointerGetAttribute: "If ptr was not allocated by, mapped by, or registered with a CUcontext
+ *     which uses unified virtual addressing then CUDA_ERROR_INVALID_VALUE is returned"; an interior
+ *     pointer names its allocation (RANGE_START_ADDR / RANGE_SIZE say which); IS_MANAGED is 1 for
+ *     managed memory; MEMORY_TYPE is CU_MEMORYTYPE_DEVICE for device and managed memory (inference
+ *     for managed: cudart derives its cudaMemoryTypeManaged from IS_MANAGED), CU_MEMORYTYPE_HOST
+ *     for a host pool's; HOST_POINTER of device memory is CUDA_ERROR_INVALID_VALUE;
+ *   - cuPointerGetAttributes: "Unlike cuPointerGetAttribute, this function will not return an error
+ *     when the ptr encountered is not a valid CUDA pointer. Instead, the attributes are assigned
+ *     default NULL values and CUDA_SUCCESS is returned"; NULL arrays, a NULL data slot or an
+ *     attribute it does not know are CUDA_ERROR_INVALID_VALUE, checked before anything is written
+ *     (inference).
+ * Pointer queries need no current context here: with unified addressing the pointer names its
+ * context (inference; the scenarios make none context-less).
+ * Attributes not listed in ptr_attr_size are not modelled (CUDA_ERROR_INVALID_VALUE).
+ */
+
+static CUresult fc_cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned int flags) {
+    NEED_INIT();
+    if (dptr)
+        *dptr = 0;
+    struct CUctx_st *c = cur_ctx();
+    if (!c)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (!dptr || size == 0 || (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fc_alloc *a = calloc(1, sizeof *a);
+    if (!a)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    size_t rs = round_up(size, FC_GRANULARITY);
+    pthread_mutex_lock(&g_lock);
+    *a = (struct fc_alloc){(CUdeviceptr)g_next_managed_addr, rs, c->dev, NULL, g_allocs, 1, c, g_next_buffer_id++};
+    g_next_managed_addr += rs;
+    g_allocs = a;
+    *dptr = a->ptr;
+    pthread_mutex_unlock(&g_lock);
+    return CUDA_SUCCESS;
+}
+
+/* caller holds g_lock: the allocation holding `p` (interior pointers included) */
+static struct fc_alloc *alloc_containing(CUdeviceptr p) {
+    for (struct fc_alloc *a = g_allocs; a; a = a->next)
+        if (p >= a->ptr && p < a->ptr + a->size)
+            return a;
+    return NULL;
+}
+
+/* Bytes each modelled attribute writes (cuda.h's types); 0: not modelled. */
+static size_t ptr_attr_size(CUpointer_attribute at) {
+    switch (at) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT: return sizeof(CUcontext);
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: return sizeof(unsigned int);
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: return sizeof(CUdeviceptr);
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER: return sizeof(void *);
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID: return sizeof(unsigned long long);
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED: return sizeof(int);
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: return sizeof(int);
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: return sizeof(CUdeviceptr);
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: return sizeof(size_t);
+    case CU_POINTER_ATTRIBUTE_MAPPED: return sizeof(int);
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: return sizeof(CUmemoryPool);
+    default: return 0;
+    }
+}
+
+/* caller holds g_lock; `a` may be NULL (not a CUDA pointer): then every attribute reads 0/NULL
+ * and the result says whether cuPointerGetAttribute would have failed */
+static CUresult ptr_attr(const struct fc_alloc *a, CUdeviceptr p, CUpointer_attribute at, void *out) {
+    size_t n = ptr_attr_size(at);
+    unsigned char v[sizeof(unsigned long long)] = {0};
+    CUresult r = a ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    if (a) {
+        int host = a->dev < 0;
+        switch (at) {
+        case CU_POINTER_ATTRIBUTE_CONTEXT: memcpy(v, &a->ctx, sizeof a->ctx); break;
+        case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: {
+            unsigned int t = host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+            memcpy(v, &t, sizeof t);
+            break;
+        }
+        case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: memcpy(v, &p, sizeof p); break;
+        case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+            if (a->managed || host) {
+                void *h = (void *)(uintptr_t)p;
+                memcpy(v, &h, sizeof h);
+            } else {
+                r = CUDA_ERROR_INVALID_VALUE; /* device memory has no host address */
+            }
+            break;
+        case CU_POINTER_ATTRIBUTE_BUFFER_ID: memcpy(v, &a->buffer_id, sizeof a->buffer_id); break;
+        case CU_POINTER_ATTRIBUTE_IS_MANAGED: {
+            int m = a->managed;
+            memcpy(v, &m, sizeof m);
+            break;
+        }
+        case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: {
+            int d = host ? -1 : a->dev;
+            memcpy(v, &d, sizeof d);
+            break;
+        }
+        case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: memcpy(v, &a->ptr, sizeof a->ptr); break;
+        case CU_POINTER_ATTRIBUTE_RANGE_SIZE: memcpy(v, &a->size, sizeof a->size); break;
+        case CU_POINTER_ATTRIBUTE_MAPPED: {
+            int one = 1;
+            memcpy(v, &one, sizeof one);
+            break;
+        }
+        case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: memcpy(v, &a->pool, sizeof a->pool); break;
+        default: break;
+        }
+    }
+    memcpy(out, v, n);
+    return r;
+}
+
+static CUresult fc_cuPointerGetAttribute(void *data, CUpointer_attribute at, CUdeviceptr p) {
+    NEED_INIT();
+    if (!data || ptr_attr_size(at) == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    struct fc_alloc *a = alloc_containing(p);
+    CUresult r = CUDA_ERROR_INVALID_VALUE;
+    if (a) {
+        unsigned char v[sizeof(unsigned long long)];
+        r = ptr_attr(a, p, at, v);
+        if (r == CUDA_SUCCESS)
+            memcpy(data, v, ptr_attr_size(at));
+    }
+    pthread_mutex_unlock(&g_lock);
+    return r;
+}
+
+static CUresult fc_cuPointerGetAttributes(unsigned int n, CUpointer_attribute *ats, void **data, CUdeviceptr p) {
+    NEED_INIT();
+    if (n == 0 || !ats || !data)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned int i = 0; i < n; i++)
+        if (!data[i] || ptr_attr_size(ats[i]) == 0)
+            return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    struct fc_alloc *a = alloc_containing(p);
+    for (unsigned int i = 0; i < n; i++) {
+        unsigned char v[sizeof(unsigned long long)];
+        if (ptr_attr(a, p, ats[i], v) != CUDA_SUCCESS && a)
+            memset(v, 0, sizeof v); /* e.g. HOST_POINTER of device memory: NULL (inference) */
+        memcpy(data[i], v, ptr_attr_size(ats[i]));
+    }
+    pthread_mutex_unlock(&g_lock);
+    return CUDA_SUCCESS;
 }
 
 /* ---- virtual memory management (no context needed) ----------------------------------------- */
@@ -1290,6 +1542,9 @@ static CUresult fc_cuGetProcAddress_v2(const char *symbol, void **pfn, int ver, 
     X("cuMemAllocAsync", fc_cuMemAllocAsync)                            \
     X("cuMemFreeAsync", fc_cuMemFreeAsync)                              \
     X("cuMemGetInfo_v2", fc_cuMemGetInfo_v2)                            \
+    X("cuMemAllocManaged", fc_cuMemAllocManaged)                        \
+    X("cuPointerGetAttribute", fc_cuPointerGetAttribute)                \
+    X("cuPointerGetAttributes", fc_cuPointerGetAttributes)              \
     X("cuDeviceGetMemPool", fc_cuDeviceGetMemPool)                      \
     X("cuDeviceGetDefaultMemPool", fc_cuDeviceGetDefaultMemPool)        \
     X("cuDeviceSetMemPool", fc_cuDeviceSetMemPool)                      \
@@ -1402,6 +1657,9 @@ FC_EXPORT2("cuMemFree_v2", fc_cuMemFree_v2, )
 FC_EXPORT2("cuMemAllocAsync", fc_cuMemAllocAsync, )
 FC_EXPORT2("cuMemFreeAsync", fc_cuMemFreeAsync, )
 FC_EXPORT2("cuMemGetInfo_v2", fc_cuMemGetInfo_v2, )
+FC_EXPORT2("cuMemAllocManaged", fc_cuMemAllocManaged, )
+FC_EXPORT2("cuPointerGetAttribute", fc_cuPointerGetAttribute, )
+FC_EXPORT2("cuPointerGetAttributes", fc_cuPointerGetAttributes, )
 FC_EXPORT2("cuDeviceGetMemPool", fc_cuDeviceGetMemPool, )
 FC_EXPORT2("cuDeviceGetDefaultMemPool", fc_cuDeviceGetDefaultMemPool, )
 FC_EXPORT2("cuDeviceSetMemPool", fc_cuDeviceSetMemPool, )

@@ -13,6 +13,9 @@
 #define FC_MAX_DEVICES 16
 #define FC_DEVICE_MEM (80ULL << 30) /* 80 GiB per simulated device */
 #define FC_DEVICE_NAME "lucepatch-fakecuda H200 (simulated)"
+/* A machine GPU's UUID as NVML prints it (and CUDA_VISIBLE_DEVICES may name it); the argument is
+ * the machine index. fakecuda's cuDeviceGetUuid returns the same 16 bytes. */
+#define FC_UUID_FORMAT "GPU-1ce9a7c4-0000-4fa1-8b00-6c75636570%02x"
 
 /* Export `impl` under the linker name `sym`.  An asm label sidesteps cuda.h/nvml.h macros
  * such as `#define cuGetProcAddress cuGetProcAddress_v2`, so both names can exist. */
@@ -22,10 +25,11 @@
 
 #define FC_API __attribute__((visibility("default")))
 
+/* GPUs in the machine (NVML's count: CUDA_VISIBLE_DEVICES does not apply). */
 FC_API int lucepatch_fakecuda_device_count(void);
-/* 1 when any context (primary retained or created) on `dev` is alive in this process. */
+/* 1 when any context (primary retained or created) on machine GPU `dev` is alive in this process. */
 FC_API int lucepatch_fakecuda_device_has_context(int dev);
-/* Bytes of device memory in use on `dev` (allocations + VMM handles + context overhead). */
+/* Bytes of device memory in use on machine GPU `dev` (allocations + VMM handles + context overhead). */
 FC_API unsigned long long lucepatch_fakecuda_device_used(int dev);
 
 #endif

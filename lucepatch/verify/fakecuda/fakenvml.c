@@ -4,6 +4,10 @@
  * diffing nvmlDeviceGetComputeRunningProcesses before/after retaining a primary context, so
  * the process list shows the calling pid exactly while a context of this process exists on
  * the device (state read from fakecuda through exported helpers; never via dlsym).
+ *
+ * NVML enumerates the machine's GPUs whatever CUDA_VISIBLE_DEVICES says (NVML API reference,
+ * nvmlDeviceGetHandleByIndex: the index is NVML's, which "may not correlate to other APIs" such as
+ * CUDA's device ordinals), so index i here is machine GPU i.
  */
 #define _GNU_SOURCE
 #define NVML_NO_UNVERSIONED_FUNC_DEFS
@@ -106,7 +110,7 @@ static nvmlReturn_t fn_nvmlDeviceGetUUID(nvmlDevice_t d, char *uuid, unsigned in
     if (x < 0)
         return NVML_ERROR_INVALID_ARGUMENT;
     char buf[64]; /* same bytes as fakecuda's cuDeviceGetUuid */
-    snprintf(buf, sizeof buf, "GPU-1ce9a7c4-0000-4fa1-8b00-6c756365%02x%02x", 0x70, x);
+    snprintf(buf, sizeof buf, FC_UUID_FORMAT, x);
     return copy_str(uuid, len, buf);
 }
 

@@ -37,6 +37,9 @@ VALUE_CLASS = {
     "cuMemAlloc_v2": "nonnull", "cuMemAllocAsync": "nonnull", "cuMemAddressReserve": "nonnull",
     "cuStreamCreate": "nonnull", "cuDeviceGetMemPool": "nonnull", "cuMemCreate": "nonnull",
     "cuMemPoolCreate": "nonnull", "cuMemAllocFromPoolAsync": "nonnull", "cuDeviceGetDefaultMemPool": "nonnull",
+    "cuMemAllocManaged": "nonnull",
+    # recorded only for memory type, managed, device ordinal and mapped (the interposer)
+    "cuPointerGetAttribute": "exact",
 }
 
 

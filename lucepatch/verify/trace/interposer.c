@@ -170,6 +170,9 @@ TRACE1(cuMemAllocFromPoolAsync, (CUdeviceptr *p, size_t n, CUmemoryPool pool, CU
 TRACE0(cuMemPoolTrimTo, (CUmemoryPool p, size_t keep), (p, keep))
 TRACE1(cuDeviceGetDefaultMemPool, (CUmemoryPool *p, CUdevice d), (p, d), p)
 TRACE0(cuDeviceSetMemPool, (CUdevice d, CUmemoryPool p), (d, p))
+TRACE1(cuMemAllocManaged, (CUdeviceptr *p, size_t n, unsigned int flags), (p, n, flags), p)
+/* the arrays' slots are not watched: the result is what the comparison needs */
+TRACE0(cuPointerGetAttributes, (unsigned int n, CUpointer_attribute *a, void **data, CUdeviceptr p), (n, a, data, p))
 
 /* The reuse attributes are ints, the byte counts cuuint64_t (cuda.h). */
 static size_t pool_attr_size(CUmemPool_attribute a) {
@@ -217,6 +220,35 @@ CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute a, void *v
     char extra[32];
     snprintf(extra, sizeof extra, ",\"attr\":%d", (int)a);
     emit_extra("cuMemPoolSetAttribute", ctx_, r, -1, extra);
+    return r;
+}
+
+/* cuPointerGetAttribute: which attribute, and for the small-integer ones whose meaning does not
+ * depend on addresses (memory type, managed, device ordinal, mapped) the value written. */
+CUresult cuPointerGetAttribute(void *data, CUpointer_attribute a, CUdeviceptr ptr) {
+    static CUresult (*next)(void *, CUpointer_attribute, CUdeviceptr);
+    if (!next)
+        next = (CUresult(*)(void *, CUpointer_attribute, CUdeviceptr))real("cuPointerGetAttribute");
+    int ctx_ = ctx_current();
+    int small = a == CU_POINTER_ATTRIBUTE_MEMORY_TYPE || a == CU_POINTER_ATTRIBUTE_IS_MANAGED ||
+                a == CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL || a == CU_POINTER_ATTRIBUTE_MAPPED;
+    size_t sz = data && small ? sizeof(int) : 0;
+    unsigned char saved[4], sentinel[4];
+    memset(sentinel, 0xa5, sizeof sentinel);
+    if (sz) {
+        memcpy(saved, data, sz);
+        memcpy(data, sentinel, sz);
+    }
+    CUresult r = next(data, a, ptr);
+    int w = sz ? memcmp(data, sentinel, sz) != 0 : -1;
+    if (w == 0)
+        memcpy(data, saved, sz);
+    char extra[96];
+    if (w == 1)
+        snprintf(extra, sizeof extra, ",\"attr\":%d,\"value\":%d", (int)a, *(int *)data);
+    else
+        snprintf(extra, sizeof extra, ",\"attr\":%d,\"value\":null", (int)a);
+    emit_extra("cuPointerGetAttribute", ctx_, r, w, extra);
     return r;
 }
 

@@ -3,7 +3,7 @@
  * the hardware call by call.  Every probe runs on a thread with NO current context unless its
  * name says "main".  Exit 0 always (the trace is the result), 2 if no device.
  *
- * Usage: driver-semantics [all|pools]
+ * Usage: driver-semantics [all|pools|queries]
  *   all    contexts, stream-ordered allocation on explicit and default streams, VMM (the
  *          original probe; its recorded trace is driver-semantics.all.h200.jsonl)
  *   pools  stream-ordered memory pools: cuMemPoolCreate, cuMemAllocFromPoolAsync from a thread
@@ -11,6 +11,12 @@
  *          threshold 0, then "keep everything"), cuMemPoolTrimTo, watermark resets, and
  *          cuMemPoolDestroy with an allocation outstanding.  Sizes are multiples of 64 MiB so
  *          that reservation granularities up to that size give the same byte counts.
+ *   queries  what HAMi-core's hooks must forward faithfully, on the main thread with a context:
+ *          cuMemGetInfo_v2 with a NULL free, a NULL total and both NULL (OptiX, llama.cpp);
+ *          managed memory and its pointer attributes (IS_MANAGED through cuPointerGetAttribute,
+ *          cuPointerGetAttributes on it, and with NULL data: an error the hook must return
+ *          before touching outputs); cuMemFree of a pointer no allocation returned, and of a
+ *          stream-ordered allocation (a synchronous free of cuMemAllocAsync memory).
  */
 #include <cuda.h>
 #include <pthread.h>
@@ -140,10 +146,48 @@ static void pools(void) {
     cuStreamSynchronize(g_stream);
 }
 
+static void queries(void) {
+    size_t f = 0, t = 0;
+    cuMemGetInfo_v2(&f, &t);
+    cuMemGetInfo_v2(NULL, &t);
+    cuMemGetInfo_v2(&f, NULL);
+    cuMemGetInfo_v2(NULL, NULL);
+
+    CUdeviceptr dev_p = 0, man_p = 0;
+    cuMemAlloc(&dev_p, 2 << 20);
+    cuMemAllocManaged(&man_p, 2 << 20, CU_MEM_ATTACH_GLOBAL);
+    int managed = -1, type = -1, ordinal = -1;
+    cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, man_p);
+    cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, man_p);
+    cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, man_p);
+    managed = -1;
+    cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, dev_p);
+    cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dev_p);
+    cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dev_p + 4096); /* interior */
+    CUpointer_attribute ats[2] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED};
+    unsigned int mt = 0;
+    int im = 0;
+    void *data[2] = {&mt, &im};
+    cuPointerGetAttributes(2, ats, data, man_p);
+    cuPointerGetAttributes(2, ats, NULL, man_p);           /* NULL data */
+    cuPointerGetAttributes(2, ats, data, (CUdeviceptr)8);  /* not a CUDA pointer */
+
+    cuMemFree(man_p);
+    cuMemFree(dev_p);
+    cuMemFree(dev_p);  /* freed already: no allocation there any more */
+    cuMemFree((CUdeviceptr)0x10000); /* never allocated */
+    CUdeviceptr ap = 0;
+    if (cuMemAllocAsync(&ap, 2 << 20, g_stream) == CUDA_SUCCESS) {
+        cuStreamSynchronize(g_stream);
+        cuMemFree(ap); /* a synchronous free of stream-ordered memory */
+    }
+}
+
 int main(int argc, char **argv) {
     CUcontext ctx;
     int n = 0;
     int pool_probe = argc > 1 && strcmp(argv[1], "pools") == 0;
+    int query_probe = argc > 1 && strcmp(argv[1], "queries") == 0;
     if (cuInit(0) != CUDA_SUCCESS || cuDeviceGetCount(&n) != CUDA_SUCCESS || n < 1 ||
         cuDeviceGet(&g_dev, 0) != CUDA_SUCCESS) {
         fprintf(stderr, "driver-semantics: no device\n");
@@ -158,6 +202,8 @@ int main(int argc, char **argv) {
     cuStreamCreate(&g_stream, CU_STREAM_NON_BLOCKING);
     if (pool_probe) {
         pools();
+    } else if (query_probe) {
+        queries();
     } else {
         pthread_t t;
         pthread_create(&t, NULL, ctxless, NULL);
