@@ -1,7 +1,7 @@
 """Series and patch-file checks (`lucepatch lint`, the gate's lint step); no upstream checkout needed.
 
 Errors (exit 1): series <-> files mismatch, unparseable patch or diff, missing/invalid
-`Upstream-Status` (a `Backport [...]` must name a commit), missing `Signed-off-by`, unknown
+`Upstream-Status` (a `Backport [...]` must name a commit or the pull request it merged as), missing `Signed-off-by`, unknown
 `Reproducer:`/`Probe:` (or one of another series family), bad `Build-Only`, whitespace errors in
 added lines, unsafe paths; lines: `line_of` naming no target or a line, two lines of one family
 with one name, `[serves]` disagreeing with lucepatch/data/compatible_hami.toml, `[not_applicable]`
@@ -37,6 +37,11 @@ class Finding:
 
     def to_json(self):
         return self.__dict__.copy()
+
+
+# A backport names what upstream merged: the commit (an older line carries it), or, for a fix upstream
+# merged after the fetchable history ends, its pull request (our own patch implementing the same fix).
+BACKPORT = re.compile(r"Backport \[(?:[0-9a-f]{7,40}|https://[^\s\[\]/]+/[^\s\[\]/]+/[^\s\[\]/]+/pull/[0-9]+)\]")
 
 
 def whitespace_errors(patch) -> list[str]:
@@ -103,9 +108,10 @@ def lint_target(ws, name: str, *, pending_days: int, now: float) -> list[Finding
             add(ERROR, n, "trailer", "no Upstream-Status trailer (Pending, Submitted [url], Denied, Inappropriate [reason], ...)")
         elif not UPSTREAM_STATUS.match(status):
             add(ERROR, n, "trailer", f"Upstream-Status {status!r} is not a valid value")
-        elif status.startswith("Backport [") and not re.fullmatch(r"Backport \[[0-9a-f]{7,40}\]", status):
+        elif status.startswith("Backport [") and not BACKPORT.fullmatch(status):
             add(ERROR, n, "trailer", f"Upstream-Status {status!r}: a backport names the upstream commit, "
-                                     "Backport [<commit id>]")
+                                     "Backport [<commit id>], or the pull request it merged as, "
+                                     "Backport [https://<host>/<owner>/<repo>/pull/<n>]")
         if not p.trailer_all("Signed-off-by"):
             add(ERROR, n, "trailer", "no Signed-off-by trailer (DCO)")
         bo = p.trailer("Build-Only")

@@ -128,6 +128,12 @@ def test_line_errors(line):
     bp.write_text(text.replace(f"Backport [{line['c']['u0']}]", "Backport [the limit fix]"))
     r = cli("--workspace", ws, "lint", "carry-v0.9", "--json")
     assert r.code == 1 and any("names the upstream commit" in f["message"] for f in r.json["findings"])
+    # a fix upstream merged after the fetchable history ends is named by its pull request; an issue is not one
+    bp.write_text(text.replace(f"Backport [{line['c']['u0']}]", "Backport [https://github.com/Project-HAMi/HAMi-core/pull/322]"))
+    assert cli("--workspace", ws, "lint", "carry-v0.9").code == 0
+    bp.write_text(text.replace(f"Backport [{line['c']['u0']}]", "Backport [https://github.com/Project-HAMi/HAMi-core/issues/321]"))
+    r = cli("--workspace", ws, "lint", "carry-v0.9", "--json")
+    assert r.code == 1 and any("the pull request it merged as" in f["message"] for f in r.json["findings"])
     bp.write_text(text)
     assert cli("--workspace", ws, "lint").code == 0
 
