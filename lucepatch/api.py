@@ -184,7 +184,7 @@ def write_pr(ws: Workspace, t: Target, src: Path, cache: Path, out_dir: Path, *,
              **options):
     """The PR directory (patches with base-commit, pr-body.md, pr.json) after the upstream's own
     checks; `evidence` files must prove the series. Other keyword options are those of
-    `lucepatch pr` (upstream_ref, signoff, draft, template, push, branch, revise, ai_use)."""
+    `lucepatch pr` (upstream_ref, signoff, draft, template, push, branch, revise, ai_use, messages)."""
     from lucepatch.upstream.pr import prepare_pr
     from lucepatch.verify.reproducer import list_reproducers
 

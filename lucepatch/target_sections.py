@@ -149,6 +149,8 @@ class PrConfig:
     summary: str | None = None
     release_note: str | None = None
     overhead: str | None = None
+    commit_messages: str | None = None  # "series" | "author" (upstream/conventions.py)
+    validation: bool | None = None
 
     def overrides(self) -> dict:
         return _as_json(self)

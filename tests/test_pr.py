@@ -189,3 +189,93 @@ def test_touched_lines(tmp_path):
     write(up, "f.c", "a\nB\nc\nd\ne\n")
     commit_all(up, "change")
     assert touched_lines(Path(up), base, "f.c") == {2, 5}
+
+
+def _hami(tmp_path, n=1):
+    msgs = [(f"fix(a): return {i + 2}\n\nBecause lucepatch's notes say so.\n\n"
+             "Bug: https://github.com/Project-HAMi/HAMi-core/issues/333\n"
+             "Upstream-Status: Pending\nSigned-off-by: Fixer <fixer@example.invalid>") for i in range(n)]
+    files = [{"src/a.c": GOOD_C.replace("2", str(i + 2))} for i in range(n)]
+    return _target_with(tmp_path, list(zip(files, msgs)), upstream="https://github.com/Project-HAMi/HAMi-core",
+                        author_env=AUTHOR)
+
+
+def test_hami_body_follows_hami_cores_template(cli, tmp_path):
+    """HAMi-core's PULL_REQUEST_TEMPLATE.md sections in order, the AI Disclosure left for the submitter
+    (a comment, not text lucepatch made up), and, without real-GPU evidence, the validation line asks for
+    the device and driver instead of claiming any."""
+    fx = _hami(tmp_path)
+    r = _pr(cli, fx, tmp_path / "out")
+    assert r.code == 0, r.err
+    body = (tmp_path / "out" / "pr-body.md").read_text()
+    sections = ["**What type of PR is this?**", "**What this PR does / why we need it**:",
+                "**Which issue(s) this PR fixes**:", "**Special notes for your reviewer**:",
+                "**Does this PR introduce a user-facing change?**:", "**AI Disclosure**"]
+    assert [body.index(s) for s in sections] == sorted(body.index(s) for s in sections)
+    ai = body[body.index("**AI Disclosure**"):]
+    assert "<!-- Submitter: briefly disclose, truthfully, any AI assistance" in ai
+    assert "Do not add AI co-author or assistance trailers to commits" in ai
+    assert "Validated on: <!-- Submitter: no real-GPU evidence" in body and "state the device and driver" in body
+    assert "AI Disclosure: left for you to fill truthfully" in r.out
+    r = _pr(cli, fx, tmp_path / "out2", "--ai-use", "None: written by hand.")
+    assert r.code == 0 and "None: written by hand." in (tmp_path / "out2" / "pr-body.md").read_text()
+    assert "AI Disclosure: left" not in r.out
+
+
+def test_hami_commits_carry_no_message_lucepatch_wrote(cli, tmp_path):
+    fx = _hami(tmp_path, n=2)
+    out = tmp_path / "out"
+    r = _pr(cli, fx, out, "--json")
+    assert r.code == 0, r.err
+    assert len(r.json["placeholder_messages"]) == 2
+    meta = json.loads((out / "lucepatch.json").read_text())
+    assert meta["commit_messages"] == "author" and len(meta["placeholder_messages"]) == 2
+    text = "".join(p.read_text() for p in sorted(out.glob("*.patch")))
+    assert text.count("Subject: [PATCH 1/2] TODO(submitter): write this commit's message yourself") == 1
+    # the code's DCO sign-off stays; none of lucepatch's prose or trailers does
+    assert text.count("Signed-off-by: Fixer <fixer@example.invalid>") == 2
+    for gone in ("Because lucepatch's notes", "fix(a): return", "Upstream-Status", "Bug:"):
+        assert gone not in text, gone
+    # the body still carries lucepatch's notes, for the submitter to read
+    assert "Because lucepatch's notes say so." in (out / "pr-body.md").read_text()
+    r = _pr(cli, fx, tmp_path / "o2")
+    assert "commit messages: 2 placeholder(s)" in r.out and "write yours" in r.out
+
+
+def test_hami_messages_dir_gives_the_submitters_own(cli, tmp_path):
+    fx = _hami(tmp_path, n=2)
+    names = sorted(p.name[:-6] for p in (fx["ws"] / "patches" / "toy").glob("*.patch"))
+    msgs = tmp_path / "msgs"
+    msgs.mkdir()
+    (msgs / f"{names[0]}.txt").write_text("fix(a): my first\n\nMine.\n\nSigned-off-by: Fixer <fixer@example.invalid>\n")
+    r = _pr(cli, fx, tmp_path / "o0", "--messages", msgs)
+    assert r.code == 2 and f"no message for {names[1]}" in r.err
+    (msgs / f"{names[1]}.txt").write_text("fix(a): my second\n\nAlso mine.\n\nSigned-off-by: Fixer <fixer@example.invalid>\n")
+    (msgs / "typo.txt").write_text("x\n")
+    r = _pr(cli, fx, tmp_path / "o1", "--messages", msgs)
+    assert r.code == 2 and "typo.txt names no selected patch" in r.err
+    (msgs / "typo.txt").unlink()
+    out = tmp_path / "out"
+    r = _pr(cli, fx, out, "--messages", msgs, "--json")
+    assert r.code == 0, r.err
+    assert r.json["placeholder_messages"] == []
+    text = "".join(p.read_text() for p in sorted(out.glob("*.patch")))
+    assert "fix(a): my first" in text and "Also mine." in text and "TODO(submitter)" not in text
+
+
+def test_hami_placeholders_are_never_pushed(cli, tmp_path):
+    fx = _hami(tmp_path)
+    fork = tmp_path / "fork.git"
+    git(tmp_path, "init", "-q", "--bare", str(fork))
+    r = _pr(cli, fx, tmp_path / "out", "--push", str(fork), "--branch", "fix")
+    assert r.code == 2 and "refusing to push commits whose messages are lucepatch's placeholders" in r.err
+    assert not (tmp_path / "out").exists()
+    assert git(fork, "for-each-ref").strip() == ""
+
+
+def test_messages_are_only_for_author_message_upstreams(cli, tmp_path):
+    msg = "fix(a): change\n\nSigned-off-by: Fixer <fixer@example.invalid>"
+    fx = _target_with(tmp_path, [({"src/a.c": GOOD_C}, msg)], upstream="https://github.com/Luce-Org/lucebox-hub",
+                      author_env=AUTHOR)
+    r = _pr(cli, fx, tmp_path / "out", "--messages", tmp_path)
+    assert r.code == 2 and "takes the series' own" in r.err

@@ -17,6 +17,10 @@ import re
 #   subject_style  "conventional" -> `type(scope): subject` required on every commit
 #   ai_use_required  the body carries an AI-use disclosure; `[pr] ai_use` or `pr --ai-use` must fill it
 #   kind           the /kind label for Kubernetes-style templates
+#   commit_messages  "series": the commits carry the patches' messages; "author": the submitter writes
+#                  every commit message (an upstream that takes no generated ones): lucepatch leaves a
+#                  placeholder in each until `pr --messages DIR` gives them, and will not push placeholders
+#   validation     the body must say which hardware and driver the fix was validated on
 DEFAULT = {
     "template": "generic",
     "checks": ["dco"],
@@ -24,22 +28,30 @@ DEFAULT = {
     "subject_style": None,
     "ai_use_required": False,
     "kind": "bug",
+    "commit_messages": "series",
+    "validation": False,
 }
 
 UPSTREAMS: dict[str, dict] = {
-    # HAMi-core has no PR template of its own; the HAMi main repository's Kubernetes-style template
-    # is what its maintainers read. DCO on every commit, cpplint --linelength=120,
-    # hack/check_cuda_hook_consistency.py when hooks change (docs/field-notes.md §2).
+    # HAMi-core's .github/PULL_REQUEST_TEMPLATE.md: the Kubernetes-style sections of HAMi's own
+    # template plus "AI Disclosure" (briefly disclose any AI assistance; no AI co-author or assistance
+    # trailers on commits). HAMi's CONTRIBUTING asks that a fix be validated on real GPUs, device and
+    # driver stated, and takes no AI-generated commit messages. DCO on every commit, cpplint
+    # --linelength=120, hack/check_cuda_hook_consistency.py when hooks change (docs/field-notes.md §2, §8).
     "github.com/project-hami/hami-core": {
         "template": "hami",
         "checks": ["dco", "cpplint", "hook-consistency"],
         "cpplint_args": ["--linelength=120"],
         "subject_style": "conventional",
+        "commit_messages": "author",
+        "validation": True,
     },
     "github.com/project-hami/hami": {
         "template": "hami",
         "checks": ["dco"],
         "subject_style": "conventional",
+        "commit_messages": "author",
+        "validation": True,
     },
     # Lucebox: conventional commits, one concern per PR (docs/field-notes.md §4).
     "github.com/luce-org/lucebox-hub": {

@@ -44,12 +44,15 @@ class PrResult:
     checks: list[CheckResult] = field(default_factory=list)
     pushed: str | None = None
     template: str = "generic"
+    placeholder_messages: list[str] = field(default_factory=list)  # patches whose commit awaits the submitter's message
+    ai_disclosure_given: bool = False
 
     def to_json(self) -> dict:
         return {"out_dir": str(self.out_dir), "branch": self.branch, "base": self.base, "head": self.head,
                 "files": [f.name for f in self.files], "evidence_used": self.evidence_used,
                 "revision": self.revision, "template": self.template, "pushed": self.pushed,
-                "checks": [c.to_json() for c in self.checks]}
+                "checks": [c.to_json() for c in self.checks], "placeholder_messages": self.placeholder_messages,
+                "ai_disclosure_given": self.ai_disclosure_given}
 
 
 def select_patches(target: Target, names: list[str] | None) -> list[Patch]:
@@ -152,7 +155,7 @@ def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, *, patc
                template: str | None = None, push: str | None = None, branch: str | None = None,
                revise: Path | None = None, ai_use: str | None = None, reproducers: dict | None = None,
                workspace: Path | None = None, skip_checks: bool = False,
-               real_clients: list[Path] | None = None) -> PrResult:
+               real_clients: list[Path] | None = None, messages: Path | None = None) -> PrResult:
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise UsageError(f"--out {out_dir} exists and is not empty; choose a new directory")
     if evidence_path is None and not no_evidence:
@@ -162,6 +165,13 @@ def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, *, patc
     if push and not branch:
         raise UsageError("--push REMOTE needs --branch NAME (the branch to create on the fork)")
     conv = conventions_for(target.upstream, target.pr.overrides())
+    if conv.get("commit_messages", "series") not in ("series", "author"):
+        raise UsageError(f"[pr] commit_messages of {target.toml_path} must be \"series\" or \"author\", "
+                         f"not {conv.get('commit_messages')!r}")
+    author_messages = conv.get("commit_messages") == "author"
+    if messages is not None and not author_messages:
+        raise UsageError(f"--messages is for upstreams whose commit messages the submitter writes; {target.upstream} "
+                         "takes the series' own (set [pr] commit_messages = \"author\" to write them)")
     tmpl = template or conv["template"]
     ai_use = ai_use or conv.get("ai_use")
     if conv.get("ai_use_required") and not ai_use:
@@ -182,6 +192,11 @@ def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, *, patc
 
         clients = rc.load(list(real_clients), target=target.name, repro_hashes=repro_hashes or {})
     patches = select_patches(target, patch_names)
+    own = read_messages(messages, patches) if messages is not None else {}
+    if author_messages and push and len(own) < len(patches):
+        raise UsageError("refusing to push commits whose messages are lucepatch's placeholders: "
+                         f"{target.upstream} takes no generated commit messages; write yours "
+                         "(--messages DIR, one <patch>.txt per patch) and run pr again")
     prev = _read_previous(revise) if revise else None
     revision = (prev["revision"] + 1) if prev else 1
     scrub = Scrubber(cache=cache, workspace=workspace)
@@ -213,6 +228,9 @@ def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, *, patc
             raise CheckFailed(f"{', '.join(o.patch.name + ' ' + o.status for o in bad)} on {res.base[:12]}; "
                               "rebase the series before opening a PR")
         git.run(work.repo, "checkout", "-q", "-B", pr_branch)
+        placeholders = []
+        if author_messages:
+            placeholders = _author_messages(work.repo, res.base, patches, own, repo_slug(target.upstream) or target.upstream)
         checks = [] if skip_checks else run_checks(conv["checks"], work.repo, res.base, conv)
         failed = [c for c in checks if not c.ok]
         if failed:
@@ -240,6 +258,7 @@ def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, *, patc
 
         ctx = _body_context(target, patches, ev, res.base, conv, checks, reproducers or {},
                             revision=revision, range_diff=range_diff, ai_use=ai_use, prev=prev)
+        ctx["placeholder_messages"] = placeholders
         if clients:
             from lucepatch.upstream import real_clients as rc
 
@@ -278,6 +297,8 @@ def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, *, patc
             "patches": [{"name": p.name, "patch_id": p.patch_id, "subject": p.subject} for p in patches],
             "checks": [c.to_json() for c in checks], "evidence": ev.verdict if ev is not None else None,
             "driver": (driver_display(ev) if ev is not None else None), "pushed": pushed,
+            "commit_messages": ("author" if author_messages else "series"), "placeholder_messages": placeholders,
+            "ai_disclosure": "given" if ai_use else ("left to the submitter" if tmpl == "hami" else None),
         }
         (staging / META).write_text(json.dumps(scrub.obj(meta), indent=2) + "\n")
         out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -285,7 +306,71 @@ def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, *, patc
             out_dir.rmdir()
         staging.rename(out_dir)
         files = sorted(out_dir.iterdir())
-        return PrResult(out_dir, pr_branch, res.base, head, files, ev is not None, revision, checks, pushed, tmpl)
+        return PrResult(out_dir, pr_branch, res.base, head, files, ev is not None, revision, checks, pushed, tmpl,
+                        placeholders, bool(ai_use))
+
+
+# The commit message lucepatch leaves where the submitter must write one (an upstream that takes no
+# generated messages, HAMi). It is not a message: its subject says so, and nothing in it is lucepatch's
+# account of the change (that is in pr-body.md, for the submitter to read, not to sign).
+PLACEHOLDER_SUBJECT = "TODO(submitter): write this commit's message yourself"
+PLACEHOLDER_BODY = """\
+{upstream} takes no generated commit messages, and lucepatch writes none
+for you to sign as your own. Replace this text with your own account of
+the change (git rebase -i, reword; or pr --messages DIR with <patch>.txt)
+before opening the PR. The patch was {patch}.
+"""
+
+
+def read_messages(d: Path, patches: list[Patch]) -> dict[str, str]:
+    """--messages DIR: the submitter's own message for each patch, DIR/<patch name without .patch>.txt
+    (subject, blank line, body; trailers such as their Signed-off-by included). Every selected patch
+    needs one; a file that names no patch is a typo and refused too."""
+    if not d.is_dir():
+        raise UsageError(f"--messages {d} is not a directory (one <patch>.txt per patch)")
+    want = {p.name[:-6] if p.name.endswith(".patch") else p.name: p for p in patches}
+    have = {f.stem: f for f in d.glob("*.txt")}
+    stray = sorted(set(have) - set(want))
+    if stray:
+        raise UsageError(f"--messages {d}: {', '.join(s + '.txt' for s in stray)} names no selected patch")
+    missing = sorted(set(want) - set(have))
+    if missing:
+        raise UsageError(f"--messages {d}: no message for {', '.join(missing)} (write {missing[0]}.txt, ...)")
+    out = {}
+    for stem, p in want.items():
+        text = have[stem].read_text(encoding="utf-8").strip()
+        subject = text.splitlines()[0].strip() if text else ""
+        if not subject or subject.startswith("TODO(submitter)"):
+            raise UsageError(f"--messages {have[stem]}: the first line must be your subject, not empty or the placeholder")
+        out[p.name] = text + "\n"
+    return out
+
+
+def _author_messages(repo: Path, base: str, patches: list[Patch], own: dict[str, str], upstream: str) -> list[str]:
+    """Give each commit of base..HEAD (one per patch, in order) the submitter's message, or the
+    placeholder where they gave none. The patch's Signed-off-by lines stay (they certify the code,
+    DCO); none of lucepatch's prose does. Returns the patches left with a placeholder."""
+    commits = git.run(repo, "rev-list", "--reverse", f"{base}..HEAD").stdout.split()
+    if len(commits) != len(patches):
+        raise CheckFailed(f"{len(commits)} commits for {len(patches)} patches on {base[:12]}; cannot give each its message")
+    placeholders = []
+    parent = base
+    for sha, p in zip(commits, patches):
+        if p.name in own:
+            msg = own[p.name]
+        else:
+            placeholders.append(p.name)
+            signoffs = "".join(f"Signed-off-by: {s}\n" for s in p.trailer_all("Signed-off-by"))
+            msg = (f"{PLACEHOLDER_SUBJECT}\n\n" + PLACEHOLDER_BODY.format(upstream=upstream, patch=p.name)
+                   + (f"\n{signoffs}" if signoffs else ""))
+        tree = git.run(repo, "rev-parse", f"{sha}^{{tree}}").stdout.strip()
+        env = {k: git.run(repo, "log", "-1", f"--format={fmt}", sha).stdout.strip()
+               for k, fmt in (("GIT_AUTHOR_NAME", "%an"), ("GIT_AUTHOR_EMAIL", "%ae"), ("GIT_AUTHOR_DATE", "%aD"),
+                              ("GIT_COMMITTER_NAME", "%cn"), ("GIT_COMMITTER_EMAIL", "%ce"),
+                              ("GIT_COMMITTER_DATE", "%cD"))}
+        parent = git.run(repo, "commit-tree", tree, "-p", parent, "-F", "-", stdin=msg.encode(), env=env).stdout.strip()
+    git.run(repo, "reset", "-q", "--soft", parent)
+    return placeholders
 
 
 def _real_client_columns() -> list[str]:
@@ -350,6 +435,7 @@ def _body_context(target: Target, patches: list[Patch], ev: Evidence | None, bas
         "prev_revision": prev["revision"] if prev else None, "upstream": target.upstream,
         "rows": [], "columns": TABLE_COLUMNS,
         "real_clients": [], "real_clients_sources": [], "real_clients_columns": _real_client_columns(),
+        "validation": bool(conv.get("validation")), "validated_on": None, "placeholder_messages": [],
     }
     if ev is not None:  # the templates read plain dicts (Evidence.to_json())
         d = driver_display(ev)
@@ -364,4 +450,7 @@ def _body_context(target: Target, patches: list[Patch], ev: Evidence | None, bas
             baseline_patches=ev.variants["baseline"].patches or [],
             not_proven_here=[s.to_json() for s in ev.checked if s.verdict != "proven"],
         )
+        if d["kind"] == "real":
+            ctx["validated_on"] = f"{d['gpu']}, NVIDIA driver {d['driver']}"
+
     return ctx
