@@ -4,6 +4,7 @@
 #   bash tools/gpu_session.sh <step...>
 #   steps: env traces async-sched all all-a all-b all-serial vmm-refs overhead bench-verify multi-device
 #          pool-alloc run-cost main-job main-job-jobs lucebox-build lucebox-full lucebox-f6 ggml-build ggml-client ggml-diag
+#          i28-main i28-v25 i28-traces i28-2gpu i28-ggml
 #   plan (issue 4): smoke = `env async-sched`; full = `all vmm-refs overhead bench-verify traces`;
 #   reserve = `all-serial` (if parallel runs misbehave on the GPU); 2-GPU machine: `multi-device`.
 #   issue 12: `pool-alloc` (~1.5 min on 1x H200: 2 builds + 85 processes under the sequential
@@ -26,6 +27,10 @@
 #   ggml workload, e3c3477 vs pin, pin vs series); lucebox-build must then carry SASS for the GPU:
 #   LUCEBOX_CUDA_ARCHS='120;90' on an H200. Otherwise `ggml-build ggml-client` in a later call (~5 min).
 #   plan (issue 18, 2-GPU machine): `torch-2gpu` (on one GPU it runs too and reports the scenarios skipped).
+#   issue 28 (the bugs of every released HAMi, both lines): call 1 (1 GPU, ~4.5 min) = `i28-main i28-traces`;
+#   call 2 (1 GPU, ~4 min) = `i28-v25`; call 3 (nvidia-h200-x2, ~2.5 min) = `i28-2gpu` (device-index with
+#   CUDA_VISIBLE_DEVICES=1,0 and llama-vmm device-create, both lines, and their traces); call 4 (~6 min, after
+#   `ggml-build` in the same machine session, or with `lucebox-build` as issue 17 runs it) = `i28-ggml`.
 # verify runs in parallel (private mount namespace + tmpfs /tmp/vgpulock per run) when root and
 # unshare(1) works, serially otherwise; the evidence's execution.mode says which.
 # Everything it writes goes under $OUT (or ./gpu-out when OUT is unset).
@@ -79,6 +84,20 @@ lucebox_tree() {
 # the C reproducers (the workloads have their own steps: torch processes are ~10x slower per run)
 C_REPROS="--reproducer async-accounting --reproducer async-sched --reproducer llama-vmm --reproducer multi-device --reproducer pool-alloc \
   --reproducer pr188-guard --reproducer shared-region --reproducer zero-limit"
+# issue 28: the reproducers of the fixes every released HAMi lacks, run on each line (base vs line); the ctypes
+# client's NULL-output scenarios (its older ones have their evidence); --runs 10: a fix is proven at the
+# sequential rule's 15 runs, a guard costs 20
+I28_REPROS="--reproducer meminfo-null --reproducer untracked-free --reproducer pointer-attrs --reproducer vmm-release \
+  --reproducer llama-vmm --reproducer device-index"
+I28_CTYPES="--reproducer ctypes-clients --scenario control --scenario meminfo-null-total --scenario meminfo-null-free-procaddress"
+I28_TRACES="--program driver-semantics.queries --program meminfo-null --program untracked-free --program pointer-attrs \
+  --program vmm-release --program llama-vmm.main-device --program device-index"
+i28_verify() {  # $1 = target, $2 = evidence name; one verify per target: the C reproducers, then the ctypes scenarios
+  lp verify --target $1 $I28_REPROS --source $SRC --driver $DRIVER --runs ${RUNS:-10} --jobs $JOBS \
+    --evidence "$OUT/commit/$2.$TAG.json" 2>&1 | tee "$OUT/verify-$2.log"
+  lp verify --target $1 $I28_CTYPES --source $SRC --driver $DRIVER --runs ${RUNS:-10} --jobs $JOBS \
+    --evidence "$OUT/commit/$2-ctypes.$TAG.json" 2>&1 | tee "$OUT/verify-$2-ctypes.log"
+}
 TORCH_GUARDS="--scenario threadpool-default-alloc --scenario nccl-allreduce-default --scenario nccl-allreduce-expandable \
   --scenario nccl-allreduce-async --scenario main-thread-alloc --scenario vllm-async-output --scenario expandable-segments \
   --scenario cuda-graph --scenario cuda-graph-async --scenario two-rank-threads-async --scenario two-rank-threads-default"
@@ -296,6 +315,60 @@ print(f'main job x{sys.argv[3]}: {float(sys.argv[2]) - float(sys.argv[1]):.2f} s
       lp verify --target hami-core-v2.5 --reproducer torch-clients --source $SRC --driver $DRIVER --runs 10 \
         --jobs $JOBS $TORCH_GUARDS \
         --evidence "$OUT/hami-core-v2.5-torch-guards.$TAG.json" 2>&1 | tee "$OUT/verify-v25-torch-guards.log" ;;
+    i28-main)
+      # issue 28, the main line (8f3a89c vs hami-core): NULL cuMemGetInfo outputs, untracked frees, the NVML index
+      # in oom_check, cuPointerGetAttributes, VMM charged until unmapped; llama-vmm's new control; device-index and
+      # llama-vmm device-create report skipped on 1 GPU (i28-2gpu runs them). 2 builds + ~460 processes (~4 min)
+      mkdir -p "$OUT/commit"; s0=$(now)
+      i28_verify hami-core i28-hami-core
+      python3 -c "import sys; print(f'i28-main wall: {float(sys.argv[2]) - float(sys.argv[1]):.1f} s')" "$s0" "$(now)" | tee -a "$OUT/i28-timing.log" ;;
+    i28-v25)
+      # issue 28, the v2.5 line (54b1305 vs hami-core-v2.5): the same fixes carried, VMM accounting backported,
+      # llama-vmm applicable there now. 2 builds + ~445 processes (~4 min)
+      mkdir -p "$OUT/commit"; s0=$(now)
+      i28_verify hami-core-v2.5 i28-hami-core-v2.5
+      python3 -c "import sys; print(f'i28-v25 wall: {float(sys.argv[2]) - float(sys.argv[1]):.1f} s')" "$s0" "$(now)" | tee -a "$OUT/i28-timing.log" ;;
+    i28-traces)
+      # the bare driver's answers to the new programs (no HAMi): the probe `queries` and every new reproducer
+      # scenario the machine can run; commit $OUT/traces-i28/*.h200.jsonl under tests/fakecuda/traces/ and drop
+      # their [awaiting-trace] entries (< 1 min)
+      rm -rf "$OUT/traces-i28"
+      python3 -m lucepatch.verify.trace.record_all --out "$OUT/traces-i28" --driver $DRIVER --label $TAG $I28_TRACES \
+        2>&1 | tee "$OUT/traces-i28.log" ;;
+    i28-2gpu)
+      # issue 28 on nvidia-h200-x2: device-index (CUDA_VISIBLE_DEVICES=1,0: CUDA and NVML number the GPUs
+      # differently) and llama-vmm device-create, both lines, then their traces (~2.5 min with cold builds)
+      n=$(nvidia-smi -L 2>/dev/null | wc -l); mkdir -p "$OUT/commit"; s0=$(now)
+      for t in hami-core hami-core-v2.5; do
+        lp verify --target $t --reproducer device-index --reproducer llama-vmm --scenario llama-vmm:device-create \
+          --scenario device-index:reordered --scenario device-index:reordered-device-1 \
+          --scenario device-index:reordered-cuda-first --scenario device-index:reordered-per-device-limits \
+          --source $SRC --driver $DRIVER --runs ${RUNS:-10} --jobs $JOBS \
+          --evidence "$OUT/commit/i28-2gpu-$t.${TAG}x${n}.json" 2>&1 | tee "$OUT/verify-i28-2gpu-$t.log"
+      done
+      rm -rf "$OUT/traces-i28-2gpu"
+      python3 -m lucepatch.verify.trace.record_all --out "$OUT/traces-i28-2gpu" --driver $DRIVER --label $TAG \
+        --program device-index --program llama-vmm.device-create 2>&1 | tee "$OUT/traces-i28-2gpu.log"
+      python3 -c "import sys; print(f'i28-2gpu wall: {float(sys.argv[2]) - float(sys.argv[1]):.1f} s')" "$s0" "$(now)" | tee -a "$OUT/i28-timing.log" ;;
+    i28-ggml)
+      # issue 28: ggml's VMM pool under HAMi (ggml-client vmm-pool-charged, one 65536-column batch): the charge
+      # must cover what the pool mapped, base vs line on both lines; needs the ggml build of `ggml-build` or
+      # `lucebox-build` in this machine session (a profile with VMM: sm120-cuda13, not sm120-cuda13-hami)
+      cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)
+      G=/tmp/lp-ggml; mkdir -p "$OUT/commit"; system_cc; s0=$(now)
+      if [ -e $G/lib/libggml.so ] || python3 tools/ggml_dir.py $G ${cap:+--arch $cap} \
+          --include /tmp/lbx-src/server/deps/llama.cpp/ggml/include "$OUT"/ggml-build.*.json \
+          "$OUT/lucebox-full-build.sm120-cuda13.json" 2>&1 | tee "$OUT/ggml-dir-i28.log"; then
+        export LUCEPATCH_GGML_DIR=$G
+      else
+        echo "i28-ggml: no usable ggml build (run ggml-build first); the scenarios report skipped" | tee -a "$OUT/ggml-dir-i28.log"
+      fi
+      for t in hami-core hami-core-v2.5; do
+        lp verify --target $t --reproducer ggml-client --scenario main-thread --scenario vmm-pool-charged \
+          --source $SRC --driver $DRIVER --runs ${RUNS:-10} --jobs $JOBS \
+          --evidence "$OUT/commit/i28-ggml-$t.$TAG.json" 2>&1 | tee "$OUT/verify-i28-ggml-$t.log"
+      done
+      python3 -c "import sys; print(f'i28-ggml wall: {float(sys.argv[2]) - float(sys.argv[1]):.1f} s')" "$s0" "$(now)" | tee -a "$OUT/i28-timing.log" ;;
     *)
       echo "unknown step $step" >&2 ;;
   esac
