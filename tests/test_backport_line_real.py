@@ -123,14 +123,14 @@ def test_every_reproducer_on_the_simulated_driver(cli):
              "vmm-release:release-while-mapped", "vmm-release:unmap-then-release", "vmm-release:limit",
              "meminfo-null:null-total", "meminfo-null:null-free", "untracked-free:sync-free-async-alloc",
              "device-index:reordered", "device-index:reordered-cuda-first", "pointer-attrs:managed-reported-managed",
-             "pointer-attrs:error-null-data", "ctypes-clients:meminfo-null-total"]
+             "pointer-attrs:error-null-data", "ctypes-meminfo:null-total", "ctypes-meminfo:null-free-procaddress"]
     for name in fixed:
         assert (sc[name]["baseline"]["failures"], sc[name]["patched"]["failures"]) == (3, 0), name
     assert sc["pr188-guard:ctxless-alloc-valid-residue"]["verdict"] == "guarded"
-    # only the workloads that need the real CUDA driver (ggml-client) or PyTorch (torch-clients) may
-    # skip on the simulated driver; every other control runs and passes
+    # only the workloads that need the real CUDA driver (ggml-client, ggml-vmm-pool) or PyTorch
+    # (torch-clients) may skip on the simulated driver; every other control runs and passes
     skipped = {n for n, s in sc.items() if s["verdict"] == "skipped"}
-    assert all(n.startswith(("ggml-client:", "torch-clients:")) for n in skipped), skipped
+    assert all(n.startswith(("ggml-client:", "ggml-vmm-pool:", "torch-clients:")) for n in skipped), skipped
     for name, s in sc.items():
         if s["control"] and name not in skipped and not name.startswith(("multi-device", "shared-region")):
             assert s["verdict"] == "pass", name

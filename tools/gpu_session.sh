@@ -84,12 +84,12 @@ lucebox_tree() {
 # the C reproducers (the workloads have their own steps: torch processes are ~10x slower per run)
 C_REPROS="--reproducer async-accounting --reproducer async-sched --reproducer llama-vmm --reproducer multi-device --reproducer pool-alloc \
   --reproducer pr188-guard --reproducer shared-region --reproducer zero-limit"
-# issue 28: the reproducers of the fixes every released HAMi lacks, run on each line (base vs line); the ctypes
-# client's NULL-output scenarios (its older ones have their evidence); --runs 10: a fix is proven at the
-# sequential rule's 15 runs, a guard costs 20
+# issue 28: the reproducers of the fixes every released HAMi lacks, run on each line (base vs line), then the
+# Python (ctypes) client of the NULL-output bug; --runs 10: a fix is proven at the sequential rule's 15 runs,
+# a guard costs 20
 I28_REPROS="--reproducer meminfo-null --reproducer untracked-free --reproducer pointer-attrs --reproducer vmm-release \
   --reproducer llama-vmm --reproducer device-index"
-I28_CTYPES="--reproducer ctypes-clients --scenario control --scenario meminfo-null-total --scenario meminfo-null-free-procaddress"
+I28_CTYPES="--reproducer ctypes-meminfo"
 I28_TRACES="--program driver-semantics.queries --program meminfo-null --program untracked-free --program pointer-attrs \
   --program vmm-release --program llama-vmm.main-device --program device-index"
 i28_verify() {  # $1 = target, $2 = evidence name; one verify per target: the C reproducers, then the ctypes scenarios
@@ -351,7 +351,7 @@ print(f'main job x{sys.argv[3]}: {float(sys.argv[2]) - float(sys.argv[1]):.2f} s
         --program device-index --program llama-vmm.device-create 2>&1 | tee "$OUT/traces-i28-2gpu.log"
       python3 -c "import sys; print(f'i28-2gpu wall: {float(sys.argv[2]) - float(sys.argv[1]):.1f} s')" "$s0" "$(now)" | tee -a "$OUT/i28-timing.log" ;;
     i28-ggml)
-      # issue 28: ggml's VMM pool under HAMi (ggml-client vmm-pool-charged, one 65536-column batch): the charge
+      # issue 28: ggml's VMM pool under HAMi (ggml-vmm-pool, one 65536-column batch): the charge
       # must cover what the pool mapped, base vs line on both lines; needs the ggml build of `ggml-build` or
       # `lucebox-build` in this machine session (a profile with VMM: sm120-cuda13, not sm120-cuda13-hami)
       cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)
@@ -364,7 +364,7 @@ print(f'main job x{sys.argv[3]}: {float(sys.argv[2]) - float(sys.argv[1]):.2f} s
         echo "i28-ggml: no usable ggml build (run ggml-build first); the scenarios report skipped" | tee -a "$OUT/ggml-dir-i28.log"
       fi
       for t in hami-core hami-core-v2.5; do
-        lp verify --target $t --reproducer ggml-client --scenario main-thread --scenario vmm-pool-charged \
+        lp verify --target $t --reproducer ggml-vmm-pool \
           --source $SRC --driver $DRIVER --runs ${RUNS:-10} --jobs $JOBS \
           --evidence "$OUT/commit/i28-ggml-$t.$TAG.json" 2>&1 | tee "$OUT/verify-i28-ggml-$t.log"
       done

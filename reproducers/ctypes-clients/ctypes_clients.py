@@ -15,7 +15,6 @@ than it was asked for), so its usage must grow by min(bytes allocated, pool grow
 the bytes allocated.
 """
 
-import ctypes
 from concurrent.futures import ThreadPoolExecutor
 
 import lp_workload as lp
@@ -125,67 +124,6 @@ def threadpool_sync_alloc():
     return ok
 
 
-def _param_bytes(name: str) -> int:
-    """A declared parameter (reproducer.toml [params]): lucepatch always sets it, as plain bytes."""
-    import os
-
-    v = os.environ.get(name, "")
-    if not v.isdigit():
-        lp.setup_error(f"{name}={v!r} is not a byte count (a declared parameter: lucepatch sets it)")
-    return int(v)
-
-
-def _full_info(cu) -> tuple[int, int]:
-    free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
-    r = cu.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total))
-    lp.check_result("cuMemGetInfo_v2(&free, &total)", lp.CUDA_SUCCESS, r)
-    return free.value, total.value
-
-
-def meminfo_null_total():
-    """cudaMemGetInfo(&free, NULL) the way a Python client makes it through ctypes (None is NULL):
-    CUDA_SUCCESS and the full call's free, before and after an allocation (base: SIGSEGV)."""
-    cu = _setup()
-    block = _param_bytes("LP_PARAM_BLOCK")
-    ok = True
-    f0, _ = _full_info(cu)
-    free = ctypes.c_size_t(0)
-    ok &= lp.check_result("cuMemGetInfo_v2(&free, None)", lp.CUDA_SUCCESS, cu.cuMemGetInfo_v2(ctypes.byref(free), None))
-    ok &= lp.check_eq("free from (&free, None) equals the full call's", f0, free.value)
-    r, ptr = cu.alloc(block)
-    ok &= lp.check_result("cuMemAlloc of the block", lp.CUDA_SUCCESS, r)
-    ok &= lp.check_result("cuMemGetInfo_v2(&free, None) after it", lp.CUDA_SUCCESS,
-                          cu.cuMemGetInfo_v2(ctypes.byref(free), None))
-    ok &= lp.check_eq("free is down by the block", f0 - block, free.value)
-    if r == lp.CUDA_SUCCESS:
-        cu.cuMemFree_v2(ptr)
-    return ok
-
-
-def meminfo_null_free_procaddress():
-    """OptiX's cuMemGetInfo_v2(NULL, &total), with the entry point resolved the way cudart resolves it
-    (cuGetProcAddress_v2("cuMemGetInfo", CUDA 12.0)): CUDA_SUCCESS and the full call's total."""
-    cu = _setup()
-    proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t))
-    get = cu.lib.cuGetProcAddress_v2
-    get.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_uint64,
-                    ctypes.c_void_p]
-    get.restype = ctypes.c_int
-    fn = ctypes.c_void_p()
-    ok = lp.check_result('cuGetProcAddress_v2("cuMemGetInfo")', lp.CUDA_SUCCESS,
-                         get(b"cuMemGetInfo", ctypes.byref(fn), 12000, 0, None))
-    if not fn.value:
-        return False
-    mem_get_info = proto(fn.value)
-    _, t0 = _full_info(cu)
-    total = ctypes.c_size_t(0)
-    ok &= lp.check_result("cuMemGetInfo(None, &total) through cuGetProcAddress", lp.CUDA_SUCCESS,
-                          mem_get_info(None, ctypes.byref(total)))
-    ok &= lp.check_eq("total equals the full call's", t0, total.value)
-    return ok
-
-
 if __name__ == "__main__":
     lp.run({"control": control, "threadpool-async-alloc": threadpool_async_alloc,
-            "threadpool-async-free": threadpool_async_free, "threadpool-sync-alloc": threadpool_sync_alloc,
-            "meminfo-null-total": meminfo_null_total, "meminfo-null-free-procaddress": meminfo_null_free_procaddress})
+            "threadpool-async-free": threadpool_async_free, "threadpool-sync-alloc": threadpool_sync_alloc})
