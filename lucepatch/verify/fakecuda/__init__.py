@@ -2,7 +2,9 @@
 
 The C sources next to this file model the driver semantics HAMi-core's bug family depends on
 (docs/field-notes.md §3): per-thread context stack, cuCtxGetDevice -> 201 with the output untouched on a
-context-less thread, stream-ordered calls served through the stream's context. The build
+context-less thread, stream-ordered calls served through the stream's context, memory pools, VMM,
+CUDA_VISIBLE_DEVICES (CUDA's numbering, not NVML's), cuMemGetInfo_v2 with NULL outputs, managed memory
+and the pointer-attribute queries (each documented at its code in fakecuda.c). The build
 directory doubles as a link-time stub directory (libcuda.so / libnvidia-ml.so symlinks).
 """
 
