@@ -125,6 +125,44 @@ def test_rollback_restores_and_verifies(node, libs):
     assert rc == 0 and res["outcome"] == "noop"
 
 
+def test_rollback_refuses_over_a_library_lucepatch_did_not_install(node, libs):
+    """A HAMi upgrade (vgpu-init.sh's plain cp) put a newer region-1.1 library over the fix: rolling
+    back would write the old region-1.2 backup over it. The installed sha256 in the state says no."""
+    assert run("install", node, libs["new"], sha(libs["new"]))[0] == 0
+    shutil.copyfile(libs["badver"], node / "libvgpu.so")  # in place, as cp does
+    before = snapshot(node)
+    rc, res, err = run("rollback", node)
+    assert rc == 1 and res["outcome"] == "refused", err
+    assert "is not the library lucepatch installed" in res["message"]
+    assert res["current_sha256"] == sha(libs["badver"]) and res["installed_sha256"] == sha(libs["new"])
+    assert snapshot(node) == before
+
+
+def test_lost_state_never_restores_or_backs_up_lucepatchs_own_library(node, libs):
+    assert run("install", node, libs["new"], sha(libs["new"]))[0] == 0
+    (node / ".lucepatch-state").unlink()
+    before = snapshot(node)
+    rc, res, _ = run("rollback", node)  # no state: nothing is restored
+    assert rc == 1 and res["outcome"] == "refused" and "no lucepatch state" in res["message"]
+    assert snapshot(node) == before
+    # a later install would back up lucepatch's own library as "the original": refused instead
+    rc, res, _ = run("install", node, libs["new2"], sha(libs["new2"]))
+    assert rc == 1 and res["outcome"] == "refused" and "backups of an earlier lucepatch install" in res["message"]
+    assert snapshot(node) == before
+
+
+def test_state_records_every_library_lucepatch_installed(node, libs):
+    old_sha = sha(libs["old"])
+    for lib in ("new", "new2"):
+        assert run("install", node, libs[lib], sha(libs[lib]))[0] == 0
+    state = dict(l.split("=", 1) for l in (node / ".lucepatch-state").read_text().splitlines())
+    assert state["lucepatch_installed"] == f"{sha(libs['new'])},{sha(libs['new2'])}"
+    assert state["original_sha256"] == old_sha  # neither fix became "the original"
+    rc, res, err = run("rollback", node)
+    assert rc == 0 and res["outcome"] == "rolled-back", err
+    assert sha(node / "libvgpu.so") == old_sha
+
+
 def test_status_reports_current_and_state(node, libs):
     run("install", node, libs["new"], sha(libs["new"]))
     rc, res, _ = run("status", node)

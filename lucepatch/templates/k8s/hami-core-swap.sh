@@ -14,8 +14,13 @@
 # - the new library is written to a temp file in DIR, checked, then rename(2)d over NAME:
 #   processes that mapped the old library keep the old inode; a kill before the rename
 #   leaves NAME untouched (the stale temp file is removed by the next run);
-# - a state file DIR/.lucepatch-state (KEY=VALUE lines) records what was done;
-# - installing the sha256 that is already installed is a no-op.
+# - a state file DIR/.lucepatch-state (KEY=VALUE lines) records what was done, including every
+#   sha256 lucepatch ever installed there (lucepatch_installed=a,b,...);
+# - installing the sha256 that is already installed is a no-op;
+# - rollback restores only over the library lucepatch installed (state installed_sha256): a library
+#   someone else put there since (a HAMi upgrade, a device-plugin restart) is never overwritten;
+# - without the state file nothing is restored, and an install refuses when backups of an earlier
+#   lucepatch install are there (the library in place may be lucepatch's own: it is no "original").
 # Output: human lines on stderr, ONE result line on stdout:
 #   @@lucepatch-swap {"action":...,"outcome":"installed|noop|rolled-back|refused|status",...}
 # Exit: 0 done or no-op, 1 refused (node untouched), 2 usage, 3 tool missing.
@@ -141,10 +146,19 @@ if [ "$ACTION" = install ]; then
         refuse "shared-region version $vnew of $LIB differs from installed $vold: pods would refuse the region"
     fi
     [ -n "$vnew" ] && [ -n "$vold" ] || log "shared-region version not determinable (no exported shrreg_*_version); check skipped"
+    # No state, but backups of OTHER libraries than the one in place: an earlier install replaced
+    # them, so the library in place may be lucepatch's own (a backup of the library in place itself
+    # is what a run killed before writing the state leaves: that one is still the original).
+    if [ ! -f "$STATE" ]; then
+        others="$(cd "$DIR" && ls "$NAME.backup-"* 2>/dev/null | grep -v -x -F "$NAME.backup-$cur" | head -n 3 | paste -sd, -)"
+        [ -z "$others" ] || refuse "$DIR has backups of an earlier lucepatch install ($others) but no $STATE: the library in place may be lucepatch's own, so it cannot be backed up as the original. Restore the state file, or remove the backups once you know $TARGET is HAMi's"
+    fi
     # leftovers of a killed run (we hold the lock, so they are not live)
     rm -f "$DIR/$TMP_PREFIX"* 2>/dev/null
     original="$(state_get original_sha256)"; backup="$(state_get backup)"
-    if [ "$cur" != "$(state_get installed_sha256)" ] || [ -z "$backup" ]; then
+    history="$(state_get lucepatch_installed)"
+    case ",$history," in *",$cur,"*) ours=1 ;; *) ours=0 ;; esac
+    if [ "$ours" = 0 ] && { [ "$cur" != "$(state_get installed_sha256)" ] || [ -z "$backup" ]; }; then
         # not a library we installed (first run, or HAMi overwrote ours): back it up once
         original="$cur"; backup="$NAME.backup-$cur"
         if [ ! -f "$DIR/$backup" ] || [ "$(sha_of "$DIR/$backup")" != "$cur" ]; then
@@ -155,8 +169,9 @@ if [ "$ACTION" = install ]; then
         fi
     fi
     install_copy "$LIB" "$SHA"
-    printf 'installed_sha256=%s\noriginal_sha256=%s\nbackup=%s\nprevious_sha256=%s\naction=install\nupdated_at=%s\n' \
-        "$SHA" "$original" "$backup" "$cur" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" | write_state
+    case ",$history," in *",$SHA,"*) ;; *) history="${history:+$history,}$SHA" ;; esac
+    printf 'installed_sha256=%s\noriginal_sha256=%s\nbackup=%s\nprevious_sha256=%s\nlucepatch_installed=%s\naction=install\nupdated_at=%s\n' \
+        "$SHA" "$original" "$backup" "$cur" "$history" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" | write_state
     log "installed $SHA as $TARGET (previous $cur); running processes keep the old inode"
     result installed "installed" ",\"current_sha256\":\"$SHA\",\"previous_sha256\":\"$cur\",\"backup\":\"$(json_escape "$backup")\",\"shrreg_version\":\"$vnew\""
     exit 0
@@ -173,10 +188,14 @@ if [ "$cur" = "$original" ]; then
     result noop "original already installed" ",\"current_sha256\":\"$cur\""
     exit 0
 fi
+installed="$(state_get installed_sha256)"
+if [ "$cur" != "$installed" ]; then
+    refuse "$TARGET (sha256 $cur) is not the library lucepatch installed ($installed): HAMi or someone replaced it since, so restoring the $original backup would overwrite a library lucepatch did not put there. Nothing changed; check the node's HAMi version and install a fix that fits it" ",\"current_sha256\":\"$cur\",\"installed_sha256\":\"$installed\""
+fi
 rm -f "$DIR/$TMP_PREFIX"* 2>/dev/null
 install_copy "$DIR/$backup" "$original"
-printf 'installed_sha256=%s\noriginal_sha256=%s\nbackup=%s\nprevious_sha256=%s\naction=rollback\nupdated_at=%s\n' \
-    "$original" "$original" "$backup" "$cur" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" | write_state
+printf 'installed_sha256=%s\noriginal_sha256=%s\nbackup=%s\nprevious_sha256=%s\nlucepatch_installed=%s\naction=rollback\nupdated_at=%s\n' \
+    "$original" "$original" "$backup" "$cur" "$(state_get lucepatch_installed)" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" | write_state
 log "rolled back $TARGET to $original"
 result rolled-back "restored and verified" ",\"current_sha256\":\"$original\",\"previous_sha256\":\"$cur\""
 exit 0
