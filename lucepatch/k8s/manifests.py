@@ -20,6 +20,17 @@ from lucepatch.k8s import jobs, swap
 SETS = ("lucebox", "rbac", "verify-job", "hami-core-swap")
 VARIANTS = ("baseline", "patched")
 
+# The lucebox `prepare-cache` init container (root): make a hostPath cache folder the image user's.
+# busybox sh/find/chown/chmod suffice (Olares' trusted busybox image runs it there).
+PREPARE_CACHE_SCRIPT = r"""
+set -eu
+d="$CACHE_DIR"
+mkdir -p "$d"
+find "$d" -xdev ! -user "$CACHE_UID" -exec chown "$CACHE_UID:$CACHE_GID" {} +
+chmod u+rwx "$d"
+echo "prepare-cache: $d is owned by $CACHE_UID:$CACHE_GID"
+""".strip() + "\n"
+
 # The DaemonSet container: run the swap once, print its exit code, then idle (or re-assert).
 SWAP_LOOP = r"""
 run_swap() {
@@ -115,6 +126,8 @@ def render(set_name: str, vals: dict) -> list[Rendered]:
         # label values: <= 63 chars, alphanumeric ends
         for key in ("run_id", "reproducer"):
             vals[key] = dns_label(vals[key])
+    if set_name == "lucebox":
+        ctx["prepare_script"] = PREPARE_CACHE_SCRIPT
     if set_name == "hami-core-swap":
         ctx["script"] = swap.script_text()
         ctx["loop"] = SWAP_LOOP

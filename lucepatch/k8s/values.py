@@ -20,6 +20,22 @@ from lucepatch.errors import EnvironmentMissing, UsageError
 class Value:
     default: Any
     doc: str
+    # JSON-schema type(s) of the value (the Helm chart's values.schema.json is generated from these);
+    # None = inferred from the default
+    type: str | tuple[str, ...] | None = None
+
+    def json_type(self) -> str | list[str]:
+        if self.type is not None:
+            return self.type if isinstance(self.type, str) else list(self.type)
+        return {bool: "boolean", int: "integer", float: "number", str: "string", dict: "object",
+                list: "array"}.get(type(self.default), "string")
+
+
+# a Kubernetes quantity ("4", 4, "500m", "16Gi") or null; `--set cpu_limit=8` arrives as a number
+QUANTITY = ("string", "number", "null")
+# The image `build lucebox --image` makes with its default profile (lucepatch/lucebox:<profile>-<series
+# version>, builders/image.py image_tag); tests/test_helm_chart.py keeps the two equal.
+LUCEBOX_IMAGE = "lucepatch/lucebox:sm120-cuda13-1.0.0"
 
 
 COMMON = {
@@ -29,28 +45,46 @@ COMMON = {
 
 LUCEBOX = {
     **COMMON,
-    "namespace": Value("lucebox", "Namespace of the Deployment, Service and PVC."),
+    "namespace": Value("lucebox", "Namespace of the Deployment, Service and PVC (the Helm chart: empty = the release's)."),
     "name": Value("lucebox", "Name of the Deployment, Service and PVC (prefix)."),
-    "image": Value("lucebox:cuda13-sm120", "Lucebox server image (e.g. built by `lucepatch build lucebox --image`)."),
+    "image": Value(LUCEBOX_IMAGE, "Lucebox server image: the tag `lucepatch build lucebox --image` makes "
+                                  "(lucepatch/lucebox:<profile>-<series version>)."),
+    "image_cuda": Value("13.0", "CUDA runtime version of the image (the profile's base, label "
+                                "org.lucepatch.cuda-version): `--node-driver` refuses an image the node's driver "
+                                "cannot start (lucepatch/data/cuda_drivers.toml)."),
     "image_pull_policy": Value("IfNotPresent", "imagePullPolicy of the server container."),
     "replicas": Value(1, "Deployment replicas (one GPU each)."),
     "gpu_count": Value(1, "`nvidia.com/gpu` limit (HAMi vGPU count)."),
     "gpu_mem_mib": Value(None, "`nvidia.com/gpumem` limit in MiB; null = none requested (Olares then sets "
-                               "CUDA_DEVICE_MEMORY_LIMIT_0=0m, see cuda_device_memory_limit)."),
-    "gpu_cores": Value(None, "`nvidia.com/gpucores` limit (percent of SMs); null = not requested."),
-    "scheduler_name": Value(None, "Pod schedulerName, e.g. `hami-scheduler`; null = cluster default."),
-    "olares_gpu_inject": Value(False, "Add the Olares annotation `applications.app.bytetrade.io/gpu-inject: \"true\"`."),
+                               "CUDA_DEVICE_MEMORY_LIMIT_0=0m, see cuda_device_memory_limit).", ("integer", "null")),
+    "gpu_cores": Value(None, "`nvidia.com/gpucores` limit (percent of SMs); null = not requested.", ("integer", "null")),
+    "scheduler_name": Value(None, "Pod schedulerName, e.g. `hami-scheduler`; null = cluster default.", ("string", "null")),
+    "olares_gpu_inject": Value(False, "Add the Olares annotation `applications.app.bytetrade.io/gpu-inject: \"true\"` "
+                                      "(on the Deployment, where Olares' app-service webhook reads it, and its pods)."),
     "cuda_device_memory_limit": Value(None, "Override `CUDA_DEVICE_MEMORY_LIMIT_0` (e.g. `24000m` on a 24 GB card); "
-                                            "works around Olares' `0m` when no gpumem is requested."),
+                                            "works around Olares' `0m` when no gpumem is requested.", ("string", "null")),
     "hf_token_secret": Value("hf-token", "Secret holding the Hugging Face token (HF_TOKEN, needed for gated drafts); "
-                                         "null = no token. The Secret is optional at runtime."),
+                                         "null = no token. The Secret is optional at runtime.", ("string", "null")),
     "hf_token_key": Value("token", "Key inside hf_token_secret."),
     "model_cache_mount": Value("/models", "Where the model cache is mounted in the container (MODEL_DIR)."),
     "model_cache_pvc": Value(True, "Create and mount a PersistentVolumeClaim `<name>-models` for the model cache."),
     "model_cache_size": Value("40Gi", "Size of the model cache PVC (target GGUF ~16 GB + draft)."),
-    "model_cache_storage_class": Value(None, "storageClassName of the PVC; null = cluster default."),
-    "model_cache_host_path": Value(None, "Use this hostPath for the cache instead of a PVC (single-node boxes)."),
-    "port": Value(8080, "Server port (dflash_server listens on 0.0.0.0:8080 once the model is loaded)."),
+    "model_cache_storage_class": Value(None, "storageClassName of the PVC; null = cluster default.", ("string", "null")),
+    "model_cache_host_path": Value(None, "Use this hostPath for the cache instead of a PVC (single-node boxes). A "
+                                         "root-owned DirectoryOrCreate folder is made writable for run_as_user by the "
+                                         "`prepare-cache` init container (fsGroup does not apply to hostPath). The "
+                                         "Helm chart expands templates in it (tpl), e.g. Olares' "
+                                         "`{{ .Values.userspace.appData }}/lucebox`.", ("string", "null")),
+    "volume_prepare_image": Value(None, "Image of the root `prepare-cache` init container (needs sh, find, chown, chmod); "
+                                        "null = the server image. Olares admits root init containers only from "
+                                        "trusted registries: its package uses docker.io/beclab/aboveos-busybox.",
+                                  ("string", "null")),
+    "run_as_user": Value(10001, "Pod runAsUser: the image's user (profile `uid`, default 10001)."),
+    "run_as_group": Value(10001, "Pod runAsGroup: the image's group."),
+    "fs_group": Value(10001, "Pod fsGroup: a fresh PVC / emptyDir is group-owned and writable by it "
+                             "(fsGroupChangePolicy OnRootMismatch); null = none.", ("integer", "null")),
+    "port": Value(8080, "Server port: the container port, the probes, the Service and the PORT the entrypoint passes "
+                        "to dflash_server (`--port $PORT`)."),
     "health_path": Value("/health", "HTTP path of the startup and readiness probes."),
     "startup_period_seconds": Value(10, "startupProbe periodSeconds."),
     "model_download_init": Value(True, "Fetch the models in an init container (the image's entrypoint with "
@@ -59,10 +93,10 @@ LUCEBOX = {
                                             "model load + first-boot JIT (default 30 min; the download runs "
                                             "before, in the init container, unless model_download_init is off)."),
     "readiness_period_seconds": Value(10, "readinessProbe periodSeconds."),
-    "cpu_request": Value("4", "CPU request."),
-    "cpu_limit": Value(None, "CPU limit; null = none."),
-    "memory_request": Value("16Gi", "Memory request."),
-    "memory_limit": Value("48Gi", "Memory limit."),
+    "cpu_request": Value("4", "CPU request.", QUANTITY),
+    "cpu_limit": Value(None, "CPU limit; null = none.", QUANTITY),
+    "memory_request": Value("16Gi", "Memory request.", QUANTITY),
+    "memory_limit": Value("48Gi", "Memory limit.", QUANTITY),
     "env": Value({}, "Extra environment variables (dict name -> string)."),
     "node_selector": Value({}, "nodeSelector (dict)."),
     "service_type": Value("ClusterIP", "Service type (ClusterIP, NodePort, LoadBalancer)."),
@@ -142,16 +176,26 @@ def load_file(path: str | Path) -> dict:
 
 
 def parse_set(items: tuple[str, ...] | list[str]) -> dict:
-    """``key=value`` pairs; the value is read as JSON when it parses (numbers, true, null, lists)."""
-    out = {}
+    """``key=value`` pairs; the value is read as JSON when it parses (numbers, true, null, lists).
+
+    ``labels.team=ml`` sets one key of a dict value, as ``helm --set`` does, so the same ``--set``
+    arguments render the same objects through ``render k8s`` and through the Helm chart."""
+    out: dict = {}
     for item in items:
         if "=" not in item:
             raise UsageError(f"--set {item!r} must look like key=value")
         key, raw = item.split("=", 1)
         try:
-            out[key.strip()] = json.loads(raw)
+            val = json.loads(raw)
         except json.JSONDecodeError:
-            out[key.strip()] = raw
+            val = raw
+        *parents, leaf = [k.strip() for k in key.split(".")]
+        node = out
+        for k in parents:
+            node = node.setdefault(k, {})
+            if not isinstance(node, dict):
+                raise UsageError(f"--set {item!r}: {k} is not a mapping")
+        node[leaf] = val
     return out
 
 
@@ -162,7 +206,10 @@ def resolve(set_name: str, *overrides: dict) -> dict:
         for key, val in (ov or {}).items():
             if key not in schema:
                 raise UsageError(f"unknown value {key!r} for {set_name}: known are {', '.join(sorted(schema))}")
-            values[key] = val
+            if isinstance(val, dict) and isinstance(values.get(key), dict) and set_name == "lucebox":
+                values[key] = {**values[key], **val}  # as Helm merges maps: --set labels.a=1 adds a key
+            else:
+                values[key] = val
     return values
 
 
