@@ -37,6 +37,10 @@ LABEL_PREFIX = "org.lucepatch."
 DEFAULT_BUILDER_PACKAGES = ["cmake", "ninja-build", "git", "ca-certificates", "nlohmann-json3-dev"]
 DEFAULT_RUNTIME_PACKAGES = ["libgomp1", "curl", "ca-certificates"]
 ALLOWED_MISSING = ["libcuda.so.1", "libnvidia-ml.so.1"]
+# the static copier a FROM scratch library image carries for the init containers that take its library
+COPIER = "lucepatch-copy.c"
+LIB_COPIER_PATH = "/lucepatch/bin/lucepatch-copy"
+LIB_DIR_IN_IMAGE = "/lucepatch/lib"
 
 
 # ---------------------------------------------------------------------------------- docker
@@ -158,6 +162,8 @@ def render(target: Target, vars_: dict) -> dict[str, str]:
     out = {"Dockerfile": env.get_template(path.name).render(**vars_)}
     if "entrypoint.sh" in out["Dockerfile"]:
         out["entrypoint.sh"] = env.get_template("entrypoint.sh.j2").render(**vars_)
+    if COPIER in out["Dockerfile"]:  # the library image's static copier (no shell in FROM scratch)
+        out[COPIER] = (TEMPLATES / COPIER).read_text()
     return out
 
 

@@ -83,6 +83,10 @@ def dns_label(text: str, limit: int = 63) -> str:
 
 
 def _check(set_name: str, v: dict) -> None:
+    if set_name in ("verify-job", "hami-core-swap"):
+        cmd = v["lib_copy_command"]
+        if not isinstance(cmd, list) or not cmd or not all(isinstance(a, str) and a for a in cmd):
+            raise UsageError("lib_copy_command must be a non-empty list of strings, e.g. [\"/lucepatch/bin/lucepatch-copy\"]")
     if set_name == "verify-job":
         if v["variant"] not in VARIANTS:
             raise UsageError(f"variant must be baseline or patched, not {v['variant']!r}")

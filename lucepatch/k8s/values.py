@@ -102,6 +102,12 @@ LUCEBOX = {
     "service_type": Value("ClusterIP", "Service type (ClusterIP, NodePort, LoadBalancer)."),
 }
 
+# The static copier `build hami-core --image` puts in its FROM scratch library image (builders/image.py
+# LIB_COPIER_PATH; the image has no shell and no cp). tests/test_k8s_lib_image.py runs it for real.
+LIB_COPIER = "/lucepatch/bin/lucepatch-copy"
+LIB_COPY_DOC = ("Command (list) the init container runs as `COMMAND SRC DST` to take the library out of the image: "
+                "the static copier `lucepatch build hami-core --image` ships; [\"cp\"] for an image with coreutils.")
+
 RBAC = {
     **COMMON,
     "service_account": Value("lucepatch", "ServiceAccount lucepatch runs as in-cluster (also bindable to a user)."),
@@ -118,6 +124,7 @@ VERIFY_JOB = {
     "image": Value("lucepatch/reproducers:latest", "Image holding the reproducer binaries (and the libs if lib_image is null)."),
     "lib_image": Value(None, "Image holding the variant's libvgpu.so, copied by an init container; null = in `image`."),
     "lib_path_in_image": Value("/lucepatch/lib/libvgpu.so", "Path of the variant library inside lib_image (or image)."),
+    "lib_copy_command": Value([LIB_COPIER], LIB_COPY_DOC),
     "lib_sha256": Value(None, "Expected sha256 of the variant library; the runner refuses to run on a mismatch."),
     "runs": Value(20, "Runs of the reproducer in this Job (serial: HAMi's host-wide /tmp/vgpulock)."),
     "env": Value({}, "Extra environment of the reproducer (dict), e.g. the reproducer.toml [env] such as "
@@ -141,9 +148,11 @@ SWAP = {
     "action": Value("install", "`install` the library or `rollback` to the backed-up original."),
     "image": Value("docker.io/library/buildpack-deps:bookworm",
                    "Image running the swap script: needs bash, coreutils, util-linux (flock) and binutils (nm, objdump)."),
-    "lib_image": Value(None, "Image holding the patched library (required for install), copied by an init container "
-                             "that needs `cp`."),
-    "lib_path_in_image": Value("/lucepatch/lib/libvgpu.so", "Path of the patched library inside lib_image."),
+    "lib_image": Value(None, "Image holding the patched library (required for install), copied out by an init "
+                             "container running lib_copy_command."),
+    "lib_path_in_image": Value("/lucepatch/lib/libvgpu.so", "Path of the patched library inside lib_image (where "
+                                                            "`lucepatch build hami-core --image` puts it)."),
+    "lib_copy_command": Value([LIB_COPIER], LIB_COPY_DOC),
     "lib_sha256": Value(None, "sha256 of the patched library (required for install): the evidence's patched artifact."),
     "host_lib_dir": Value("/usr/local/vgpu", "HAMi's library directory on the node (chart devicePlugin.libPath)."),
     "lib_name": Value("libvgpu.so", "File swapped inside host_lib_dir."),

@@ -10,7 +10,9 @@
 #   STALL_SECONDS    abort a download that moves < 1 KiB/s for this long (default 120); the .part
 #                    file is kept and the next start resumes it (curl -C -)
 #   PROGRESS_SECONDS how often download progress is logged (default 30)
-#   DOWNLOAD_RETRIES curl retries within one start, each resuming where the last stopped (default 3)
+#   DOWNLOAD_RETRIES retries within one start after a dropped connection (curl 18, 56, 52, 7, ...) or a
+#                    stall (curl 28), each resuming from the bytes the .part file holds then (default 3)
+#   DOWNLOAD_RETRY_DELAY seconds between those retries (default 5)
 # The draft passed to the server is a file, found in MODEL_DIR/draft as upstream's scripts
 # (server/scripts/run.py resolve_draft) do: the first of dflash-draft-*.gguf, then *.gguf, then
 # model.safetensors, searched recursively, in sorted path order.
@@ -68,9 +70,14 @@ check_magic() { # path kind [file to remove when it is not GGUF]
 size_of() { wc -c <"$1" 2>/dev/null | tr -d ' ' || echo 0; }
 
 # log bytes so far every PROGRESS_SECONDS while curl runs (container logs have no progress bar)
+# (its sleep runs in the background and is killed with the loop: no orphaned sleep after a download)
 progress() { # file total pid
+  sp=""
+  trap '[ -z "$sp" ] || kill "$sp" 2>/dev/null; exit 0' TERM
   while kill -0 "$3" 2>/dev/null; do
-    sleep "${PROGRESS_SECONDS:-30}"
+    # sp stays set after the wait: dash runs the trap before the next command of the list
+    sleep "${PROGRESS_SECONDS:-30}" & sp=$!
+    wait "$sp"
     kill -0 "$3" 2>/dev/null || break
     have=$(size_of "$1")
     if [ -n "$2" ] && [ "$2" -gt 0 ]; then say "progress: $(basename "$1" .part) $have/$2 bytes ($((have * 100 / $2))%)"
@@ -99,15 +106,29 @@ fetch() { # repo file dest kind
   else
     if [ "$have" -gt 0 ]; then say "resuming $repo/$file at byte $have of ${META_SIZE:-?}"
     else say "downloading $repo/$file (${META_SIZE:-?} bytes) to $dest"; fi
-    set +e
-    hf_curl -fsSL --retry "${DOWNLOAD_RETRIES:-3}" -C - --speed-limit 1024 --speed-time "${STALL_SECONDS:-120}" -o "$part" \
-      "$HF_ENDPOINT/$repo/resolve/$REV/$file" 2>"$part.err" &
-    cpid=$!
-    progress "$part" "$META_SIZE" "$cpid" &
-    ppid=$!
-    wait "$cpid"; rc=$?
-    kill "$ppid" 2>/dev/null; wait "$ppid" 2>/dev/null
-    set -e
+    # One curl per attempt, each with -C - so it asks for the bytes after what $part holds *now*:
+    # curl's own --retry neither retries a dropped connection (18) nor moves its resume offset.
+    tries=$((${DOWNLOAD_RETRIES:-3} + 1)); attempt=1
+    while :; do
+      set +e
+      hf_curl -fsSL -C - --speed-limit 1024 --speed-time "${STALL_SECONDS:-120}" -o "$part" \
+        "$HF_ENDPOINT/$repo/resolve/$REV/$file" 2>"$part.err" &
+      cpid=$!
+      progress "$part" "$META_SIZE" "$cpid" &
+      ppid=$!
+      wait "$cpid"; rc=$?
+      kill "$ppid" 2>/dev/null; wait "$ppid" 2>/dev/null
+      set -e
+      case "$rc" in
+        # partial file, stall, empty reply, recv/send error, connect failed, TLS, HTTP/2 stream
+        18|28|52|55|56|7|35|16|92) ;;
+        *) break ;;
+      esac
+      [ "$attempt" -lt "$tries" ] || break
+      say "download of $repo/$file interrupted (curl $rc) at $(size_of "$part") bytes; retry $attempt/$((tries - 1)) resumes there"
+      attempt=$((attempt + 1))
+      sleep "${DOWNLOAD_RETRY_DELAY:-5}"
+    done
     if [ $rc -ne 0 ]; then
       err=$(tail -n 1 "$part.err" 2>/dev/null); rm -f "$part.err"
       case "$rc" in
