@@ -61,11 +61,48 @@ def docker_client():
 
 
 # ---------------------------------------------------------------------------------- render
-def image_tag(target: Target, profile: str, repo: str | None) -> str:
+def image_tag(target: Target, profile: str, repo: str | None, cuda_archs: list[str] | None = None) -> str:
+    """REPO:<profile>-<series version>; an arch list other than the profile's adds -sm<a>-<b> (the
+    image is then not the profile's, and must not take its tag)."""
     repo = repo or f"lucepatch/{target.name}"
     if ":" in repo.rsplit("/", 1)[-1]:
         raise UsageError("--tag takes a repository (REPO), not REPO:TAG; the tag is <profile>-<series-version>")
-    return f"{repo}:{profile}-{target.version}"
+    tag = f"{repo}:{profile}-{target.version}"
+    if cuda_archs:
+        tag += "-sm" + "-".join(cuda_archs)
+    return tag
+
+
+def image_cuda_archs(target: Target, profile: dict, cuda_archs: str | list[str] | None) -> list[str] | None:
+    """`--cuda-archs '90;120'` for an image: checked, and None when it is the profile's own list.
+    A target without a CUDA arch build variable cannot honour it: refused, never ignored."""
+    if cuda_archs is None:
+        return None
+    archs = [a.strip() for a in (cuda_archs.split(";") if isinstance(cuda_archs, str) else cuda_archs) if a.strip()]
+    if not (target.build and target.build.arch_variable):
+        raise UsageError(f"--cuda-archs: target {target.name} has no CUDA arch list to set ([build] arch_variable "
+                         f"in {target.toml_path}); drop --cuda-archs")
+    bad = [a for a in archs if not re.fullmatch(r"\d{2,3}[a-z]?", a)]
+    if not archs or bad:
+        raise UsageError(f"--cuda-archs {cuda_archs!r}: give SM numbers separated by ';', e.g. '120' or '90;120'")
+    return None if archs == [str(a) for a in profile.get("cuda_archs") or []] else archs
+
+
+def _cut_words(text: str, limit: int) -> str:
+    """At most `limit` characters, cut at a word boundary with an ellipsis (OCI labels are shown whole)."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    if " " in cut:
+        cut = cut[: cut.rindex(" ")]
+    return cut.rstrip(",;:") + "…"
+
+
+def cuda_version_of(image_ref: str | None) -> str:
+    """'13.0' from nvidia/cuda:13.0.0-runtime-ubuntu22.04 (the CUDA NVIDIA_REQUIRE_CUDA will demand); '' else."""
+    m = re.search(r"(?:^|/)cuda:(\d+)\.(\d+)", image_ref or "")
+    return f"{m.group(1)}.{m.group(2)}" if m else ""
 
 
 def patch_labels(target: Target, variant: str = "patched") -> dict[str, str]:
@@ -79,14 +116,22 @@ def patch_labels(target: Target, variant: str = "patched") -> dict[str, str]:
 
 
 def labels_for(target: Target, profile: dict, *, revision: str | None = None, evidence_sha256: str = "none",
-               variant: str = "patched") -> dict[str, str]:
+               variant: str = "patched", cuda_archs: list[str] | None = None,
+               runtime_image: str | None = None) -> dict[str, str]:
     pl = patch_labels(target, variant)
+    archs = cuda_archs if cuda_archs is not None else [str(a) for a in profile.get("cuda_archs") or []]
+    extra = {}
+    if target.build and target.build.arch_variable:
+        extra[f"{LABEL_PREFIX}cuda-archs"] = ";".join(archs)
+    cuda = cuda_version_of(runtime_image or profile.get("runtime_image") or profile.get("builder_image"))
+    if cuda:  # what `--node-driver` and the manifests' image_cuda check against the node's driver
+        extra[f"{LABEL_PREFIX}cuda-version"] = cuda
     return {
         "org.opencontainers.image.source": target.upstream,
         "org.opencontainers.image.revision": revision or target.base,
         "org.opencontainers.image.version": f"{target.version}",
         "org.opencontainers.image.title": f"{target.name} ({profile['name']})",
-        "org.opencontainers.image.description": (target.description or target.name)[:200],
+        "org.opencontainers.image.description": _cut_words(target.description or target.name, 200),
         f"{LABEL_PREFIX}target": target.name,
         f"{LABEL_PREFIX}variant": variant,
         f"{LABEL_PREFIX}profile": profile["name"],
@@ -97,12 +142,13 @@ def labels_for(target: Target, profile: dict, *, revision: str | None = None, ev
         f"{LABEL_PREFIX}submodules": pl["submodules"],
         f"{LABEL_PREFIX}evidence-sha256": evidence_sha256,
         f"{LABEL_PREFIX}version": __version__,
+        **extra,
     }
 
 
 def template_vars(target: Target, profile: dict, *, labels: dict, builder_image: str | None = None,
                   runtime_image: str | None = None, jobs: int | None = None, ccache: bool = False,
-                  verbose: bool = False) -> dict:
+                  verbose: bool = False, cuda_archs: list[str] | None = None) -> dict:
     b = target.build or BuildConfig()
     binaries = list(b.binaries or b.targets)
     if not binaries and not b.artifacts:
@@ -110,7 +156,7 @@ def template_vars(target: Target, profile: dict, *, labels: dict, builder_image:
     model = target.model
     # the same plan as the native `build TARGET --profile P` (builders/superbuild.py); the arch
     # list becomes the CUDA_ARCHITECTURES build argument, defaulting to the profile's
-    plan = plan_for(target, profile) if binaries and target.build else None
+    plan = plan_for(target, profile, cuda_archs=cuda_archs) if binaries and target.build else None
     arch_arg = bool(plan and plan.arch_variable and any(a.startswith(f"-D{plan.arch_variable}=") for a in plan.cmake_args))
     cmake_args = plan.args("${CUDA_ARCHITECTURES}") if arch_arg else list(profile.get("cmake_args") or [])
     return {
@@ -181,7 +227,9 @@ def image_profile(target: Target, name: str | None) -> tuple[str, dict]:
 
 def render_profile(target: Target, profile_name: str | None, **kw) -> tuple[dict, dict[str, str]]:
     pname, profile = image_profile(target, profile_name)
-    labels = labels_for(target, profile, evidence_sha256=kw.pop("evidence_sha256", "none"))
+    kw["cuda_archs"] = image_cuda_archs(target, profile, kw.get("cuda_archs"))
+    labels = labels_for(target, profile, evidence_sha256=kw.pop("evidence_sha256", "none"),
+                        cuda_archs=kw["cuda_archs"], runtime_image=kw.get("runtime_image"))
     v = template_vars(target, profile, labels=labels, **kw)
     return profile, render(target, v)
 
@@ -441,10 +489,12 @@ def build_image(target: Target, source: Path, profile_name: str | None, cache: P
                 variant: str = "patched", evidence: dict | None = None, builder_image: str | None = None,
                 runtime_image: str | None = None, jobs: int | None = None, ccache_dir: Path | None = None,
                 save: Path | None = None, push: bool = False, closure: bool = True, network_mode: str | None = None,
-                log_dir: Path | None = None, nocache: bool = False) -> ImageResult:
-    client = docker_client()
+                log_dir: Path | None = None, nocache: bool = False,
+                cuda_archs: str | list[str] | None = None) -> ImageResult:
     pname, profile = image_profile(target, profile_name)
-    tag = image_tag(target, pname, repo)
+    archs = image_cuda_archs(target, profile, cuda_archs)  # refused before Docker is asked anything
+    client = docker_client()
+    tag = image_tag(target, pname, repo, archs)
     ev_sha = "none"
     if evidence is not None:
         ev_sha = hashlib.sha256(json.dumps(evidence, sort_keys=True).encode()).hexdigest()
@@ -452,9 +502,10 @@ def build_image(target: Target, source: Path, profile_name: str | None, cache: P
     with contextlib.ExitStack() as stack:
         tree = prepare_tree(target, source, variant, cache, stack, nested=True)
         revision = tree.repos[0]["base"]
-        labels = labels_for(target, profile, revision=revision, evidence_sha256=ev_sha, variant=variant)
+        labels = labels_for(target, profile, revision=revision, evidence_sha256=ev_sha, variant=variant,
+                            cuda_archs=archs, runtime_image=runtime_image)
         v = template_vars(target, profile, labels=labels, builder_image=builder_image, runtime_image=runtime_image,
-                          jobs=jobs, ccache=ccache_dir is not None, verbose=ccache_dir is not None)
+                          jobs=jobs, ccache=ccache_dir is not None, verbose=ccache_dir is not None, cuda_archs=archs)
         files = render(target, v)
         out = (log_dir or cache / "images") / f"{target.name}-{pname}-{target.version}"
         out.mkdir(parents=True, exist_ok=True)

@@ -64,25 +64,40 @@ class Rendered:
 
 
 def render_image(t: Target, profile: str | None, *, repo: str | None = None, builder_image: str | None = None,
-                 runtime_image: str | None = None, jobs: int | None = None, out_dir: str | None = None) -> Rendered:
+                 runtime_image: str | None = None, jobs: int | None = None, out_dir: str | None = None,
+                 cuda_archs: str | None = None) -> Rendered:
     from lucepatch.builders import image as img
 
-    prof, files = img.render_profile(t, profile, builder_image=builder_image, runtime_image=runtime_image, jobs=jobs)
+    prof, files = img.render_profile(t, profile, builder_image=builder_image, runtime_image=runtime_image, jobs=jobs,
+                                     cuda_archs=cuda_archs)
     if out_dir:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         for name, text in files.items():
             (Path(out_dir) / name).write_text(text)
-    return Rendered(prof, img.image_tag(t, prof["name"], repo), files)
+    return Rendered(prof, img.image_tag(t, prof["name"], repo, img.image_cuda_archs(t, prof, cuda_archs)), files)
 
 
 def build_image(t: Target, src: Path, cache: Path, *, profile: str | None = None, variant: str = "patched",
                 preflight: bool = True, repo: str | None = None, builder_image: str | None = None,
                 runtime_image: str | None = None, jobs: int | None = None, save: str | None = None,
-                push: bool = False, progress=lambda _m: None):
+                push: bool = False, progress=lambda _m: None, cuda_archs: str | None = None,
+                node_driver=None):
     """The target's container image; for the patched variant the target's probes run first and a
     build known to fail is refused (preflight=False skips them)."""
     from lucepatch.builders import image as img
 
+    pname, prof = img.image_profile(t, profile)
+    img.image_cuda_archs(t, prof, cuda_archs)  # a list the target cannot honour: exit 2 before any work
+    if node_driver is not None:  # an image the node's driver cannot start is not built
+        from lucepatch.node import driver as drv
+
+        cuda = img.cuda_version_of(runtime_image or prof.get("runtime_image") or prof.get("builder_image"))
+        if not cuda:
+            from lucepatch.errors import UsageError
+
+            raise UsageError(f"--node-driver: the CUDA version of {runtime_image or prof.get('runtime_image')} is not "
+                             "readable from its tag (nvidia/cuda:<X.Y>...)")
+        progress(drv.require(cuda, node_driver).message)
     git.open_repo(src)
     img.docker_client()  # docker down -> exit 3 before any work
     evidence = None
@@ -96,4 +111,4 @@ def build_image(t: Target, src: Path, cache: Path, *, profile: str | None = None
         progress(f"preflight: {len(run.results)} probe(s) proven in {run.seconds:.0f}s")
     return img.build_image(t, src, profile, cache, repo=repo, variant=variant, evidence=evidence,
                            builder_image=builder_image, runtime_image=runtime_image, jobs=jobs,
-                           save=Path(save) if save else None, push=push)
+                           save=Path(save) if save else None, push=push, cuda_archs=cuda_archs)

@@ -29,7 +29,9 @@ from lucepatch.target import load_target
 @click.option("--builder-image", default=None, help="Override the profile's builder base image.")
 @click.option("--runtime-image", default=None, help="Override the profile's runtime base image.")
 @click.option("--keep-build", is_flag=True, help="Profile builds: keep the build tree and its sources (a later re-link there).")
-@click.option("--cuda-archs", default=None, metavar="LIST", help="Profile builds: CUDA arch list instead of the profile's (e.g. '120;90').")
+@click.option("--cuda-archs", default=None, metavar="LIST", help="CUDA arch list instead of the profile's (e.g. '120;90'): profile builds and --image (which then tags REPO:<profile>-<version>-sm<archs>).")
+@click.option("--node-driver", default=None, metavar="VER", help="--image: refuse a base whose CUDA the node's NVIDIA driver (e.g. 595.84) cannot start.")
+@click.option("--node-report", default=None, type=click.Path(dir_okay=False), help="--image: the node report JSON (driver_version) to check the base's CUDA against.")
 @click.option("--summary", type=click.Path(dir_okay=False), default=None, help="Profile builds: write the build summary JSON here.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="With --dry-run: write the rendered files here.")
 @click.option("--from", "from_image", default=None, metavar="IMAGE",
@@ -41,7 +43,8 @@ from lucepatch.target import load_target
 @json_option
 @click.pass_context
 def command(ctx, target, source, baseline, both, jobs, as_image, profile, repo, save, push, dry_run, no_preflight,
-            builder_image, runtime_image, keep_build, cuda_archs, summary, out_dir, from_image, lib, evidence_path, as_json):
+            builder_image, runtime_image, keep_build, cuda_archs, node_driver, node_report, summary, out_dir, from_image,
+            lib, evidence_path, as_json):
     """Build TARGET's artifacts (e.g. libvgpu.so) or, with --image, its container image.
 
     `build hami-device-plugin --from IMAGE` rebuilds HAMi's device-plugin image with the patched
@@ -61,7 +64,7 @@ def command(ctx, target, source, baseline, both, jobs, as_image, profile, repo, 
     t = load_target(ws, target)
     if dry_run:
         r = service.render_image(t, profile, repo=repo, builder_image=builder_image, runtime_image=runtime_image,
-                                 jobs=jobs, out_dir=out_dir)
+                                 jobs=jobs, out_dir=out_dir, cuda_archs=cuda_archs)
         if as_json:
             report.emit_json("build", {"workspace": ws.to_json(), "target": t.name, "version": t.version,
                                         "image": {"tag": r.tag, "dry_run": True, "profile": r.profile["name"],
@@ -70,12 +73,15 @@ def command(ctx, target, source, baseline, both, jobs, as_image, profile, repo, 
             click.echo(f"# would build {r.tag} (profile {r.profile['name']}, preflight {'off' if no_preflight else 'on'})")
             click.echo(r.files["Dockerfile"])
         return 0
+    if as_image:
+        from lucepatch.node import driver as drv
     src = require_source(source, t.name, family=t.family)
     if as_image:
         res = service.build_image(t, src, cache(ctx), profile=profile, variant="baseline" if baseline else "patched",
                                   preflight=not no_preflight, repo=repo, builder_image=builder_image,
                                   runtime_image=runtime_image, jobs=jobs, save=save, push=push,
-                                  progress=report.progress)
+                                  progress=report.progress, cuda_archs=cuda_archs,
+                                  node_driver=drv.node_driver(node_driver, node_report))
         if as_json:
             report.emit_json("build", {"workspace": ws.to_json(), "target": t.name, "version": t.version,
                                         "image": res.to_json()})

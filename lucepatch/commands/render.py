@@ -1,4 +1,6 @@
 """`lucepatch render k8s SET`: render cluster manifests (Lucebox, RBAC, verify Jobs, swap DaemonSet).
+`lucepatch render helm lucebox --out DIR`: the Lucebox Helm chart (same model as `render k8s lucebox`).
+`lucepatch render olares lucebox --out DIR`: the Lucebox Olares app (that chart + OlaresManifest.yaml).
 `lucepatch render real-clients --evidence F...`: the "Real clients" table (README, PR body) from evidence."""
 
 from __future__ import annotations
@@ -54,7 +56,11 @@ def real_clients(ctx, paths, target_name, as_json):
 @click.option("--validate", "validate_versions", default=None, metavar="V1,V2",
               help="Also validate strictly against these Kubernetes versions (needs kubernetes-validate).")
 @json_option
-def k8s(manifest_set, values_file, sets, out, show_values, validate_versions, as_json):
+@click.option("--node-driver", default=None, metavar="VER",
+              help="lucebox: refuse an image (image_cuda) the node's NVIDIA driver (e.g. 595.84) cannot start.")
+@click.option("--node-report", default=None, type=click.Path(dir_okay=False),
+              help="lucebox: the node report JSON (driver_version) to check image_cuda against.")
+def k8s(manifest_set, values_file, sets, out, show_values, validate_versions, as_json, node_driver, node_report):
     """Render SET: lucebox | rbac | verify-job (both variants) | hami-core-swap (alias daemonset)."""
     from lucepatch.k8s import manifests, values
 
@@ -68,6 +74,7 @@ def k8s(manifest_set, values_file, sets, out, show_values, validate_versions, as
                      [[r["key"], json.dumps(r["default"]), r["doc"]] for r in rows], as_json=as_json)
         return 0
     vals = values.resolve(name, values.load_file(values_file) if values_file else {}, values.parse_set(sets))
+    _driver_gate(vals, node_driver, node_report, lucebox=name == "lucebox")
     docs = manifests.render_verify_jobs(vals) if name == "verify-job" else manifests.render(name, vals)
     if validate_versions:
         from lucepatch.k8s import validate
@@ -84,8 +91,88 @@ def k8s(manifest_set, values_file, sets, out, show_values, validate_versions, as
             p.write_text(d.text, encoding="utf-8")
             written.append(str(p))
             report.progress(f"wrote {p}")
+        # `kubectl apply -k DIR` / `kubectl kustomize DIR` take the folder as it is
+        k = Path(out) / "kustomization.yaml"
+        k.write_text(manifests.kustomization(docs))
+        written.append(str(k))
+        report.progress(f"wrote {k}")
     if as_json:
         report.emit_json("render", {"what": "k8s", "set": name, "files": written, "objects": manifests.to_objects(docs)})
     elif not out:
         click.echo(manifests.join(docs), nl=False)
     return 0
+
+
+def _driver_gate(vals: dict, node_driver: str | None, node_report: str | None, *, lucebox: bool,
+                 default=None) -> None:
+    """Refuse (exit 1) an image whose CUDA the node's driver cannot start; say so when it can."""
+    from lucepatch.node import driver as drv
+
+    d = drv.node_driver(node_driver, node_report) or default
+    if d is None:
+        return
+    if not lucebox:
+        raise click.UsageError("--node-driver / --node-report apply to the lucebox set (its image_cuda)")
+    report.progress(f"node driver: {drv.require(str(vals['image_cuda']), d).message}")
+
+
+def _chart_options(f):
+    f = json_option(f)
+    for opt in reversed([
+        click.argument("app", metavar="APP", type=click.Choice(["lucebox"])),
+        click.option("--out", type=click.Path(file_okay=False), required=True, help="Write the package to OUT/lucebox/."),
+        click.option("--values", "values_file", type=click.Path(dir_okay=False), default=None,
+                     help="YAML or JSON file of values (render k8s lucebox --show-values)."),
+        click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override one value (JSON-parsed)."),
+        click.option("--node-driver", default=None, metavar="VER",
+                     help="Refuse an image (image_cuda) the node's NVIDIA driver cannot start."),
+        click.option("--node-report", default=None, type=click.Path(dir_okay=False),
+                     help="The node report JSON (driver_version) to check image_cuda against."),
+    ]):
+        f = opt(f)
+    return f
+
+
+def _emit(what: str, kind: str, path: Path, files: list[str], as_json: bool, extra: dict | None = None) -> None:
+    if as_json:
+        report.emit_json("render", {"what": what, "path": str(path), "files": files, **(extra or {})})
+    else:
+        for f in files:
+            click.echo(str(path / f))
+    report.progress(f"wrote the {kind} to {path} ({len(files)} files)", final=True)
+
+
+@command.command("helm")
+@_chart_options
+def helm(app, out, values_file, sets, node_driver, node_report, as_json):
+    """Write the Lucebox Helm chart (Chart.yaml v2, values.yaml, values.schema.json, templates) to OUT/lucebox/.
+
+    It renders the objects `render k8s lucebox` renders for the same values: `helm template lucebox
+    OUT/lucebox --set port=9000` = `lucepatch render k8s lucebox --set port=9000`."""
+    from lucepatch.k8s import chart, values
+
+    overrides = [values.load_file(values_file) if values_file else {}, values.parse_set(sets)]
+    _driver_gate(values.resolve("lucebox", *overrides), node_driver, node_report, lucebox=True)
+    w = chart.render_helm(Path(out), {k: v for o in overrides for k, v in o.items()})
+    _emit("helm", "Helm chart", w.path, w.files, as_json)
+
+
+@command.command("olares")
+@_chart_options
+def olares(app, out, values_file, sets, node_driver, node_report, as_json):
+    """Write the Lucebox Olares app (the Helm chart with Olares values + OlaresManifest.yaml) to OUT/lucebox/.
+
+    OlaresManifest 0.12.0, apiVersion v3, Olares >= 1.12.6, one nvidia accelerator; checked against
+    Olares' app lint rules before it is written. The image's CUDA is gated against the oldest driver
+    Olares ships (lucepatch/data/cuda_drivers.toml) unless --node-driver / --node-report name the node."""
+    from lucepatch.k8s import olares as ol
+    from lucepatch.k8s import values
+    from lucepatch.node import driver as drv
+
+    overrides = {}
+    for o in (values.load_file(values_file) if values_file else {}, values.parse_set(sets)):
+        overrides.update(o)
+    vals = ol.package_values(overrides)
+    _driver_gate(vals, node_driver, node_report, lucebox=True, default=min(drv.platform_drivers("olares")))
+    pkg = ol.render_olares(Path(out), overrides)
+    _emit("olares", "Olares app", pkg.path, pkg.files, as_json, {"manifest": pkg.manifest})

@@ -167,3 +167,10 @@ def to_objects(docs: list[Rendered]) -> list[dict]:
 
 def join(docs: list[Rendered]) -> str:
     return "---\n".join(d.text for d in docs)
+
+
+def kustomization(docs: list[Rendered]) -> str:
+    """kustomization.yaml listing the rendered files, so `kubectl apply -k DIR` applies the folder."""
+    lines = ["# Written by `lucepatch render k8s --out`: kubectl kustomize / kubectl apply -k this folder.",
+             "apiVersion: kustomize.config.k8s.io/v1beta1", "kind: Kustomization", "resources:"]
+    return "\n".join(lines + [f"  - {d.filename}" for d in docs]) + "\n"

@@ -1,0 +1,366 @@
+"""The Lucebox Olares app: the Helm chart (k8s/chart.py) with Olares values, plus OlaresManifest.yaml,
+and the rules Olares' own app lint applies, checked here (`lint`).
+
+Sources of the rules (docs/cluster.md "Olares app" cites them):
+- beclab/oachecker (checker.go, app.go, manifest.go, folder.go, resource.go): the library behind the
+  beclab/apps PR bot (beclab/check-chart): folder = Chart name = metadata.name ^[a-z0-9]{1,30}$,
+  metadata.version = Chart version, entrances 1..10 with name/host/title patterns, supportArch,
+  dependency types, every container's cpu/memory requests and limits and their sums within the
+  manifest's envelope, a Deployment named like the app, permission.appData when templates use it;
+- beclab/Olares docs/zh/developer/develop/package/manifest.md (OlaresManifest 0.12.0): Olares
+  >= 1.12.6, apiVersion v3, no template rendering in the manifest, spec.accelerator (no flat
+  spec.required* beside it), workloadReplicas for every workload matching values.yaml workloads,
+  the 1.12 categories;
+- the olares-chart accelerator reference of Olares' chart tooling (`olares-cli chart lint`): modes,
+  mode -> supportArch, GPU-memory fields only on discrete-GPU modes;
+- beclab/apps#2036 (0.12.0 + v3 required since 1.12.6), beclab/apps llamacppqwen3827bggufv3 (#3541,
+  #3669: a v3 llama.cpp app on server-cuda13 images, gpumem requested, workloads.<name>.replicaCount).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from lucepatch.errors import EnvironmentMissing, UsageError
+from lucepatch.k8s import chart, manifests, values
+
+MANIFEST_VERSION = "0.12.0"
+API_VERSION = "v3"
+OLARES_MIN = ">=1.12.6-0"
+ICON = "https://app.cdn.olares.com/appstore/default/defaulticon.webp"
+# Olares admits root init containers only from trusted registries; Olares' own charts use this image
+PREPARE_IMAGE = "docker.io/beclab/aboveos-busybox:1.37.0"
+# OlaresManifest "categories" accepted by OS 1.12 (manifest.md)
+CATEGORIES = {"Creativity", "Productivity_v112", "Developer Tools", "Fun", "Lifestyle", "Utilities_v112", "AI"}
+MODES = {"cpu", "nvidia", "nvidia-gb10", "apple-m", "intel", "amd", "intel-gpu", "amd-gpu", "moore-soc"}
+MODE_ARCH = {"nvidia": "amd64", "intel": "amd64", "amd": "amd64", "intel-gpu": "amd64", "amd-gpu": "amd64",
+             "nvidia-gb10": "arm64", "apple-m": "arm64", "moore-soc": "arm64"}
+DISCRETE = {"nvidia", "amd-gpu", "intel-gpu"}
+ENVELOPE = ("requiredCpu", "limitedCpu", "requiredMemory", "limitedMemory", "requiredDisk", "limitedDisk")
+FLAT = ("requiredCpu", "limitedCpu", "requiredMemory", "limitedMemory", "requiredDisk", "limitedDisk",
+        "requiredGpu", "limitedGpu")
+# what Olares' app-service injects at install (oachecker resource.go renders with these stand-ins)
+INJECTED = {"bfl": {"username": "bfl-username"}, "user": {"zone": "user-zone"},
+            "userspace": {"appData": "/olares/userdata/Cache/appdata", "appCache": "/olares/userdata/Cache/appcache",
+                          "userData": "/olares/rootfs/userspace/Home"},
+            "olaresEnv": {}, "GPU": {"Type": "nvidia"}, "domain": {}, "os": {"appKey": "k", "appSecret": "s"}}
+
+# The package's values over the chart's: what an Olares node wants.
+OVERRIDES = {
+    "namespace": "",  # the release namespace Olares gives (<app>-shared for v3)
+    # HAMi node without VMM hooks in play: the sm120-cuda13-hami profile's image
+    "image": values.LUCEBOX_IMAGE.replace(":sm120-cuda13-", ":sm120-cuda13-hami-"),
+    "olares_gpu_inject": True,
+    "gpu_mem_mib": 22528,  # 22Gi of a 24 GB (Olares One) or 32 GB card: Qwen3.6-27B Q4_K_M + draft + KV
+    "model_cache_pvc": False,
+    "model_cache_host_path": "{{ .Values.userspace.appData }}/lucebox/models",
+    "volume_prepare_image": PREPARE_IMAGE,
+    "hf_token_secret": None,  # the token comes from Olares' system env (envs: HF_TOKEN valueFrom)
+    "env": {"HF_TOKEN": "{{ .Values.olaresEnv.HF_TOKEN | default \"\" }}",
+            "HF_ENDPOINT": "{{ .Values.olaresEnv.HF_ENDPOINT | default \"https://huggingface.co\" }}"},
+    "cpu_request": "2",
+    "cpu_limit": "8",
+    "memory_request": "16Gi",
+    "memory_limit": "48Gi",
+}
+
+
+def package_values(overrides: dict) -> dict:
+    vals = values.resolve("lucebox", OVERRIDES, overrides)
+    # workloadReplicas' counterpart in values.yaml (app-service sets it; the Deployment follows it)
+    return {**vals, "workloads": {vals["name"]: {"replicaCount": int(vals["replicas"])}}}
+
+
+def _gi(mib: int) -> str:
+    return f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"
+
+
+def manifest(vals: dict) -> dict:
+    """OlaresManifest.yaml as data, every field concrete (0.12.0 renders no templates)."""
+    if not vals.get("gpu_mem_mib"):
+        raise UsageError("an Olares app declares its GPU memory: set gpu_mem_mib (MiB), e.g. 22528")
+    if not vals.get("cpu_limit") or not vals.get("memory_limit"):
+        raise UsageError("Olares' lint requires cpu and memory limits on every container: set cpu_limit and memory_limit")
+    name = vals["name"]
+    gpu = _gi(int(vals["gpu_mem_mib"]))
+    return {
+        "olaresManifest.version": MANIFEST_VERSION,
+        "olaresManifest.type": "app",
+        "apiVersion": API_VERSION,
+        "workloadReplicas": {w: int(s["replicaCount"]) for w, s in vals["workloads"].items()},
+        "metadata": {
+            "name": name, "appid": name, "title": "Lucebox", "version": chart.CHART_VERSION, "icon": ICON,
+            "description": "Lucebox DFlash server: Qwen3.6-27B GGUF with a DFlash draft, OpenAI-compatible API",
+            "categories": ["AI"],
+        },
+        "entrances": [{"name": name, "host": name, "port": int(vals["port"]), "title": "Lucebox API",
+                       "icon": ICON, "authLevel": "internal", "openMethod": "window"}],
+        "spec": {
+            "versionName": chart.app_version(),
+            "fullDescription": (
+                "Lucebox's DFlash server (speculative decoding with a DFlash draft) built by lucepatch with its "
+                "patch series for CUDA 13 and consumer Blackwell (sm_120). The first start downloads the target "
+                f"GGUF and the draft into the app's data folder; the API listens on port {vals['port']}."),
+            "developer": "Luce-Org",
+            "website": "https://github.com/Luce-Org/lucebox-hub",
+            "sourceCode": "https://github.com/Luce-Org/lucebox-hub",
+            "submitter": "lucepatch",
+            "locale": ["en-US"],
+            "supportArch": ["amd64"],
+            "onlyAdmin": True,
+            "accelerator": [{
+                "mode": "nvidia",
+                "requiredCpu": str(vals["cpu_request"]), "limitedCpu": str(vals["cpu_limit"]),
+                "requiredMemory": str(vals["memory_request"]), "limitedMemory": str(vals["memory_limit"]),
+                "requiredDisk": str(vals["model_cache_size"]), "limitedDisk": str(vals["model_cache_size"]),
+                "requiredGPUMemory": gpu, "limitedGPUMemory": gpu,
+            }],
+        },
+        "permission": {"appData": True},
+        "options": {
+            "shared": True,
+            "apiTimeout": 0,
+            "dependencies": [{"name": "olares", "type": "system", "version": OLARES_MIN}],
+        },
+        "envs": [
+            {"envName": "HF_TOKEN", "required": False, "applyOnChange": True,
+             "valueFrom": {"envName": "OLARES_SYSTEM_HUGGINGFACE_TOKEN"}},
+            {"envName": "HF_ENDPOINT", "required": False, "applyOnChange": True,
+             "valueFrom": {"envName": "OLARES_SYSTEM_HUGGINGFACE_SERVICE"}},
+        ],
+    }
+
+
+def manifest_text(doc: dict) -> str:
+    import yaml
+
+    head = ("# Rendered by lucepatch (`lucepatch render olares lucebox`): OlaresManifest 0.12.0, apiVersion v3.\n"
+            "# No template expressions here (0.12.0 renders none); the chart's values carry the rest.\n"
+            # quoted, as Olares writes them: a version is a string, never a number
+            f"olaresManifest.version: '{doc['olaresManifest.version']}'\n"
+            f"olaresManifest.type: {doc['olaresManifest.type']}\n"
+            f"apiVersion: '{doc['apiVersion']}'\n")
+    rest = {k: v for k, v in doc.items() if k not in ("olaresManifest.version", "olaresManifest.type", "apiVersion")}
+    return head + yaml.safe_dump(rest, sort_keys=False, allow_unicode=True, width=100)
+
+
+@dataclass
+class OlaresPackage:
+    path: Path
+    files: list[str]
+    values: dict
+    manifest: dict
+
+
+def render_olares(out: Path, overrides: dict) -> OlaresPackage:
+    try:
+        import yaml  # noqa: F401
+    except ModuleNotFoundError:
+        raise EnvironmentMissing("PyYAML is needed to write OlaresManifest.yaml: pip install 'lucepatch[k8s]'")
+    vals = package_values(overrides)
+    doc = manifest(vals)
+    written = chart.write_chart(Path(out), vals, flavour="olares", closed_schema=False, header=(
+        "Lucebox Olares app values (`lucepatch render olares lucebox`): the chart's values with Olares'.\n"
+        "model_cache_host_path and env expand Olares' injected values (tpl); OlaresManifest.yaml is concrete."))
+    (written.path / "OlaresManifest.yaml").write_text(manifest_text(doc))
+    (written.path / "owners").write_text("lucepatch\n")
+    files = sorted(str(p.relative_to(written.path)) for p in written.path.rglob("*") if p.is_file())
+    problems = lint(written.path, objects=objects_for(vals))
+    if problems:
+        raise UsageError(f"the Olares package breaks {len(problems)} Olares lint rule(s), first: {problems[0]}")
+    return OlaresPackage(written.path, files, vals, doc)
+
+
+def objects_for(vals: dict, namespace: str = "app-namespace") -> list[dict]:
+    """The objects Olares would install, from the same model (render k8s), with its injected values."""
+    resolved = dict(vals)
+    resolved["namespace"] = vals["namespace"] or namespace
+    for key in ("model_cache_host_path",):
+        if resolved.get(key):
+            resolved[key] = _expand(resolved[key])
+    resolved["env"] = {k: _expand(v) for k, v in (vals.get("env") or {}).items()}
+    resolved = {k: v for k, v in resolved.items() if k in values.LUCEBOX}
+    objs = manifests.to_objects(manifests.render("lucebox", resolved))
+    reps = (vals.get("workloads") or {}).get(vals["name"])
+    for o in objs:
+        if o["kind"] == "Deployment" and reps:
+            o["spec"]["replicas"] = int(reps["replicaCount"])
+    return objs
+
+
+def _expand(text: str) -> str:
+    """The two template forms the package uses, with Olares' injected stand-ins (helm renders them for real)."""
+    text = text.replace("{{ .Values.userspace.appData }}", INJECTED["userspace"]["appData"])
+    return re.sub(r'\{\{ \.Values\.olaresEnv\.\w+ \| default "([^"]*)" \}\}', r"\1", text)
+
+
+# ---------------------------------------------------------------------------------- lint
+_QTY = re.compile(r"^(\d+(\.\d+)?)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+_SCALE = {None: 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+
+
+def quantity(q) -> float:
+    m = _QTY.match(str(q).strip())
+    if not m:
+        raise ValueError(f"{q!r} is not a Kubernetes quantity")
+    return float(m.group(1)) * _SCALE[m.group(3)]
+
+
+def lint(pkg: Path, *, objects: list[dict]) -> list[str]:
+    """Olares' app lint rules (see the module doc) over a package folder and the objects it installs.
+    Returns the problems, each naming its rule; [] = passes."""
+    import yaml
+
+    p: list[str] = []
+    pkg = Path(pkg)
+    for f in ("Chart.yaml", "values.yaml", "OlaresManifest.yaml"):
+        if not (pkg / f).is_file():
+            p.append(f"folder: missing {f}")
+    if not (pkg / "templates").is_dir():
+        p.append("folder: missing templates/")
+    if p:
+        return p
+    text = (pkg / "OlaresManifest.yaml").read_text()
+    if re.search(r"\{\{|\{%", text):
+        p.append("manifest 0.12.0: OlaresManifest.yaml must hold no template expressions ({{ }})")
+    m = yaml.safe_load(text) or {}
+    ch = yaml.safe_load((pkg / "Chart.yaml").read_text()) or {}
+    vals = yaml.safe_load((pkg / "values.yaml").read_text()) or {}
+    if m.get("olaresManifest.version") != MANIFEST_VERSION:
+        p.append(f"olaresManifest.version must be the string '{MANIFEST_VERSION}', not {m.get('olaresManifest.version')!r}")
+    if m.get("apiVersion") != API_VERSION:
+        p.append(f"apiVersion must be '{API_VERSION}' (v2 apps are not listed from 1.12.6), not {m.get('apiVersion')!r}")
+    if m.get("olaresManifest.type") != "app":
+        p.append("olaresManifest.type must be app")
+    deps = (m.get("options") or {}).get("dependencies") or []
+    for d in deps:
+        if not d.get("name") or not d.get("version") or d.get("type") not in ("system", "application"):
+            p.append(f"options.dependencies: {d} needs name, version and type system|application")
+    if {"name": "olares", "type": "system", "version": OLARES_MIN} not in [
+            {k: d.get(k) for k in ("name", "type", "version")} for d in deps]:
+        p.append(f"options.dependencies must require the olares system {OLARES_MIN} (0.12.0 / v3 need 1.12.6)")
+    md = m.get("metadata") or {}
+    name = md.get("name", "")
+    if not re.fullmatch(r"[a-z][a-z0-9]{0,29}", str(name)):
+        p.append(f"metadata.name {name!r} must match ^[a-z][a-z0-9]{{0,29}}$")
+    if not (name == ch.get("name") == pkg.name):
+        p.append(f"name must be the same in Chart.yaml ({ch.get('name')}), the folder ({pkg.name}) and metadata ({name})")
+    for key in ("apiVersion", "name", "version"):
+        if not ch.get(key):
+            p.append(f"Chart.yaml: {key} is empty")
+    if str(md.get("version")) != str(ch.get("version")):
+        p.append(f"metadata.version {md.get('version')!r} must equal Chart.yaml version {ch.get('version')!r}")
+    for key in ("icon", "description", "title", "version"):
+        if not md.get(key):
+            p.append(f"metadata.{key} is empty")
+    if len(str(md.get("title", ""))) > 30:
+        p.append("metadata.title is longer than 30 characters")
+    cats = md.get("categories") or []
+    if not cats or not set(cats) <= CATEGORIES:
+        p.append(f"metadata.categories {cats} must be among {sorted(CATEGORIES)}")
+    ents = m.get("entrances") or []
+    if not 1 <= len(ents) <= 10:
+        p.append("entrances: 1 to 10 are required")
+    if len({e.get("name") for e in ents}) != len(ents):
+        p.append("entrances: names must be unique")
+    services = {(o["metadata"]["name"]): [pt["port"] for pt in o["spec"]["ports"]] for o in objects
+                if o["kind"] == "Service"}
+    for e in ents:
+        if not re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", str(e.get("name", ""))) or len(e["name"]) > 63:
+            p.append(f"entrance name {e.get('name')!r} is not [a-z]([-a-z0-9]*[a-z0-9])?")
+        if not re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", str(e.get("host", ""))):
+            p.append(f"entrance host {e.get('host')!r} is not [a-z]([-a-z0-9]*[a-z0-9])?")
+        if not (isinstance(e.get("port"), int) and 0 < e["port"] <= 65535):
+            p.append(f"entrance port {e.get('port')!r} must be 1..65535")
+        t = str(e.get("title", ""))
+        if not t or len(t) > 30 or not re.fullmatch(r"[a-z0-9A-Z-\s]*", t):
+            p.append(f"entrance title {t!r}: 1..30 letters, digits, '-' or spaces")
+        if e.get("port") not in services.get(e.get("host"), []):
+            p.append(f"entrance {e.get('name')}: no Service {e.get('host')} with port {e.get('port')} in the chart")
+    spec = m.get("spec") or {}
+    arch = spec.get("supportArch") or []
+    if not arch or not set(arch) <= {"amd64", "arm64"}:
+        p.append(f"spec.supportArch {arch} must be a non-empty list of amd64/arm64")
+    acc = spec.get("accelerator") or []
+    if not acc:
+        p.append("spec.accelerator: a GPU app declares its accelerator modes (0.12.0)")
+    flat = [k for k in FLAT if k in spec]
+    if acc and flat:
+        p.append(f"spec.accelerator excludes the flat spec fields {flat}")
+    gpu_modes = [a for a in acc if a.get("mode") in DISCRETE and a.get("requiredGPUMemory")]
+    if len([a for a in acc if a.get("mode") == "nvidia"]) != 1 or not gpu_modes:
+        p.append("spec.accelerator: exactly one nvidia mode with requiredGPUMemory (the one GPU request)")
+    for a in acc:
+        mode = a.get("mode")
+        if mode not in MODES:
+            p.append(f"spec.accelerator mode {mode!r} is not one of {sorted(MODES)}")
+        if MODE_ARCH.get(mode) and MODE_ARCH[mode] not in arch:
+            p.append(f"spec.accelerator mode {mode} needs {MODE_ARCH[mode]} in spec.supportArch")
+        if mode not in DISCRETE and ("requiredGPUMemory" in a or "limitedGPUMemory" in a):
+            p.append(f"spec.accelerator mode {mode}: GPU memory fields only on {sorted(DISCRETE)}")
+        need = ENVELOPE + (("requiredGPUMemory", "limitedGPUMemory") if mode in DISCRETE else ())
+        for k in need:
+            if k not in a:
+                p.append(f"spec.accelerator mode {mode}: missing {k}")
+        try:
+            for lo, hi in (("requiredCpu", "limitedCpu"), ("requiredMemory", "limitedMemory"),
+                           ("requiredDisk", "limitedDisk"), ("requiredGPUMemory", "limitedGPUMemory")):
+                if lo in a and hi in a and quantity(a[lo]) > quantity(a[hi]):
+                    p.append(f"spec.accelerator mode {mode}: {lo} > {hi}")
+        except ValueError as e:
+            p.append(f"spec.accelerator mode {mode}: {e}")
+    # the objects: workloads, resources, names, namespaces, GPU request
+    workloads = [o for o in objects if o["kind"] in ("Deployment", "StatefulSet")]
+    wr = m.get("workloadReplicas") or {}
+    for w in workloads:
+        wn = w["metadata"]["name"]
+        if wn not in wr:
+            p.append(f"workloadReplicas must list {w['kind']} {wn}")
+        if ((vals.get("workloads") or {}).get(wn) or {}).get("replicaCount") is None:
+            p.append(f"values.yaml must hold workloads.{wn}.replicaCount (workloadReplicas)")
+    if name not in [w["metadata"]["name"] for w in workloads]:
+        p.append(f"must have a Deployment/StatefulSet named like the app ({name})")
+    for o in objects:
+        ns = o["metadata"].get("namespace")
+        if ns != "app-namespace":
+            p.append(f"{o['kind']}/{o['metadata']['name']} is in namespace {ns!r}, not the release's")
+    nvidia = next((a for a in acc if a.get("mode") == "nvidia"), {})
+    sums = {"requests.cpu": 0.0, "requests.memory": 0.0, "limits.cpu": 0.0, "limits.memory": 0.0}
+    gpu_requested = False
+    for w in workloads:
+        ann = w["metadata"].get("annotations") or {}
+        for c in w["spec"]["template"]["spec"]["containers"]:
+            res = c.get("resources") or {}
+            req, lim = res.get("requests") or {}, res.get("limits") or {}
+            for kind, d in (("requests", req), ("limits", lim)):
+                for r in ("cpu", "memory"):
+                    if r not in d:
+                        p.append(f"{w['metadata']['name']}/{c['name']} must set {r} {kind[:-1]}")
+                    else:
+                        sums[f"{kind}.{r}"] += quantity(d[r])
+            for r in ("cpu", "memory"):
+                if r in req and r in lim and quantity(req[r]) > quantity(lim[r]):
+                    p.append(f"{w['metadata']['name']}/{c['name']}: requests.{r} > limits.{r}")
+            if "nvidia.com/gpu" in lim and ann.get("applications.app.bytetrade.io/gpu-inject") == "true":
+                gpu_requested = True
+    for key, field in (("requests.cpu", "requiredCpu"), ("requests.memory", "requiredMemory"),
+                       ("limits.cpu", "limitedCpu"), ("limits.memory", "limitedMemory")):
+        if field in nvidia and sums[key] > quantity(nvidia[field]):
+            p.append(f"sum of container {key} must be <= the manifest's {field}")
+    if not gpu_requested:
+        p.append("the Deployment must request nvidia.com/gpu and carry gpu-inject: \"true\" (Olares injects the GPU)")
+    uses_appdata = any(".Values.userspace.appData" in f.read_text() for f in (pkg / "templates").glob("*.yaml")) or \
+        ".Values.userspace.appData" in (pkg / "values.yaml").read_text()
+    if uses_appdata and not (m.get("permission") or {}).get("appData"):
+        p.append("permission.appData must be true: the chart uses .Values.userspace.appData")
+    return p
+
+
+def injected_values_file(path: Path) -> Path:
+    """Olares' injected values as a file for `helm template -f` (what oachecker renders with)."""
+    Path(path).write_text(json.dumps(INJECTED))
+    return Path(path)
