@@ -193,7 +193,8 @@ def test_cli_render_out_json_and_values(tmp_path, capsys):
     env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "24000m"
     assert main(["render", "k8s", "verify-job", "--set", "run_id=r9", "--out", str(tmp_path / "jobs")]) == 0
-    assert sorted(p.name for p in (tmp_path / "jobs").iterdir()) == ["verify-job-baseline.yaml", "verify-job-patched.yaml"]
+    assert sorted(p.name for p in (tmp_path / "jobs").iterdir()) == ["kustomization.yaml", "verify-job-baseline.yaml",
+                                                                 "verify-job-patched.yaml"]
     assert main(["render", "k8s", "daemonset", "--show-values", "--json"]) == 0
     keys = {r["key"] for r in json.loads(capsys.readouterr().out)["values"]}
     assert {"host_lib_dir", "lib_sha256", "reassert_seconds"} <= keys

