@@ -3,7 +3,7 @@
 # Run from the repo root on the GPU machine with .whl/ and .upstream/hami-core carried:
 #   bash tools/gpu_session.sh <step...>
 #   steps: env traces async-sched all all-a all-b all-serial vmm-refs overhead bench-verify multi-device
-#          pool-alloc run-cost main-job main-job-jobs lucebox-build lucebox-full lucebox-f6 ggml-build ggml-client ggml-diag
+#          pool-alloc run-cost main-job main-job-jobs lucebox-build lucebox-full lucebox-f6 lucebox-f6-probe ggml-build ggml-client ggml-diag
 #          i28-main i28-v25 i28-traces i28-2gpu i28-ggml
 #   plan (issue 4): smoke = `env async-sched`; full = `all vmm-refs overhead bench-verify traces`;
 #   reserve = `all-serial` (if parallel runs misbehave on the GPU); 2-GPU machine: `multi-device`.
@@ -75,6 +75,7 @@ system_cc() { if [ -x /usr/bin/g++ ] && [ -x /usr/bin/gcc ]; then export CC=/usr
 # `build lucebox` of them needs in the environment (the carried tree ids, nlohmann's CMake package); system GCC.
 lucebox_tree() {
   system_cc; C=.upstream/lucebox-carry; W=/tmp/lbx-src
+  [ -d $C ] || { echo "gpu_session: $C is missing: carry it (python3 tools/carry_lucebox.py pack, where LUCEPATCH_SRC_LUCEBOX is a lucebox-hub checkout)" >&2; exit 3; }
   [ -f $W/server/CMakeLists.txt ] || { rm -rf $W; python3 tools/carry_lucebox.py unpack $C $W 2>&1 | tail -2; }
   [ -d /tmp/nlohmann/usr ] || { dpkg -x $C/nlohmann-json3-dev_*.deb /tmp/nlohmann 2>/dev/null ||
     { mkdir -p /tmp/nlohmann && cd /tmp/nlohmann && ar x "$OLDPWD"/$C/nlohmann-json3-dev_*.deb && tar -xf data.tar.* && cd "$OLDPWD"; }; }
@@ -186,6 +187,21 @@ for step in "$@"; do
       lucebox_tree
       lp build lucebox --source $W --profile sm120-cuda13 \
         --summary "$OUT/commit/lucebox-full-build.sm120-cuda13.system-gcc.h200.json" 2>&1 | tee "$OUT/lucebox-full.log" | tail -30 ;;
+    lucebox-f6-probe)
+      # issue 25 item 5: the F6 baseline re-measured with the masked link (~40 s on 16 cores: two F6 probes).
+      # docs/lucebox/bench-probe.h200.log predates the mask (builders/driverless.py) and shows F6 passing on
+      # the baseline, because ld found the H200's real libcuda.so.1; masked, the baseline must fail as declared
+      # and the patched tree pass. F6_TARGET/F6_SOURCE/F6_PROFILE/F6_WORKSPACE run it on another target
+      # (tests/test_gpu_session_f6.py: the cudaproj fixture with DRIVER=fake on a CPU machine).
+      if [ -n "${F6_SOURCE:-}" ]; then FS=$F6_SOURCE; else lucebox_tree; FS=$W; fi
+      mkdir -p "$OUT/commit"
+      lp ${F6_WORKSPACE:+--workspace "$F6_WORKSPACE"} probe "${F6_TARGET:-lucebox}" --source "$FS" \
+        --profile "${F6_PROFILE:-sm120-cuda13}" --both --only F6 --json \
+        >"$OUT/commit/probe-f6.${F6_PROFILE:-sm120-cuda13}.$TAG.json" 2>"$OUT/commit/probe-f6.${F6_PROFILE:-sm120-cuda13}.$TAG.log"
+      echo "probe exit: $?" >>"$OUT/commit/probe-f6.${F6_PROFILE:-sm120-cuda13}.$TAG.log"
+      tail -5 "$OUT/commit/probe-f6.${F6_PROFILE:-sm120-cuda13}.$TAG.log"
+      python3 tools/lucebox_f6_probe_check.py "$OUT/commit/probe-f6.${F6_PROFILE:-sm120-cuda13}.$TAG.json" \
+        "$OUT/commit/probe-f6-verdict.${F6_PROFILE:-sm120-cuda13}.$TAG.json" ;;
     lucebox-f6)
       # the F6 re-link where it matters: on the GPU host, whose real libcuda.so.1 ld would find (ldconfig,
       # the driver's folders). The full patched build (~3.5 min, system GCC, tree kept), then F6 dropped
