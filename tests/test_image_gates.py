@@ -14,7 +14,7 @@ from lucepatch.builders import service
 from lucepatch.errors import CheckFailed, UsageError
 from lucepatch.k8s import values
 from lucepatch.node import driver as drv
-from lucepatch.node.report import load_node_report, parse_node_report
+from lucepatch.node.report import load_node_report, node_driver, parse_node_report
 from lucepatch.target import load_target_dir
 
 REPO = Path(__file__).resolve().parent.parent
@@ -111,16 +111,16 @@ def test_node_report_reader(tmp_path):
     rep = load_node_report(p)
     assert rep.driver_version == drv.DriverVersion.parse("595.84") and rep.node == "olares-one"
     assert rep.extra == {"gpu": "RTX 5090"}  # later fields are kept for their readers
-    assert drv.node_driver(report=str(p)) == rep.driver_version
+    assert node_driver(report=str(p)) == rep.driver_version
     with pytest.raises(UsageError, match="schema_version"):
         parse_node_report({"schema_version": 9, "driver_version": "1.2"})
     with pytest.raises(UsageError, match="not an NVIDIA driver version"):
         parse_node_report({"schema_version": 1, "driver_version": "latest"})
     with pytest.raises(UsageError, match="not both"):
-        drv.node_driver("595.84", str(p))
+        node_driver("595.84", str(p))
     p.write_text(json.dumps({"schema_version": 1}))
     with pytest.raises(UsageError, match="no driver_version"):
-        drv.node_driver(report=str(p))
+        node_driver(report=str(p))
 
 
 def test_build_image_gate_refuses_before_any_work(tmp_path):

@@ -74,14 +74,14 @@ def command(ctx, target, source, baseline, both, jobs, as_image, profile, repo, 
             click.echo(r.files["Dockerfile"])
         return 0
     if as_image:
-        from lucepatch.node import driver as drv
+        from lucepatch.node import report as noderep
     src = require_source(source, t.name, family=t.family)
     if as_image:
         res = service.build_image(t, src, cache(ctx), profile=profile, variant="baseline" if baseline else "patched",
                                   preflight=not no_preflight, repo=repo, builder_image=builder_image,
                                   runtime_image=runtime_image, jobs=jobs, save=save, push=push,
                                   progress=report.progress, cuda_archs=cuda_archs,
-                                  node_driver=drv.node_driver(node_driver, node_report))
+                                  node_driver=noderep.node_driver(node_driver, node_report))
         if as_json:
             report.emit_json("build", {"workspace": ws.to_json(), "target": t.name, "version": t.version,
                                         "image": res.to_json()})

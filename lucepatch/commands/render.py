@@ -107,8 +107,9 @@ def _driver_gate(vals: dict, node_driver: str | None, node_report: str | None, *
                  default=None) -> None:
     """Refuse (exit 1) an image whose CUDA the node's driver cannot start; say so when it can."""
     from lucepatch.node import driver as drv
+    from lucepatch.node import report as noderep
 
-    d = drv.node_driver(node_driver, node_report) or default
+    d = noderep.node_driver(node_driver, node_report) or default
     if d is None:
         return
     if not lucebox:

@@ -111,18 +111,3 @@ def require(image_cuda: str, node_driver: DriverVersion) -> DriverGate:
         raise CheckFailed(f"refused: {g.message}")
     return g
 
-
-def node_driver(driver: str | None = None, report: str | None = None) -> DriverVersion | None:
-    """The node's driver from `--node-driver VER` or `--node-report FILE` (not both); None = neither."""
-    if driver and report:
-        raise UsageError("give --node-driver or --node-report, not both")
-    if driver:
-        return DriverVersion.parse(driver, "--node-driver")
-    if report:
-        from lucepatch.node.report import load_node_report
-
-        rep = load_node_report(report)
-        if rep.driver_version is None:
-            raise UsageError(f"node report {report} has no driver_version: the gate cannot judge the node")
-        return rep.driver_version
-    return None

@@ -54,3 +54,17 @@ def load_node_report(path: str | Path) -> NodeReport:
     except json.JSONDecodeError as e:
         raise UsageError(f"node report {p} is not JSON: {e.msg} at line {e.lineno}")
     return parse_node_report(doc, str(p))
+
+
+def node_driver(driver: str | None = None, report: str | None = None) -> DriverVersion | None:
+    """The node's driver from `--node-driver VER` or `--node-report FILE` (not both); None = neither."""
+    if driver and report:
+        raise UsageError("give --node-driver or --node-report, not both")
+    if driver:
+        return DriverVersion.parse(driver, "--node-driver")
+    if report:
+        rep = load_node_report(report)
+        if rep.driver_version is None:
+            raise UsageError(f"node report {report} has no driver_version: the gate cannot judge the node")
+        return rep.driver_version
+    return None
