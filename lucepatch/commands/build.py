@@ -50,6 +50,8 @@ def command(ctx, target, source, baseline, both, jobs, as_image, profile, repo, 
     `build hami-device-plugin --from IMAGE` rebuilds HAMi's device-plugin image with the patched
     libvgpu.so, so a plugin restart re-installs the fix instead of the upstream library."""
     ws = workspace(ctx)
+    if (node_driver or node_report) and not as_image:
+        raise click.UsageError("--node-driver / --node-report gate an image: use them with --image")
     if target == "hami-device-plugin":
         res = service.build_device_plugin(ws, cache(ctx), from_image=from_image, source=source, lib=lib,
                                           evidence_path=evidence_path, repo=repo, save=save)
