@@ -233,3 +233,17 @@ def test_olares_lint_checks_the_objects(charts):
     other_ns = copy.deepcopy(objs)
     other_ns[0]["metadata"]["namespace"] = "default"
     assert any("not the release's" in p for p in olares.lint(charts["olares"], objects=other_ns))
+
+
+def test_server_side_dry_run_behind_lucepatch_kubeconfig(charts, tmp_path):
+    """What only an API server can say (admission, defaulting): `kubectl apply --dry-run=server`."""
+    import os
+    kubeconfig = os.environ.get("LUCEPATCH_KUBECONFIG")
+    if not kubeconfig:
+        pytest.skip("no-cluster: LUCEPATCH_KUBECONFIG is not set (server-side dry runs need an API server)")
+    helm, kubectl = needs.tool("helm"), needs.tool("kubectl")
+    r = _run([helm, "template", "lucebox", str(charts["helm"]), "--set", "namespace=default"])
+    assert r.returncode == 0, r.stderr
+    (tmp_path / "lucebox.yaml").write_text(r.stdout)
+    r = _run([kubectl, "--kubeconfig", kubeconfig, "apply", "--dry-run=server", "-f", str(tmp_path / "lucebox.yaml")])
+    assert r.returncode == 0, r.stdout + r.stderr
