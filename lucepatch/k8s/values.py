@@ -97,7 +97,8 @@ LUCEBOX = {
     "cpu_limit": Value(None, "CPU limit; null = none.", QUANTITY),
     "memory_request": Value("16Gi", "Memory request.", QUANTITY),
     "memory_limit": Value("48Gi", "Memory limit.", QUANTITY),
-    "env": Value({}, "Extra environment variables (dict name -> string)."),
+    "env": Value({}, "Extra environment variables (dict name -> string); the Helm chart expands templates in "
+                     "them (tpl), e.g. Olares' `{{ .Values.olaresEnv.HF_TOKEN }}`."),
     "node_selector": Value({}, "nodeSelector (dict)."),
     "service_type": Value("ClusterIP", "Service type (ClusterIP, NodePort, LoadBalancer)."),
 }
