@@ -15,6 +15,7 @@ truncated, is a UsageError naming it.
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import re
@@ -399,3 +400,291 @@ def resolve_closure(roots: list[Path], *, allowed_missing: list[str] = (), ld_li
     cl.cxx_private = [str(r) for r in roots if private_cxx_runtime(r)]
     cl.cxx_shared = any((info[o].soname or os.path.basename(o)).startswith("libstdc++.so") for o in cl.objects)
     return cl
+
+
+# ---------------------------------------------------------------------------------- loader needs
+# What a library asks of the dynamic loader beyond NEEDED: the symbol versions it references
+# (.gnu.version_r), the GLIBC_PRIVATE symbols among them (glibc's internal interface, which glibc
+# changes between releases: the beclab fork of libvgpu.so references _dl_sym@GLIBC_PRIVATE, which
+# libc.so.6 stopped exporting in glibc 2.34), and whether a given libc.so.6 provides them.
+GLIBC_DATA = Path(__file__).resolve().parent / "data" / "glibc.toml"
+
+
+@dataclass
+class VersionedRef:
+    name: str
+    version: str
+    file: str  # the library the version is needed from (libc.so.6, libdl.so.2, ...)
+
+    def __str__(self) -> str:
+        return f"{self.name}@{self.version}"
+
+
+@dataclass
+class LoaderNeeds:
+    needed: list[str]
+    versions: dict[str, list[str]]  # needed file -> the versions referenced from it
+    private: list[VersionedRef]  # undefined symbols bound to GLIBC_PRIVATE
+    newest_glibc: str | None  # the newest GLIBC_x.y referenced ("2.17"); the floor of glibc it needs
+    refs: int = 0  # versioned undefined references in all
+
+    def to_json(self) -> dict:
+        return {"needed": self.needed, "versions": self.versions, "newest_glibc": self.newest_glibc,
+                "private": [{"name": r.name, "version": r.version, "file": r.file} for r in self.private],
+                "versioned_refs": self.refs}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "LoaderNeeds":
+        return cls(needed=list(d.get("needed") or []), versions={k: list(v) for k, v in (d.get("versions") or {}).items()},
+                   private=[VersionedRef(p["name"], p["version"], p.get("file", "")) for p in d.get("private") or []],
+                   newest_glibc=d.get("newest_glibc"), refs=int(d.get("versioned_refs") or 0))
+
+
+def _glibc_key(v: str) -> tuple[int, ...]:
+    m = re.fullmatch(r"GLIBC_(\d+(?:\.\d+)*)", v)
+    return tuple(int(x) for x in m.group(1).split(".")) if m else ()
+
+
+def glibc_str(key: tuple[int, ...]) -> str:
+    return ".".join(map(str, key))
+
+
+def loader_needs(path: str | os.PathLike) -> LoaderNeeds:
+    """NEEDED, the symbol versions referenced per needed file, the GLIBC_PRIVATE references, and the
+    newest GLIBC_x.y referenced (read from .dynsym, .gnu.version and .gnu.version_r)."""
+    from elftools.elf.gnuversions import GNUVerNeedSection, GNUVerSymSection
+    from elftools.elf.sections import SymbolTableSection
+
+    needed = dynamic(path).needed
+    versions: dict[str, list[str]] = {}
+    index_file: dict[int, tuple[str, str]] = {}  # vna_other -> (version name, file)
+    private: list[VersionedRef] = []
+    refs = 0
+    with open_elf(path) as elf:
+        vsym = next((s for s in elf.iter_sections() if isinstance(s, GNUVerSymSection)), None)
+        for sec in elf.iter_sections():
+            if isinstance(sec, GNUVerNeedSection):
+                for vn, auxes in sec.iter_versions():
+                    for aux in auxes:
+                        versions.setdefault(vn.name, []).append(aux.name)
+                        index_file[aux["vna_other"]] = (aux.name, vn.name)
+        dynsym = next((s for s in elf.iter_sections()
+                       if isinstance(s, SymbolTableSection) and s["sh_type"] == "SHT_DYNSYM"), None)
+        if dynsym is not None and vsym is not None:
+            for i, sym in enumerate(dynsym.iter_symbols()):
+                if sym["st_shndx"] != "SHN_UNDEF" or not sym.name:
+                    continue
+                ndx = vsym.get_symbol(i)["ndx"]
+                if not isinstance(ndx, int) or ndx not in index_file:
+                    continue
+                refs += 1
+                ver, file = index_file[ndx]
+                if ver == "GLIBC_PRIVATE":
+                    private.append(VersionedRef(sym.name, ver, file))
+    glibc = sorted({_glibc_key(v) for vs in versions.values() for v in vs} - {()})
+    return LoaderNeeds(needed=needed, versions={k: sorted(set(v), key=_glibc_key) for k, v in versions.items()},
+                       private=sorted(private, key=lambda r: r.name), newest_glibc=glibc_str(glibc[-1]) if glibc else None,
+                       refs=refs)
+
+
+@dataclass
+class LibcProvides:
+    path: str
+    glibc: str | None  # the newest GLIBC_x.y it defines: its release
+    versions: set[str]
+    private: set[str]  # symbols it exports at GLIBC_PRIVATE
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "glibc": self.glibc}
+
+
+def libc_provides(path: str | os.PathLike) -> LibcProvides:
+    """The versions a libc.so.6 defines (.gnu.version_d) and the symbols it exports at GLIBC_PRIVATE
+    (cached per file: reading libc's ~3000 symbols takes a second, and one verb asks several times)."""
+    st = os.stat(path)
+    return _libc_provides(os.path.realpath(path), st.st_mtime_ns, st.st_size, str(path))
+
+
+@functools.lru_cache(maxsize=8)
+def _libc_provides(real: str, _mtime: int, _size: int, path: str) -> LibcProvides:
+    from elftools.elf.gnuversions import GNUVerDefSection, GNUVerSymSection
+    from elftools.elf.sections import SymbolTableSection
+
+    defined: dict[int, str] = {}
+    private: set[str] = set()
+    with open_elf(path) as elf:
+        for sec in elf.iter_sections():
+            if isinstance(sec, GNUVerDefSection):
+                for vd, auxes in sec.iter_versions():
+                    first = next(iter(auxes), None)
+                    if first is not None:
+                        defined[vd["vd_ndx"]] = first.name
+        vsym = next((s for s in elf.iter_sections() if isinstance(s, GNUVerSymSection)), None)
+        dynsym = next((s for s in elf.iter_sections()
+                       if isinstance(s, SymbolTableSection) and s["sh_type"] == "SHT_DYNSYM"), None)
+        if dynsym is not None and vsym is not None:
+            for i, sym in enumerate(dynsym.iter_symbols()):
+                if sym["st_shndx"] == "SHN_UNDEF" or not sym.name:
+                    continue
+                ndx = vsym.get_symbol(i)["ndx"]
+                if isinstance(ndx, int) and defined.get(ndx & 0x7FFF) == "GLIBC_PRIVATE":
+                    private.add(sym.name)
+    names = set(defined.values())
+    keys = sorted({_glibc_key(v) for v in names} - {()})
+    return LibcProvides(str(path), glibc_str(keys[-1]) if keys else None, names, private)
+
+
+def system_libc(dirs: list[str] | None = None) -> Path | None:
+    """This machine's libc.so.6, found where the loader looks (ld.so.conf, then the default dirs)."""
+    for d in (dirs if dirs is not None else ld_so_conf_dirs() + list(DEFAULT_DIRS)):
+        p = Path(d) / "libc.so.6"
+        if p.is_file() and is_elf(p):
+            return p
+    return None
+
+
+def unmet_needs(needs: LoaderNeeds, libc: LibcProvides) -> list[str]:
+    """What `libc` does not provide of `needs`, one line each (empty: the loader can bind it)."""
+    out = []
+    at = f"glibc {libc.glibc}" if libc.glibc else libc.path
+    for r in needs.private:
+        if r.file.startswith("libc.so") and r.name not in libc.private:
+            out.append(f"{r} is not exported by {at} ({libc.path})")
+    for file, vs in needs.versions.items():
+        if not file.startswith("libc.so"):
+            continue
+        for v in vs:
+            if v not in libc.versions:
+                out.append(f"version {v} is not defined by {at} ({libc.path})")
+    return out
+
+
+def private_symbol_limits() -> dict[str, dict]:
+    """GLIBC_PRIVATE symbols known to have left libc.so.6 (lucepatch/data/glibc.toml): name ->
+    {"removed_in": "2.34", "source": ...}."""
+    import tomllib
+
+    with open(GLIBC_DATA, "rb") as f:
+        return dict(tomllib.load(f).get("private") or {})
+
+
+def where_it_cannot_run(needs: LoaderNeeds) -> list[str]:
+    """The glibc releases that cannot load a library with these needs, from the data: one line each."""
+    limits = private_symbol_limits()
+    out = []
+    for r in needs.private:
+        lim = limits.get(r.name)
+        if lim:
+            out.append(f"{r}: libc.so.6 does not export it since glibc {lim['removed_in']} ({lim['why']}): "
+                       f"cannot load on glibc >= {lim['removed_in']} (Debian 12, Ubuntu 22.04 and later)")
+        else:
+            out.append(f"{r}: glibc's internal interface, which changes between glibc releases: it loads only "
+                       "on a glibc that still exports it (check with the target's libc.so.6)")
+    return out
+
+
+# ---------------------------------------------------------------------------------- environment names
+ENV_READERS = ("getenv", "secure_getenv")
+_ENV_NAME = re.compile(rb"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")
+
+
+@dataclass
+class EnvNames:
+    getenv: list[str]  # literal arguments of getenv/secure_getenv call sites (x86-64 code decoded)
+    rodata: list[str]  # NAME_LIKE strings in .rodata: names a helper may pass on to getenv
+    method: str
+
+    @property
+    def all(self) -> set[str]:
+        return set(self.getenv) | set(self.rodata)
+
+    def to_json(self) -> dict:
+        return {"getenv": self.getenv, "rodata": self.rodata, "method": self.method}
+
+
+def _cstring(blob: bytes, start: int) -> bytes | None:
+    end = blob.find(b"\0", start)
+    return blob[start:end] if end > start and end - start <= 128 else None
+
+
+def env_names(path: str | os.PathLike) -> EnvNames:
+    """The environment variables a library can read.
+
+    x86-64: every call of getenv/secure_getenv (through its PLT stub, or `call *GOT` with -fno-plt)
+    whose first argument is loaded just before as a string address (`lea rdi,[rip+X]`, or gcc -O0's
+    `lea rax,[rip+X]; mov rdi,rax`): the string at X. Other machines: only the .rodata strings
+    that look like environment names (upper case with an underscore), which is also how names a
+    helper passes on to getenv are found on x86-64."""
+    from elftools.elf.relocation import RelocationSection
+
+    with open_elf(path) as elf:
+        machine = elf["e_machine"]
+        secs = {s.name: s for s in elf.iter_sections()}
+        ro = [(s["sh_addr"], s.data()) for s in elf.iter_sections()
+              if s["sh_type"] == "SHT_PROGBITS" and s["sh_flags"] & 0x2 and not s["sh_flags"] & 0x5]  # ALLOC, not W/X
+        rodata = sorted({m.group(0).decode() for _, data in ro if data for m in _ENV_NAME.finditer(data)
+                         if (m.start() == 0 or data[m.start() - 1] == 0) and data[m.end():m.end() + 1] == b"\0"})
+        if machine != "EM_X86_64":
+            return EnvNames([], rodata, "upper-case names in read-only data (call sites not decoded on this machine)")
+        slots: set[int] = set()
+        for sec in elf.iter_sections():
+            if not isinstance(sec, RelocationSection) or sec["sh_link"] == 0:
+                continue
+            symtab = elf.get_section(sec["sh_link"])
+            for rel in sec.iter_relocations():
+                sym = symtab.get_symbol(rel["r_info_sym"]) if rel["r_info_sym"] else None
+                if sym is not None and sym.name in ENV_READERS:
+                    slots.add(rel["r_offset"])
+        stubs: set[int] = set()
+        for name in (".plt", ".plt.sec", ".plt.got"):
+            s = secs.get(name)
+            if s is None:
+                continue
+            base, data = s["sh_addr"], s.data()
+            for i in range(0, len(data) - 5):
+                if data[i] == 0xFF and data[i + 1] == 0x25:  # jmp *rel32(%rip)
+                    target = base + i + 6 + struct.unpack_from("<i", data, i + 2)[0]
+                    if target in slots:
+                        entry = (i // 16) * 16
+                        stubs.add(base + entry)
+        found: set[str] = set()
+        text = secs.get(".text")
+        if text is not None and (stubs or slots):
+            base, code = text["sh_addr"], text.data()
+            for i in range(len(code) - 6):
+                b = code[i]
+                if b == 0xE8:
+                    hit = base + i + 5 + struct.unpack_from("<i", code, i + 1)[0] in stubs
+                elif b == 0xFF and code[i + 1] == 0x15:
+                    hit = base + i + 6 + struct.unpack_from("<i", code, i + 2)[0] in slots
+                else:
+                    continue
+                if not hit:
+                    continue
+                addr = _string_argument(code, base, i)
+                if addr is None:
+                    continue
+                for rbase, rdata in ro:
+                    if rbase <= addr < rbase + len(rdata):
+                        s = _cstring(rdata, addr - rbase)
+                        if s and re.fullmatch(rb"[A-Za-z_][A-Za-z0-9_]*", s):
+                            found.add(s.decode())
+                        break
+    return EnvNames(sorted(found), rodata, "getenv/secure_getenv call sites decoded (x86-64) and upper-case names "
+                                           "in read-only data")
+
+
+def _string_argument(code: bytes, base: int, call: int) -> int | None:
+    """The string address loaded into rdi shortly before the call at `call`, or None: the nearest
+    `lea rdi,[rip+X]` ending at most 24 bytes before it (optimised code schedules other
+    instructions in between), or gcc -O0's `lea rax,[rip+X]; mov rdi,rax` right before it."""
+    for back in range(7, 25):
+        i = call - back
+        if i < 0:
+            break
+        if code[i] == 0x48 and code[i + 1] == 0x8D and code[i + 2] == 0x3D:  # lea rdi,[rip+X]
+            return base + i + 7 + struct.unpack_from("<i", code, i + 3)[0]
+        if (back == 10 and code[i] == 0x48 and code[i + 1] == 0x8D and code[i + 2] == 0x05
+                and code[i + 7:i + 10] == b"\x48\x89\xc7"):  # lea rax,[rip+X]; mov rdi,rax; call
+            return base + i + 7 + struct.unpack_from("<i", code, i + 3)[0]
+    return None
