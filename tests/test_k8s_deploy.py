@@ -10,6 +10,8 @@ import pytest
 
 from conftest import evidence_doc
 
+import hamilib
+
 from lucepatch.k8s import client, gates
 from lucepatch.main import main
 
@@ -37,8 +39,9 @@ def _sha(p):
 
 @pytest.fixture
 def kit(tmp_path):
-    base = _lib(tmp_path, "baseline")
-    patched = _lib(tmp_path, "patched", extra="int cuMemFreeAsync(void) { return 0; }\nint extra_fix(void) { return 1; }")
+    # the names of an upstream build at the main line's base, and of the line's own build
+    base = hamilib.upstream_like(tmp_path, "baseline")
+    patched = hamilib.line_build_like(tmp_path, "patched")
     # schema 1, as the committed H200 evidence is: the deploy gate reads it through the v1 reader
     ev = evidence_doc(baseline=base, patched=patched, gpu="H200", schema_version=1)
     evp = tmp_path / "evidence.json"
@@ -58,7 +61,8 @@ def test_dry_run_passes_and_prints_daemonset(kit, capsys):
     assert rc == 0, err
     doc = json.loads(out)
     assert doc["schema_version"] == 1 and doc["result"] == "dry-run"
-    assert {g["name"]: g["ok"] for g in doc["gates"]} == {"evidence": True, "elf": True, "symbols": True,
+    assert {g["name"]: g["ok"] for g in doc["gates"]} == {"evidence": True, "elf": True, "identity": True,
+                                                          "symbols": True, "env": True, "loader": True,
                                                           "shrreg": True, "compatible_hami": True, "line": True}
     ds = next(o for o in doc["objects"] if o["kind"] == "DaemonSet")
     assert ds["metadata"]["annotations"]["lucepatch.dev/lib-sha256"] == _sha(kit["patched"])

@@ -21,6 +21,8 @@ import pytest
 
 from conftest import REPO_ROOT
 
+import hamilib
+
 from lucepatch.errors import CheckFailed, UsageError
 from lucepatch.lines import sources
 from lucepatch.lines.fit import Line, compat_data, drop_in_commands, fit_node, load_lines, releases_of_commit
@@ -181,7 +183,7 @@ def _doctor(capsys, *args):
 
 
 def test_doctor_lib_names_the_line_and_the_commands(tmp_path, capsys):
-    lib = _lib(tmp_path, "node", flags=["-g"])
+    lib = hamilib.upstream_like(tmp_path, "node", flags=["-g"])
     rc, out, err = _doctor(capsys, "--lib", str(lib))
     assert rc == 0, err
     assert "shared region  1.2 (from .dynsym)" in out
@@ -193,14 +195,18 @@ def test_doctor_lib_names_the_line_and_the_commands(tmp_path, capsys):
     assert doc["node_library"]["library"]["shrreg"] == "1.2"
 
 
-def test_doctor_lib_names_the_v2_5_line_for_an_olares_node(tmp_path, capsys):
-    rc, out, err = _doctor(capsys, "--lib", str(_lib(tmp_path, "olares", minor=1)), "--hami-version", "v2.5.1")
+def test_doctor_lib_names_the_v2_5_line_for_an_upstream_v2_5_1_node(tmp_path, capsys):
+    """Upstream HAMi v2.5.1's library (HAMi-core 54b1305's names, region 1.1): the v2.5 line replaces it.
+    (An Olares node runs the beclab fork instead: tests/test_identity.py.)"""
+    node = hamilib.upstream_like(tmp_path, "v251", line="hami-core-v2.5")
+    rc, out, err = _doctor(capsys, "--lib", str(node), "--hami-version", "v2.5.1")
     assert rc == 0, err
     assert "line           hami-core-v2.5 " in out and "lucepatch build hami-core-v2.5" in out
 
 
 def test_doctor_lib_without_a_line_exits_1_with_the_reason(tmp_path, capsys):
-    rc, out, err = _doctor(capsys, "--lib", str(_lib(tmp_path, "olares", minor=1)), "--hami-version", "v2.10.0")
+    node = hamilib.upstream_like(tmp_path, "v2x", line="hami-core-v2.5")
+    rc, out, err = _doctor(capsys, "--lib", str(node), "--hami-version", "v2.10.0")
     assert rc == 1
     assert "no series line fits" in err and len(err.strip().splitlines()) == 1
     assert "line           none fits" in out
@@ -294,7 +300,7 @@ def test_doctor_image_reads_the_plugin_copy_without_running_it(tmp_path, capsys)
     client = _docker()
     if client is None:
         pytest.skip("no-docker: no Docker daemon answers")
-    lib = _lib(tmp_path, "plugin", minor=2, flags=["-g"])
+    lib = hamilib.upstream_like(tmp_path, "plugin", flags=["-g"])
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         info = tarfile.TarInfo("k8s-vgpu/lib/nvidia/libvgpu.so.v2.9.0")

@@ -21,6 +21,8 @@ def command():
 @click.option("--lib-path", default="/lucepatch/lib/libvgpu.so", show_default=True, help="Path of the library in --lib-image.")
 @click.option("--installed", type=click.Path(dir_okay=False), default=None,
               help="A copy of a node's current libvgpu.so, for the symbol, shared-region and line gates.")
+@click.option("--node-report", type=click.Path(dir_okay=False), default=None,
+              help="A node report (doctor --pod NAME --save-report FILE): the nodes' library, its pods' glibc.")
 @click.option("--hami-version", "hami_versions", multiple=True, help="HAMi version of the nodes (e.g. v2.8.3); repeatable.")
 @click.option("--values", "values_file", type=click.Path(dir_okay=False), default=None, help="Values for the DaemonSet.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override one DaemonSet value.")
@@ -30,8 +32,8 @@ def command():
 @click.option("--dry-run", is_flag=True, help="Check the gates and print the manifests; touch no cluster.")
 @click.option("--context", default=None, help="kubeconfig context.")
 @json_option
-def hami_core(lib, evidence, lib_image, lib_path, installed, hami_versions, values_file, sets, rollback, reassert,
-              dry_run, context, as_json):
+def hami_core(lib, evidence, lib_image, lib_path, installed, node_report, hami_versions, values_file, sets, rollback,
+              reassert, dry_run, context, as_json):
     """Install (or --rollback) a patched libvgpu.so on every HAMi node through a privileged DaemonSet."""
     from lucepatch.k8s import manifests
     from lucepatch.k8s.deploy import deploy_hami_core
@@ -56,7 +58,7 @@ def hami_core(lib, evidence, lib_image, lib_path, installed, hami_versions, valu
         gate_report()
 
     doc, docs, namespace = deploy_hami_core(
-        lib=lib, evidence=evidence, lib_image=lib_image, lib_path=lib_path, installed=installed,
+        lib=lib, evidence=evidence, lib_image=lib_image, lib_path=lib_path, installed=installed, node_report=node_report,
         hami_versions=hami_versions, values_file=values_file, sets=sets, rollback=rollback, reassert=reassert,
         dry_run=dry_run, context=context, on_gate=gate_line, on_refused=refused, on_apply=out.progress)
     if dry_run:

@@ -13,6 +13,7 @@ PLACEHOLDER_IMAGE = "REPLACE-ME/hami-core-lib:TAG"
 
 
 def deploy_hami_core(*, lib=None, evidence=None, lib_image=None, lib_path="/lucepatch/lib/libvgpu.so", installed=None,
+                     node_report=None,
                      hami_versions=(), values_file=None, sets=(), rollback=False, reassert=0, dry_run=False,
                      context=None, on_gate=lambda g: None, on_refused=lambda report: None,
                      on_apply=lambda line: None) -> tuple[dict, list, str]:
@@ -27,7 +28,8 @@ def deploy_hami_core(*, lib=None, evidence=None, lib_image=None, lib_path="/luce
     if not rollback:
         if not lib or not evidence:
             raise UsageError("deploy hami-core needs --lib FILE and --evidence FILE (or --rollback)")
-        gl = gates.run_gates(lib, evidence, installed=installed, hami_versions=hami_versions, live=live)
+        gl = gates.run_gates(lib, evidence, installed=installed, hami_versions=hami_versions, live=live,
+                             node_report=node_report)
         report["gates"] = [g.to_dict() for g in gl]
         for g in gl:
             on_gate(g)

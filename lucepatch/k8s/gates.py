@@ -18,6 +18,16 @@ Gates, in order (each -> ok True / False / None = not determinable here, with th
   nodes, judged from ``--installed`` (its shared-region version, any embedded commit) and the HAMi
   versions (lucepatch/lines/fit.py). A mismatch is refused with the line that does fit and the
   commands that build its drop-in; neither known = skipped for ``--dry-run``, refused live.
+- ``identity``: what the nodes' library is (lucepatch/lines/identity.py): upstream HAMi-core or a
+  line's build may be replaced; a vendor's fork only by a library that keeps all of the vendor's
+  names (never by a flag); an unknown library is not replaced live.
+- ``symbols``/``env``/``loader`` with a reference (``--installed`` or ``--node-report``): the
+  verdict of lucepatch.lines.replace.judge — the one `doctor --lib NODE --candidate LIB` prints —
+  on what --lib would take away (symbols grouped, the vendor's machinery never accepted),
+  the environment variables the nodes' library reads and --lib ignores, and whether --lib can
+  load in the pods (their glibc from the node report, else against where the nodes' library loads).
+  Without a reference: skipped for ``--dry-run``, refused live (the DaemonSet re-checks symbols on
+  each node, but nothing there knows what the vendor's library reads or where it loads).
 
 The series is the evidence's target (a line of compatible_hami.toml ``[series.*]``).
 """
@@ -75,8 +85,8 @@ def reference_library(evidence: Evidence, installed: str | None) -> tuple[str | 
     return None, "no reference library here (pass --installed FILE); each node checks its own"
 
 
-def line_gate(evidence: Evidence, installed: str | None, hami_versions) -> Gate:
-    """Is the evidence's line the one that fits the nodes?"""
+def line_gate(evidence: Evidence, installed: str | None, hami_versions, node_facts=None) -> Gate:
+    """Is the evidence's line the one that fits the nodes? (`node_facts`: a node report's library facts.)"""
     from lucepatch.lines.fit import drop_in_commands, fit_node, load_lines
     from lucepatch.lines.libfacts import read_lib
 
@@ -87,9 +97,9 @@ def line_gate(evidence: Evidence, installed: str | None, hami_versions) -> Gate:
     if own is None:
         return Gate("line", False, f"evidence is for {evidence.target} (base {base[:7] or '?'}), which is no series "
                                    "line in compatible_hami.toml")
-    if not installed and not hami_versions:
+    if not installed and not hami_versions and node_facts is None:
         return Gate("line", None, "the nodes' library and HAMi version are unknown: pass --installed or --hami-version")
-    fit = fit_node(read_lib(installed) if installed else None, lines, hami_versions=hami_versions)
+    fit = fit_node(read_lib(installed) if installed else node_facts, lines, hami_versions=hami_versions)
     if fit.line is None:
         return Gate("line", False, f"no series line fits the nodes: {fit.why}")
     if fit.line.target != own.target:
@@ -100,11 +110,52 @@ def line_gate(evidence: Evidence, installed: str | None, hami_versions) -> Gate:
     return Gate("line", True, f"line {own.target} fits the nodes ({fit.why})")
 
 
+def replacement_gates(lib: str, ref: str | None, ref_desc: str, report=None) -> list[Gate]:
+    """identity, symbols, env and loader from replace.judge (the judge `doctor --lib --candidate` calls)."""
+    from lucepatch.lines.identity import FORK, LINE_BUILD, UPSTREAM, Identity, identify
+    from lucepatch.lines.replace import Side, judge
+
+    if ref is not None:
+        node = identify(ref)
+    elif report is not None and report.library is not None:
+        node = Identity.from_json(report.library.identity)
+        ref_desc = f"the node report's library {report.library.path} (sha256 {report.library.sha256[:12]})"
+    else:
+        why = ("the nodes' library is unknown: pass --installed (a copy of it) or --node-report (lucepatch doctor "
+               "--pod NAME --save-report FILE)")
+        if report is not None:
+            why = f"the node report's pod runs no libvgpu.so ({report.injection.state}): nothing to replace there"
+        return [Gate("identity", None, why), Gate("symbols", None, why), Gate("env", None, why),
+                Gate("loader", None, why)]
+    cand = identify(lib)
+    j = judge(Side.of(node, f"the nodes' library ({ref_desc})"), Side.of(cand, f"--lib {Path(lib).name}"),
+              pod_glibc=report.pod_glibc if report is not None else None)
+    if node.kind in (UPSTREAM, LINE_BUILD):
+        ident = Gate("identity", True, f"the nodes run {node.summary}")
+    elif node.kind == FORK:
+        ident = Gate("identity", not j.vendor_loss,
+                     f"the nodes run {node.summary}: "
+                     + ("--lib keeps every vendor name" if not j.vendor_loss else
+                        "replacing it drops the vendor's machinery, which no flag accepts; the routes: lucepatch doctor "
+                        + (f"--lib {ref}" if ref else "--node-report FILE")))
+    else:
+        ident = Gate("identity", None, f"the nodes' library is not known: {node.summary}")
+    return [ident] + [Gate(f.part, f.ok, f.message) for f in j.findings if f.part in ("symbols", "env", "loader")]
+
+
 def run_gates(lib: str, evidence_path: str, *, installed: str | None = None, hami_versions=(),
-              series: str | None = None, live: bool = False) -> list[Gate]:
+              series: str | None = None, live: bool = False, node_report: str | None = None) -> list[Gate]:
     if not Path(lib).is_file():
         raise UsageError(f"--lib {lib} not found: pass the built libvgpu.so (the one verify ran)")
     evidence = load_evidence(evidence_path)
+    report = None
+    if node_report:
+        from lucepatch import nodereport
+
+        report = nodereport.load(node_report)
+        if installed and report.library is not None and sha256_file(installed) != report.library.sha256:
+            raise UsageError(f"--installed {installed} is not the library the node report saw "
+                             f"({report.library.path}, sha256 {report.library.sha256[:12]}): pass the node's own copy")
     series = series or evidence.target
     lib_sha = sha256_file(lib)
     gates = [evidence_gate(evidence, lib_sha)]
@@ -114,18 +165,15 @@ def run_gates(lib: str, evidence_path: str, *, installed: str | None = None, ham
     gates.append(Gate("elf", True, "ELF shared object"))
 
     ref, ref_desc = reference_library(evidence, installed)
-    if ref is None:
-        gates.append(Gate("symbols", None, ref_desc))
-    else:
-        missing = swap.missing_symbols(lib, ref)
-        gates.append(Gate("symbols", not missing,
-                          f"superset of {ref_desc}" if not missing else
-                          f"missing {len(missing)} symbol(s) of {ref_desc}: {', '.join(missing[:5])}"))
+    gates += replacement_gates(lib, ref, ref_desc, report)
 
     data = compat_data()
     ser = (data.get("series") or {}).get(series, {})
     v_lib = swap.shrreg_version(lib)
-    v_ref = swap.shrreg_version(ref) if ref else None
+    report_ident = report.library.identity if report is not None and report.library is not None else None
+    v_ref = swap.shrreg_version(ref) if ref else (report_ident or {}).get("shrreg")
+    if not ref and v_ref:
+        ref_desc = f"the node report's library {report.library.path}"
     want, want_desc = (v_ref, ref_desc) if v_ref else (ser.get("shrreg"), f"series {series} base")
     if v_lib is None:
         gates.append(Gate("shrreg", None, "shared-region version not determinable from --lib (shrreg_*_version not "
@@ -145,8 +193,17 @@ def run_gates(lib: str, evidence_path: str, *, installed: str | None = None, ham
                           f"HAMi {', '.join(hami_versions)} in {series}'s compatible list" if not bad else
                           f"HAMi {', '.join(bad)} not in {series}'s compatible list {compatible} "
                           "(lucepatch/data/compatible_hami.toml)"))
-    gates.append(line_gate(evidence, installed, hami_versions))
+    facts = None
+    if not installed and report_ident and report_ident.get("facts"):
+        from lucepatch.lines.libfacts import LibFacts
+
+        facts = LibFacts(**report_ident["facts"])
+    gates.append(line_gate(evidence, installed, hami_versions or _report_versions(report), facts))
     return gates
+
+
+def _report_versions(report) -> list[str]:
+    return [v.strip() for v in (report.hami_version or "").split(",") if v.strip()] if report is not None else []
 
 
 def _norm(v: str) -> str:
@@ -155,10 +212,12 @@ def _norm(v: str) -> str:
 
 
 def passed(gates: list[Gate], live: bool) -> bool:
-    """All gates ok; skipped (None) gates are acceptable only where the node re-checks (symbols, shrreg)."""
+    """All gates ok; a skipped (None) gate is acceptable live only for shrreg (a Release build hides
+    its version; the DaemonSet re-checks it on each node). Symbols, env, loader and identity need
+    the nodes' library (--installed or --node-report) before anything reaches a node."""
     for g in gates:
         if g.ok is False:
             return False
-        if g.ok is None and live and g.name not in ("symbols", "shrreg"):
+        if g.ok is None and live and g.name not in ("shrreg",):
             return False
     return True

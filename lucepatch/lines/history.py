@@ -57,6 +57,23 @@ def _declarator(text: str) -> str | None:
     return m.group(1) if m else None
 
 
+def _split_top(text: str) -> list[str]:
+    """`int a = f(1, 2), b[3]` -> ["int a = f(1, 2)", " b[3]"]: commas outside brackets only."""
+    parts, depth, cur = [], 0, []
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur))
+    return parts
+
+
 def defined_names(source: str) -> set[str]:
     """Functions and variables a C file defines at file scope with external linkage."""
     s = _clean(source)
@@ -98,9 +115,10 @@ def defined_names(source: str) -> set[str]:
                     continue
                 if not text or re.match(r"(static|typedef|extern)\b", text) or re.match(r"(struct|union|enum)\s+\w+$", text):
                     continue
-                name = _declarator(text)
-                if name and name not in _KEYWORDS:
-                    names.add(name)
+                for part in _split_top(text):  # `int a = 0, b;` defines a and b
+                    name = _declarator(part)
+                    if name and name not in _KEYWORDS:
+                        names.add(name)
         elif depth == 0:
             buf.append(t)
     return names
