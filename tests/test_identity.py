@@ -307,28 +307,31 @@ def test_packaged_history_is_the_scan_of_the_real_history():
 
 @pytest.mark.skipif(not SRC_HAMI, reason="no-upstream: set LUCEPATCH_SRC_HAMI_CORE to a HAMi-core checkout")
 def test_line_builds_data_matches_real_builds_and_the_scan(tmp_path):
-    """The real builds of every line export what data/line_builds.toml says, and the source scan of each
-    base names exactly the families its real baseline build exports."""
-    from lucepatch.builders import toolchain
+    """Real builds of every line export what data/line_builds.toml says (by entry-point family: the CUDA
+    headers rename hooks; exactly where this machine has the data's CUDA headers) and read the same
+    environment; the source scan of each base names exactly the families its real baseline build exports."""
+    sys.path.insert(0, str(REPO_ROOT / "tools"))
+    import line_builds as tool
 
-    text = (toolchain.cuda_include() / "cuda.h").read_text(errors="replace")
-    n = int(next(l.split()[2] for l in text.splitlines() if l.startswith("#define CUDA_VERSION ")))
-    cuda = f"{n // 1000}.{(n % 1000) // 10}"
-    if any(b.cuda != cuda for b in line_builds().values()):
-        pytest.skip(f"no-tool: data/line_builds.toml was made with other CUDA headers than {cuda}")
-    r = subprocess.run([sys.executable, str(REPO_ROOT / "tools" / "line_builds.py"), SRC_HAMI, "--check",
-                        "--cache-dir", str(tmp_path / "cache")], capture_output=True, text=True)
-    assert r.returncode == 0, r.stdout + r.stderr[-2000:]
     from lucepatch import git
+    from lucepatch.lines.fit import load_lines
+    from lucepatch.workspace import resolve_workspace
 
-    with git.repo_at(SRC_HAMI) as repo:
-        for b in line_builds().values():
-            scan = history.scan_commit(repo, repo.commit(b.base))
-            built = {history.family(x) for x in b.exports - b.adds} | {history.family(x) for x in b.baseline_only}
-            # a header-defined tentative variable (fp1 in 54b1305's log_utils.h) is exported only by compilers
-            # that still default to -fcommon: the line's Build-Only patch makes it a definition in one file
-            assert {history.family(x) for x in scan.names} - built <= {"fp1"}
-            assert built - {history.family(x) for x in scan.names} == set()
+    data, hist = line_builds(), history.load_history()
+    fam = lambda names: {history.family(x) for x in names}  # noqa: E731
+    for line in [l for l in load_lines(ws=resolve_workspace(REPO_ROOT)) if l.in_workspace]:
+        paths = tool.build(line.target, SRC_HAMI, str(tmp_path / "cache"))
+        rec, want = tool.record(line, paths, hist), data[line.target]
+        assert fam(rec["exports"]) == fam(want.exports) and set(rec["adds"]) == want.adds, line.target
+        assert set(rec["env"]) == want.env and set(rec["baseline_only"]) == want.baseline_only, line.target
+        if rec["cuda"] == want.cuda:
+            assert set(rec["exports"]) == want.exports, line.target
+        with git.repo_at(SRC_HAMI) as repo:
+            scan = fam(history.scan_commit(repo, repo.commit(line.base)).names)
+        built = fam(set(elf.defined_dynamic_symbols(paths["baseline"])))
+        # a header-defined tentative variable (fp1 in 54b1305's log_utils.h) is exported only by compilers
+        # that still default to -fcommon: the line's Build-Only patch turns it into one definition
+        assert scan - built <= {"fp1"} and built - scan == set(), line.target
 
 
 FORK_LIB = os.environ.get("LUCEPATCH_FORK_LIB")

@@ -281,11 +281,12 @@ class ImageResult:
     closure: dict = field(default_factory=dict)
     saved: str | None = None
     pushed: str | None = None
+    node_library: dict | None = None  # node_library_check against a node report, when one was given
 
     def to_json(self) -> dict:
         return {"tag": self.tag, "image_id": self.image_id, "labels": self.labels, "dockerfile": str(self.dockerfile),
                 "log": str(self.log), "seconds": round(self.seconds, 2), "closure": self.closure,
-                "saved": self.saved, "pushed": self.pushed}
+                "saved": self.saved, "pushed": self.pushed, "node_library": self.node_library}
 
 
 def docker_build(client, ctx: Path, tag: str, log_path: Path, *, target_stage: str | None = None,
@@ -556,3 +557,76 @@ def _export_dir(client, image_id: str, path: str, dest: Path) -> None:
     shutil.rmtree(dest, ignore_errors=True)
     os.replace(inner if inner.is_dir() else tmp, dest)
     shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------- the node's library
+LIBC_IN_IMAGE = ("/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/x86_64-linux-gnu/libc.so.6", "/lib64/libc.so.6",
+                 "/usr/lib64/libc.so.6", "/lib/aarch64-linux-gnu/libc.so.6")
+
+
+def image_libc(client, image: str, dest_dir: Path) -> Path | None:
+    """The image's libc.so.6 copied out (archive API, the image never runs), or None."""
+    import io  # noqa: PLC0415
+    import tarfile  # noqa: PLC0415
+
+    import docker  # noqa: PLC0415
+    c = client.containers.create(image, entrypoint=["/bin/true"])
+    try:
+        for p in LIBC_IN_IMAGE:
+            try:
+                bits, _ = c.get_archive(p)
+            except docker.errors.NotFound:
+                continue
+            with tarfile.open(fileobj=io.BytesIO(b"".join(bits))) as tf:
+                for m in tf:
+                    if m.issym() or m.islnk():  # libc.so.6 is often a link to libc-2.x.so: follow it once
+                        target = m.linkname if m.linkname.startswith("/") else str(Path(p).parent / m.linkname)
+                        try:
+                            bits2, _ = c.get_archive(target)
+                        except docker.errors.NotFound:
+                            break
+                        with tarfile.open(fileobj=io.BytesIO(b"".join(bits2))) as tf2:
+                            m2 = next((x for x in tf2 if x.isfile()), None)
+                            if m2 is not None:
+                                out = dest_dir / "libc.so.6"
+                                out.write_bytes(tf2.extractfile(m2).read())
+                                return out
+                        break
+                    if m.isfile():
+                        out = dest_dir / "libc.so.6"
+                        out.write_bytes(tf.extractfile(m).read())
+                        return out
+    finally:
+        c.remove(force=True)
+    return None
+
+
+def node_library_check(client, image: str, report) -> dict:
+    """Can `image` run the library a node report found preloaded in the node's pods? HAMi injects
+    that library into every GPU container, so the image's glibc must provide what it needs
+    (lucepatch.elf.unmet_needs against the image's own libc.so.6). {"ok": bool | None, ...}."""
+    import tempfile  # noqa: PLC0415
+
+    from lucepatch import elf  # noqa: PLC0415
+    lib = report.library
+    if lib is None:
+        return {"ok": None, "image": image, "problems": [],
+                "message": f"the node report's pod runs no libvgpu.so ({report.injection.state}): nothing to load"}
+    needs = elf.LoaderNeeds.from_json(lib.identity.get("loader") or {})
+    with tempfile.TemporaryDirectory(prefix="lp-image-libc-") as tmp:
+        libc = image_libc(client, image, Path(tmp))
+        if libc is None:
+            return {"ok": None, "image": image, "problems": [], "library": lib.path,
+                    "message": f"{image} has no libc.so.6 at {', '.join(LIBC_IN_IMAGE)}: its glibc is unknown"}
+        lp = elf.libc_provides(libc)
+        problems = elf.unmet_needs(needs, lp)
+    kind = lib.identity.get("kind", "unknown")
+    where = f"the node's {kind} library {lib.path} (sha256 {lib.sha256[:12]})"
+    if problems:
+        msg = (f"{image} (glibc {lp.glibc}) cannot run {where}: " + "; ".join(p.split(" (")[0] for p in problems)
+               + ". HAMi injects it into every GPU container of the node, so the app would not start: give the pod a "
+                 "GPU in exclusive mode (no injection, Olares 1.12.6+) or use a base image with an older glibc")
+    else:
+        msg = f"{image} (glibc {lp.glibc}) can load {where}"
+    return {"ok": not problems, "image": image, "glibc": lp.glibc, "library": lib.path, "library_sha256": lib.sha256,
+            "problems": problems, "message": msg}

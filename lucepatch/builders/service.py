@@ -61,11 +61,12 @@ class Rendered:
     profile: dict
     tag: str
     files: dict[str, str]
+    node_library: dict | None = None
 
 
 def render_image(t: Target, profile: str | None, *, repo: str | None = None, builder_image: str | None = None,
                  runtime_image: str | None = None, jobs: int | None = None, out_dir: str | None = None,
-                 cuda_archs: str | None = None) -> Rendered:
+                 cuda_archs: str | None = None, node_report: str | None = None) -> Rendered:
     from lucepatch.builders import image as img
 
     prof, files = img.render_profile(t, profile, builder_image=builder_image, runtime_image=runtime_image, jobs=jobs,
@@ -74,14 +75,35 @@ def render_image(t: Target, profile: str | None, *, repo: str | None = None, bui
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         for name, text in files.items():
             (Path(out_dir) / name).write_text(text)
-    return Rendered(prof, img.image_tag(t, prof["name"], repo, img.image_cuda_archs(t, prof, cuda_archs)), files)
+    r = Rendered(prof, img.image_tag(t, prof["name"], repo, img.image_cuda_archs(t, prof, cuda_archs)), files)
+    if node_report:
+        r.node_library = base_runs_node_library(runtime_image or prof.get("runtime_image"), node_report)
+    return r
+
+
+def base_runs_node_library(base: str | None, node_report: str) -> dict:
+    """The runtime base image against the node report's library (the base's glibc is the image's)."""
+    from lucepatch import nodereport
+    from lucepatch.builders import image as img
+
+    report = nodereport.load(node_report)
+    client = img.docker_client()
+    import docker
+
+    try:
+        client.images.get(base)
+    except (docker.errors.ImageNotFound, docker.errors.NullResource):
+        return {"ok": None, "image": base, "problems": [],
+                "message": f"the runtime base {base} is not present locally: docker load it to check it before the "
+                           "build (the built image is checked after a build)"}
+    return img.node_library_check(client, base, report)
 
 
 def build_image(t: Target, src: Path, cache: Path, *, profile: str | None = None, variant: str = "patched",
                 preflight: bool = True, repo: str | None = None, builder_image: str | None = None,
                 runtime_image: str | None = None, jobs: int | None = None, save: str | None = None,
                 push: bool = False, progress=lambda _m: None, cuda_archs: str | None = None,
-                node_driver=None):
+                node_driver=None, node_report: str | None = None):
     """The target's container image; for the patched variant the target's probes run first and a
     build known to fail is refused (preflight=False skips them)."""
     from lucepatch.builders import image as img
@@ -109,6 +131,15 @@ def build_image(t: Target, src: Path, cache: Path, *, profile: str | None = None
         run = run_preflight(t, src, profile, cache)
         evidence = run.to_json()
         progress(f"preflight: {len(run.results)} probe(s) proven in {run.seconds:.0f}s")
-    return img.build_image(t, src, profile, cache, repo=repo, variant=variant, evidence=evidence,
-                           builder_image=builder_image, runtime_image=runtime_image, jobs=jobs,
-                           save=Path(save) if save else None, push=push, cuda_archs=cuda_archs)
+    report = None
+    if node_report:  # read it first: a bad report is a usage error before an hour of building
+        from lucepatch import nodereport
+
+        report = nodereport.load(node_report)
+    res = img.build_image(t, src, profile, cache, repo=repo, variant=variant, evidence=evidence,
+                          builder_image=builder_image, runtime_image=runtime_image, jobs=jobs,
+                          save=Path(save) if save else None, push=push, cuda_archs=cuda_archs)
+    if report is not None:
+        res.node_library = img.node_library_check(img.docker_client(), res.tag, report)
+        progress(res.node_library["message"])
+    return res

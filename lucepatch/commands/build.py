@@ -31,7 +31,7 @@ from lucepatch.target import load_target
 @click.option("--keep-build", is_flag=True, help="Profile builds: keep the build tree and its sources (a later re-link there).")
 @click.option("--cuda-archs", default=None, metavar="LIST", help="CUDA arch list instead of the profile's (e.g. '120;90'): profile builds and --image (which then tags REPO:<profile>-<version>-sm<archs>).")
 @click.option("--node-driver", default=None, metavar="VER", help="--image: refuse a base whose CUDA the node's NVIDIA driver (e.g. 595.84) cannot start.")
-@click.option("--node-report", default=None, type=click.Path(dir_okay=False), help="--image: the node report JSON (driver_version) to check the base's CUDA against.")
+@click.option("--node-report", default=None, type=click.Path(dir_okay=False), help="--image: the node report JSON (doctor --pod --save-report): the base's CUDA against its driver_version, the image's glibc against the library it found in the node's pods.")
 @click.option("--summary", type=click.Path(dir_okay=False), default=None, help="Profile builds: write the build summary JSON here.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="With --dry-run: write the rendered files here.")
 @click.option("--from", "from_image", default=None, metavar="IMAGE",
@@ -66,15 +66,17 @@ def command(ctx, target, source, baseline, both, jobs, as_image, profile, repo, 
     t = load_target(ws, target)
     if dry_run:
         r = service.render_image(t, profile, repo=repo, builder_image=builder_image, runtime_image=runtime_image,
-                                 jobs=jobs, out_dir=out_dir, cuda_archs=cuda_archs)
+                                 jobs=jobs, out_dir=out_dir, cuda_archs=cuda_archs, node_report=node_report)
         if as_json:
             report.emit_json("build", {"workspace": ws.to_json(), "target": t.name, "version": t.version,
                                         "image": {"tag": r.tag, "dry_run": True, "profile": r.profile["name"],
-                                                  "files": r.files}})
+                                                  "files": r.files, "node_library": r.node_library}})
         else:
             click.echo(f"# would build {r.tag} (profile {r.profile['name']}, preflight {'off' if no_preflight else 'on'})")
             click.echo(r.files["Dockerfile"])
-        return 0
+        if r.node_library is not None:
+            report.progress(r.node_library["message"])
+        return 1 if r.node_library is not None and r.node_library["ok"] is False else 0
     if as_image:
         from lucepatch.node import report as noderep
     src = require_source(source, t.name, family=t.family)
@@ -83,7 +85,7 @@ def command(ctx, target, source, baseline, both, jobs, as_image, profile, repo, 
                                   preflight=not no_preflight, repo=repo, builder_image=builder_image,
                                   runtime_image=runtime_image, jobs=jobs, save=save, push=push,
                                   progress=report.progress, cuda_archs=cuda_archs,
-                                  node_driver=noderep.node_driver(node_driver, node_report))
+                                  node_driver=noderep.node_driver(node_driver, node_report), node_report=node_report)
         if as_json:
             report.emit_json("build", {"workspace": ws.to_json(), "target": t.name, "version": t.version,
                                         "image": res.to_json()})
@@ -92,8 +94,10 @@ def command(ctx, target, source, baseline, both, jobs, as_image, profile, repo, 
         rows = [["tag", res.tag], ["id", res.image_id[:19]], ["closure", closure],
                 ["evidence sha256", res.labels.get("org.lucepatch.evidence-sha256", "")], ["saved", res.saved or "-"],
                 ["pushed", res.pushed or "-"], ["time", f"{res.seconds:.0f}s"]]
+        if res.node_library is not None:
+            rows.append(["node library", res.node_library["message"]])
         report.table(f"build {t.name} {t.version} --image", ["", ""], rows, as_json=as_json)
-        return 0
+        return 1 if res.node_library is not None and res.node_library["ok"] is False else 0
     variants = ["baseline", "patched"] if both else (["baseline"] if baseline else ["patched"])
     if t.profiles and not t.build.artifacts:  # a superproject built per profile (Lucebox)
         from lucepatch.commands import build_superproject

@@ -73,13 +73,16 @@ def _retire(ctx, ws, target_name, source, ref, driver, runs, as_json, coverage_m
               help="Re-evaluate recorded pod logs (<reproducer>.<scenario>.<variant>.log) instead of running.")
 @click.option("--save-logs", type=click.Path(file_okay=False), default=None, help="Keep the fetched pod logs here.")
 @click.option("--evidence", "evidence_path", type=click.Path(dir_okay=False), default=None, help="Write the evidence JSON here.")
+@click.option("--node-report", type=click.Path(dir_okay=False), default=None,
+              help="What a node runs (doctor --pod ... --save-report): --baseline-lib must be its library's bytes; "
+                   "the evidence records the node.")
 @click.option("--wide", is_flag=True, help="Full verdict reasons under the table (the evidence always has them).")
 @click.option("--quiet", is_flag=True, help="No progress on stderr: only the table (or --json) and the verdict line.")
 @json_option
 @click.pass_context
 def command(ctx, reproducer_names, run_all, scenarios, target_name, source, driver, runs, fixed, lib, baseline_lib,
             baseline_ref, patched_ref, jobs, retire_ref, coverage_map, in_cluster, kubeconfig, kube_context, namespace, node,
-            gpu_mem, image, from_logs, save_logs, evidence_path, wide, quiet, as_json):
+            gpu_mem, image, from_logs, save_logs, evidence_path, node_report, wide, quiet, as_json):
     """Run reproducers against the baseline and the patched build and decide whether the fix is proven."""
     if quiet:
         report.set_quiet(True)
@@ -97,7 +100,18 @@ def command(ctx, reproducer_names, run_all, scenarios, target_name, source, driv
                         scenarios=list(scenarios), lib=Path(lib) if lib else None,
                         baseline_lib=Path(baseline_lib) if baseline_lib else None, baseline_ref=baseline_ref,
                         patched_ref=patched_ref, jobs=jobs, cluster=cluster)
+    node_doc, notes = None, []
+    if node_report:
+        from lucepatch import nodereport
+        from lucepatch.verify.node import node_section
+
+        node_doc, notes = node_section(nodereport.load(node_report), baseline_lib=req.baseline_lib, lib=req.lib,
+                                   where=f"--node-report {node_report}")
+        for n in notes:
+            report.progress(n)
     ev = run_verify(req, cache(ctx))
+    if node_doc is not None:
+        ev.extra["node"] = node_doc
     if evidence_path:
         write_evidence(evidence_path, ev)
     if as_json:

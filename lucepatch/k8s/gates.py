@@ -164,7 +164,10 @@ def run_gates(lib: str, evidence_path: str, *, installed: str | None = None, ham
         return gates
     gates.append(Gate("elf", True, "ELF shared object"))
 
-    ref, ref_desc = reference_library(evidence, installed)
+    if installed or report is None:
+        ref, ref_desc = reference_library(evidence, installed)
+    else:  # the node report says what the nodes run: it outranks the evidence's baseline artifact
+        ref, ref_desc = None, "the node report"
     gates += replacement_gates(lib, ref, ref_desc, report)
 
     data = compat_data()
