@@ -228,7 +228,9 @@ def libs(fh, tmp_path_factory):
     return {"ws": ws, "broken": broken, "quiet": quiet, "good": good}
 
 
-@pytest.mark.parametrize("which,why", [("broken", "was not mapped"), ("quiet", "load marker")])
+# a library the loader ignores is `cannot load: <the loader's line>` (issue 27), no longer "was not mapped"
+@pytest.mark.parametrize("which,why", [("broken", "cannot load: ERROR: ld.so: object 'libvgpu-broken.so' from LD_PRELOAD "
+                                                  "cannot be preloaded"), ("quiet", "load marker")])
 def test_lib_that_does_not_prove_itself_is_invalid(cli, fh, libs, which, why):
     res = cli("--workspace", libs["ws"], "--cache-dir", fh["cache"], "verify", "--reproducer", "async-sched",
               "--driver", "fake", "--runs", "2", "--scenario", "ctxless-async-alloc", "--json",
@@ -239,6 +241,40 @@ def test_lib_that_does_not_prove_itself_is_invalid(cli, fh, libs, which, why):
     patched = [r for r in doc["runs"] if r["variant"] == "patched"]
     assert patched and all(r["outcome"] == "invalid" and why in r["reason"] for r in patched)
     assert doc["variants"]["patched"]["from"] == "file"
+
+
+def test_a_library_the_loader_refuses_is_cannot_load_with_the_loaders_line(cli, fh, libs, tmp_path):
+    """A node library built for glibc < 2.34 (it references _dl_sym@GLIBC_PRIVATE, as the beclab fork's
+    does) as the baseline: every run is `invalid (cannot load: <the loader's line>)`, with the cause, in the
+    evidence, the table and the page (issue 27 item 3)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import hamilib
+    from lucepatch import elf
+
+    here = elf.libc_provides(elf.system_libc()).glibc
+    if tuple(int(x) for x in here.split(".")) < (2, 34):
+        pytest.skip(f"no-tool: this machine's glibc {here} still exports _dl_sym: the library loads here")
+    old = hamilib.build(tmp_path, "libvgpu-oldglibc", ["cuMemAlloc_v2"], dl_sym=True)
+    ev_path = tmp_path / "ev.json"
+    res = cli("--workspace", libs["ws"], "--cache-dir", fh["cache"], "verify", "--reproducer", "async-sched",
+              "--driver", "fake", "--runs", "2", "--scenario", "ctxless-async-alloc", "--evidence", ev_path,
+              "--baseline-lib", old, "--lib", libs["good"])
+    assert res.code == 1
+    doc = json.loads(ev_path.read_text())
+    base = [r for r in doc["runs"] if r["variant"] == "baseline"]
+    assert base and all(r["outcome"] == "invalid" for r in base)
+    want = "cannot load: symbol lookup error: libvgpu-oldglibc.so: undefined symbol: _dl_sym, version GLIBC_PRIVATE"
+    assert all(r["reason"].startswith(want) for r in base)
+    assert all(f"(cause: _dl_sym@GLIBC_PRIVATE is not exported by libc.so.6 since glibc 2.34; this machine has glibc "
+               f"{here}" in r["reason"] for r in base)
+    control = by_name(doc)["control"]
+    assert control["verdict"] == "invalid" and control["reason"].startswith(want) and "the baseline build" in control["reason"]
+    assert want in res.out  # the table's why column
+    page = tmp_path / "ev.html"
+    shown = cli("show", ev_path, "--html", page)
+    assert shown.code in (0, 1) and want in page.read_text()
 
 
 def test_lib_that_is_not_elf_is_a_usage_error(cli, fh, libs, tmp_path):

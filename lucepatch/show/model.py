@@ -205,6 +205,8 @@ def short_reason(s: ScenarioResult) -> str:
         first = re.split(r" \(|[;,] ", re.sub(r"^not run on this machine:\s*", "", s.reason), maxsplit=1)[0]
         return _words(first, 28)
     if v == "invalid":
+        if s.reason.startswith("cannot load: "):  # the loader's line is the whole story: keep it
+            return s.reason.split(" (cause:", 1)[0]
         if s.control:
             return "control failed"
         if b.invalid or p.invalid:

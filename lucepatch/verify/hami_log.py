@@ -61,6 +61,42 @@ def _entry(cls: str, effect: str, line: str) -> dict:
     return out
 
 
+_SYMBOL = re.compile(r"symbol lookup error: (?P<obj>\S+): undefined symbol: (?P<sym>[^,\s]+)(?:, version (?P<ver>\S+))?")
+_VERSION = re.compile(r"version .(?P<ver>GLIBC_[0-9.]+). not found \(required by (?P<obj>[^)]+)\)")
+_OPEN = re.compile(r"error while loading shared libraries: (?P<lib>[^:]+): (?P<why>.*)")
+_PRELOAD = re.compile(r"object '(?P<obj>[^']+)' from (?P<via>\S+) cannot be preloaded \((?P<why>[^)]*)\)")
+
+
+def loader_reason(line: str) -> str:
+    """`cannot load: <the loader's line>` with the cause named, for a run whose log has glibc's
+    loader refusing a library (the line from the loader's own words on, paths shortened to names)."""
+    from lucepatch import elf
+
+    m = re.search(r"(symbol lookup error: .*|error while loading shared libraries: .*|ERROR: ld\.so: .*|"
+                  r"[^\s:]+: version .GLIBC_.*)", line)
+    said = m.group(1) if m else line.strip()
+    said = re.sub(r"/\S+/([^/\s:']+)", r"\1", said)[:240]
+    libc = elf.system_libc()
+    here = elf.libc_provides(libc).glibc if libc else None
+    cause = ""
+    if (s := _SYMBOL.search(line)) is not None:
+        lim = elf.private_symbol_limits().get(s["sym"]) if s["ver"] == "GLIBC_PRIVATE" else None
+        if lim:
+            cause = (f"{s['sym']}@GLIBC_PRIVATE is not exported by libc.so.6 since glibc {lim['removed_in']}"
+                     + (f"; this machine has glibc {here}" if here else "") + ": the library was built for an older glibc")
+        elif s["ver"]:
+            cause = f"no library here exports {s['sym']} at version {s['ver']}" + (f" (glibc {here})" if here else "")
+        else:
+            cause = f"no library here exports {s['sym']}"
+    elif (v := _VERSION.search(line)) is not None:
+        cause = f"it needs {v['ver']}" + (f"; this machine has glibc {here}" if here else "")
+    elif (o := _OPEN.search(line)) is not None:
+        cause = f"{o['lib']} is not on the loader's path ({o['why'].strip()})"
+    elif (p := _PRELOAD.search(line)) is not None:
+        cause = f"the preload was ignored ({p['why']}): the program ran without the library"
+    return f"cannot load: {said}" + (f" (cause: {cause})" if cause else "")
+
+
 def classify_log(text: str) -> list[dict]:
     """Classified lines in order of appearance, one per (class, site, message without numbers),
     at most MAX_KEPT, each with how often it was seen."""

@@ -318,6 +318,12 @@ def classify(repro: Reproducer, scenario: Scenario, variant: str, index: int, re
     if signals:
         rec.backtrace = backtrace.call_path(signals[0])
 
+    # 0. The loader refused a library of the run: nothing ran as asked, and the loader's own line says why.
+    loader = next((c for c in classified if c["class"] == "loader"), None)
+    if loader is not None:
+        rec.outcome, rec.reason = INVALID, hami_log.loader_reason(loader["line"])
+        rec.first_error = rec.reason[:300]
+        return rec
     # 1. Proof of what ran. Without it nothing else about the run means anything.
     if preload is not None:
         why = _proof_problem(repro, scenario, proofs, main, main_pid, preload, expected_sha256, rec)

@@ -32,6 +32,7 @@ from lucepatch.verify.stats import ALPHA, fisher_one_sided
 PROVEN, NOT_PROVEN, REGRESSION, INVALID_V = "proven", "not-proven", "regression", "invalid"
 GUARDED, SKIPPED_V, PASS_V, NOT_APPLICABLE = "guarded", "skipped", "pass", "not-applicable"
 _LEFT_OUT = (SKIPPED_V, NOT_APPLICABLE)
+CANNOT_LOAD = "cannot load: "  # a run's reason when glibc's loader refused a library (hami_log.loader_reason)
 _RANK = {PROVEN: 0, GUARDED: 0, NOT_PROVEN: 1, REGRESSION: 2, INVALID_V: 3}
 
 
@@ -40,9 +41,11 @@ def tally(records) -> Tally:
     c = Counter(r.outcome for r in records)
     n = len(records)
     failures = sum(c[o] for o in FAILURES)
+    first = next((r.first_error or r.reason for r in records if r.failed), "") or next(
+        (r.reason for r in records if r.outcome == INVALID and (r.reason or "").startswith(CANNOT_LOAD)), "")
     return Tally(runs=n, passed=c[PASS], failures=failures, invalid=c[INVALID], skipped=c[SKIPPED],
                  failure_rate=round(failures / n, 4) if n else None, outcomes=dict(sorted(c.items())),
-                 first_error=next((r.first_error or r.reason for r in records if r.failed), ""))
+                 first_error=first)
 
 
 def judge(base: Tally, pat: Tally, *, control: bool, control_ok: bool, guard: bool = False,
@@ -57,6 +60,9 @@ def judge(base: Tally, pat: Tally, *, control: bool, control_ok: bool, guard: bo
         bad = [(n, t) for n, t in (("baseline", base), ("patched", pat)) if t.invalid or t.failures]
         if not bad:
             return PASS_V, "", None
+        unloadable = [(n, t) for n, t in bad if t.first_error.startswith(CANNOT_LOAD)]
+        if unloadable:  # the build's library never ran: say so in the loader's words
+            return INVALID_V, "; ".join(f"{t.first_error} — the {n} build" for n, t in unloadable), None
         # name the build and the evidence; never guess at a cause that was not measured
         what = "; ".join(f"{n} {t.failures} failed, {t.invalid} invalid of {t.runs}"
                          + (f" (first error: {t.first_error[:120]})" if t.first_error else "") for n, t in bad)
@@ -67,6 +73,9 @@ def judge(base: Tally, pat: Tally, *, control: bool, control_ok: bool, guard: bo
         return INVALID_V, f"control failed on both builds ({what}): nothing can be proven with this harness here", None
     p = fisher_one_sided(base.failures, base.passed, pat.failures, pat.passed)
     if base.invalid or pat.invalid:
+        unloadable = [(n, t) for n, t in (("baseline", base), ("patched", pat)) if t.first_error.startswith(CANNOT_LOAD)]
+        if unloadable:
+            return INVALID_V, "; ".join(f"{t.first_error} — the {n} build" for n, t in unloadable), p
         return INVALID_V, "some runs could not prove what they loaded", p
     if not control_ok:
         return INVALID_V, "a control scenario failed", p
