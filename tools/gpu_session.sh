@@ -5,6 +5,7 @@
 #   steps: env traces async-sched all all-a all-b all-serial vmm-refs overhead bench-verify multi-device
 #          pool-alloc run-cost main-job main-job-jobs lucebox-build lucebox-full lucebox-f6 lucebox-f6-probe ggml-build ggml-client ggml-diag
 #          i28-main i28-v25 i28-traces i28-2gpu i28-ggml
+#          fork-lib
 #   plan (issue 4): smoke = `env async-sched`; full = `all vmm-refs overhead bench-verify traces`;
 #   reserve = `all-serial` (if parallel runs misbehave on the GPU); 2-GPU machine: `multi-device`.
 #   issue 12: `pool-alloc` (~1.5 min on 1x H200: 2 builds + 85 processes under the sequential
@@ -31,6 +32,10 @@
 #   call 2 (1 GPU, ~4 min) = `i28-v25`; call 3 (nvidia-h200-x2, ~2.5 min) = `i28-2gpu` (device-index with
 #   CUDA_VISIBLE_DEVICES=1,0 and llama-vmm device-create, both lines, and their traces); call 4 (~6 min, after
 #   `ggml-build` in the same machine session, or with `lucebox-build` as issue 17 runs it) = `i28-ggml`.
+#   issue 27: `fork-lib` (< 2 min: one cold v2.5-line build, then a few processes): the beclab fork's library
+#   (2025-07, beclab/HAMi v2.5.4, carried git-ignored as .upstream/beclab-v2.5.4-libvgpu.so; FORK_LIB overrides)
+#   is the node's baseline and the v2.5 line's build the candidate, on the real driver: `doctor --lib` on it,
+#   the host's glibc, and `verify --baseline-lib <fork> --lib <line build>` with its evidence and page.
 # verify runs in parallel (private mount namespace + tmpfs /tmp/vgpulock per run) when root and
 # unshare(1) works, serially otherwise; the evidence's execution.mode says which.
 # Everything it writes goes under $OUT (or ./gpu-out when OUT is unset).
@@ -385,6 +390,21 @@ print(f'main job x{sys.argv[3]}: {float(sys.argv[2]) - float(sys.argv[1]):.2f} s
           --evidence "$OUT/commit/i28-ggml-$t.$TAG.json" 2>&1 | tee "$OUT/verify-i28-ggml-$t.log"
       done
       python3 -c "import sys; print(f'i28-ggml wall: {float(sys.argv[2]) - float(sys.argv[1]):.1f} s')" "$s0" "$(now)" | tee -a "$OUT/i28-timing.log" ;;
+    fork-lib)
+      # the black-box check of a vendor's library (README "Olares"): which scenarios does the node's own library
+      # fail? The fork needs _dl_sym@GLIBC_PRIVATE: on glibc >= 2.34 its runs are `invalid (cannot load: ...)`
+      # with the loader's line; on an older glibc they measure the fork itself
+      F=${FORK_LIB:-.upstream/beclab-v2.5.4-libvgpu.so}
+      if [ ! -f "$F" ]; then echo "fork-lib: $F is missing: carry .upstream/beclab-v2.5.4-libvgpu.so" >&2; continue; fi
+      { ldd --version 2>&1 | head -1; sha256sum "$F"; } | tee "$OUT/fork-lib.host.txt"
+      lp doctor --lib "$F" > "$OUT/fork-lib.doctor.txt" 2>&1
+      lp doctor --lib "$F" --json > "$OUT/fork-lib.doctor.json" 2>/dev/null
+      lp build hami-core-v2.5 --source $SRC --json > "$OUT/fork-lib.build.json" 2> "$OUT/fork-lib.build.log"
+      LIB=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["builds"][0]["artifacts"]["libvgpu.so"]["path"])' \
+        "$OUT/fork-lib.build.json") || { echo "fork-lib: the v2.5 line did not build (fork-lib.build.log)" >&2; continue; }
+      lp verify --target hami-core-v2.5 $C_REPROS --baseline-lib "$F" --lib "$LIB" --driver $DRIVER --runs 5 --jobs $JOBS \
+        --evidence "$OUT/fork-lib.$TAG.json" 2>&1 | tee "$OUT/verify-fork-lib.log"
+      lp show "$OUT/fork-lib.$TAG.json" --html "$OUT/fork-lib.$TAG.html" > /dev/null ;;
     *)
       echo "unknown step $step" >&2 ;;
   esac
