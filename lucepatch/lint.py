@@ -200,3 +200,52 @@ def _line_key(ws, name: str) -> tuple[str, str] | None:
     except LucepatchError:
         return None
     return o.family, o.line
+
+
+COMPAT_FILE = "lucepatch/data/compatible_hami.toml"
+_SHRREG = re.compile(r"none|unknown|\d+\.\d+")
+
+
+def lint_compat_data(data: dict) -> list[Finding]:
+    """The rows of compatible_hami.toml are well-formed: every row names its source and says what
+    is unknown; [[release]] rows are upstream HAMi tags with a full HAMi-core commit; [[vendor]]
+    rows (a distribution's own HAMi) map to no HAMi-core commit; a line serves upstream tags only."""
+    out: list[Finding] = []
+
+    def add(row: str, msg: str):
+        out.append(Finding(ERROR, COMPAT_FILE, row, "compat", msg))
+
+    upstream = set()
+    for i, r in enumerate(data.get("release") or []):
+        row = f"release[{i}] {r.get('hami', '?')}"
+        if not re.fullmatch(r"v\d+\.\d+\.\d+", str(r.get("hami", ""))):
+            add(row, "hami must be an upstream Project-HAMi/HAMi tag like v2.8.3 (a vendor's HAMi is a [[vendor]] row)")
+        if not re.fullmatch(r"[0-9a-f]{40}", str(r.get("hami_core", ""))):
+            add(row, "hami_core must be the full 40-hex HAMi-core commit of the tag's libvgpu submodule")
+        if not _SHRREG.fullmatch(str(r.get("shrreg", ""))):
+            add(row, "shrreg must be MAJOR.MINOR, \"none\" or \"unknown\"")
+        if not str(r.get("source", "")).strip():
+            add(row, "no source: name the repository, tag and path (or issue/PR) this row was read from")
+        if not isinstance(r.get("unknown"), list):
+            add(row, "no unknown list: say what the source does not establish (an empty list when nothing)")
+        elif r.get("shrreg") == "unknown" and not r["unknown"]:
+            add(row, "shrreg is unknown but `unknown` lists nothing")
+        upstream.add(str(r.get("hami", "")))
+    for i, v in enumerate(data.get("vendor") or []):
+        row = f"vendor[{i}] {v.get('distribution', '?')} {', '.join(v.get('versions') or [])}"
+        for key in ("distribution", "hami", "source"):
+            if not str(v.get(key, "")).strip():
+                add(row, f"no {key}")
+        if not v.get("versions"):
+            add(row, "no versions: which releases of the distribution ship it")
+        if not v.get("unknown"):
+            add(row, "no unknown list: a vendor's library is not public; say what is not known about it")
+        if "hami_core" in v:
+            add(row, "a vendor row names no upstream HAMi-core commit: its library is the vendor's build "
+                     "(read what a node has with lucepatch doctor --pod)")
+    for name, ser in (data.get("series") or {}).items():
+        for tag in ser.get("compatible") or []:
+            if tag not in upstream:
+                add(f"series.{name}", f"compatible lists {tag!r}, which is no [[release]] row (a line serves upstream "
+                                      "HAMi releases only)")
+    return out

@@ -2,7 +2,8 @@
 
 Errors (exit 1): series <-> files mismatch, unparseable patch or diff, missing/invalid
 `Upstream-Status`, missing `Signed-off-by`, unknown `Reproducer:`/`Probe:`, bad `Build-Only`,
-whitespace errors in added lines, unsafe paths. Warnings: a `Pending` patch older than
+whitespace errors in added lines, unsafe paths, malformed rows of compatible_hami.toml (no
+source, no `unknown`, a vendor's HAMi mapped to an upstream commit). Warnings: a `Pending` patch older than
 --pending-days (default 90), a file not in format-patch form.
 """
 
@@ -15,7 +16,7 @@ import click
 from lucepatch import report
 from lucepatch.commands._common import json_option, workspace
 from lucepatch.errors import EXIT_CHECK_FAILED
-from lucepatch.lint import ERROR, Finding, lint_target
+from lucepatch.lint import ERROR, Finding, lint_compat_data, lint_target
 from lucepatch.target import list_targets, load_target
 
 
@@ -36,6 +37,10 @@ def command(ctx, target, pending_days, strict, as_json):
     findings: list[Finding] = []
     for n in names:
         findings += lint_target(ws, n, pending_days=pending_days, now=now)
+    if not target:  # the packaged data every line's gates read
+        from lucepatch.k8s.gates import compat_data
+
+        findings += lint_compat_data(compat_data())
     errors = [f for f in findings if f.level == ERROR or strict]
     if as_json:
         report.emit_json("lint", {"workspace": ws.to_json(), "targets": names,
