@@ -348,3 +348,25 @@ def test_the_real_2025_07_fork_library(capsys):
     assert len(i.renamed) == 10
     rc, out, err = _cli(capsys, "doctor", "--lib", FORK_LIB)
     assert rc == 1 and "\ndrop-in" not in out and "1. exclusive mode" in out
+
+
+@pytest.mark.skipif(not SRC_HAMI, reason="no-upstream: set LUCEPATCH_SRC_HAMI_CORE to a HAMi-core checkout")
+def test_gpu_session_fork_lib_step_on_the_simulated_driver(libs, tmp_path):
+    """`DRIVER=fake bash tools/gpu_session.sh fork-lib`, the step the integrator runs on the H200, with a
+    library built here that needs _dl_sym@GLIBC_PRIVATE standing in for the carried fork."""
+    if _here_glibc() < (2, 34):
+        pytest.skip("no-tool: this machine's glibc still exports _dl_sym")
+    out = tmp_path / "out"
+    env = {**os.environ, "DRIVER": "fake", "OUT": str(out), "FORK_LIB": str(libs["fork"]), "SRC": SRC_HAMI,
+           "LUCEPATCH_CACHE": str(tmp_path / "cache"), "JOBS": "2", "PYTHONPATH": str(REPO_ROOT)}
+    r = subprocess.run(["bash", str(REPO_ROOT / "tools" / "gpu_session.sh"), "fork-lib"], cwd=REPO_ROOT, env=env,
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    for f in ("fork-lib.host.txt", "fork-lib.doctor.txt", "fork-lib.doctor.json", "fork-lib.fake.json", "fork-lib.fake.html"):
+        assert (out / f).is_file(), f
+    assert json.loads((out / "fork-lib.doctor.json").read_text())["node_library"]["identity"]["kind"] == FORK
+    ev = json.loads((out / "fork-lib.fake.json").read_text())
+    base = [x for x in ev["runs"] if x["variant"] == "baseline"]
+    assert base and all(x["reason"].startswith("cannot load: symbol lookup error: fork.so: undefined symbol: _dl_sym")
+                        for x in base)
+    assert "cannot load: symbol lookup error" in (out / "fork-lib.fake.html").read_text()
