@@ -102,6 +102,13 @@ def releases_of_commit(commit: str, data: dict | None = None) -> list[str]:
     return [r["hami"] for r in data.get("release", []) if str(r.get("hami_core", "")).startswith(commit)]
 
 
+def vendor_rows(releases, data: dict | None = None) -> list[dict]:
+    """The [[vendor]] rows whose HAMi tag is one of `releases` (e.g. v2.6.8 -> beclab/hami v2.6.8)."""
+    data = compat_data() if data is None else data
+    tags = {norm_release(r) for r in releases}
+    return [v for v in data.get("vendor", []) if norm_release(str(v.get("hami", "")).rsplit(" ", 1)[-1]) in tags]
+
+
 def release_shrreg(release: str, data: dict | None = None) -> str | None:
     data = compat_data() if data is None else data
     for r in data.get("release", []):
@@ -150,6 +157,12 @@ def fit_node(facts: LibFacts | None, lines: list[Line], *, hami_versions=(), dat
             known = ", ".join(f"{l.target} ({', '.join(l.compatible)})" for l in lines) or "none"
             fit.why = (f"no line serves HAMi {', '.join(releases)}" + (f" (shared region {region})" if region else "")
                        + f"; lines and the releases they serve: {known}")
+            vendor = vendor_rows(releases, data)
+            if vendor:
+                fit.why = (f"HAMi {', '.join(releases)} is no upstream release: "
+                           + "; ".join(f"{v['distribution']} {', '.join(v.get('versions', []))} ships {v['hami']} "
+                                       f"({v['source']})" for v in vendor)
+                           + ": the vendor's own library, which no line serves (read it: doctor --pod / --lib)")
         return fit
     if region is None:
         fit.why = ("neither the library's shared-region version nor the node's HAMi release is known: pass "

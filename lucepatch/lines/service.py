@@ -197,8 +197,13 @@ def what_a_line_drops(release: str, ws=None) -> Drops:
     out = Drops(release, row.get("hami_core") if row else None, row.get("shrreg") if row else None,
                 fit.line.target if fit.line else None, fit.why)
     if row is None:
-        out.why = (f"HAMi {release} is not in lucepatch/data/compatible_hami.toml (a vendor's tag, e.g. beclab's "
-                   "v2.6.x, is not upstream HAMi): read the node's library instead (doctor --pod / --lib)")
+        from lucepatch.lines.fit import vendor_rows
+
+        vendor = vendor_rows([release], data)
+        out.why = (f"HAMi {release} is no upstream release in lucepatch/data/compatible_hami.toml"
+                   + ("".join(f"; {v['distribution']} {', '.join(v.get('versions', []))} ships {v['hami']}, a vendor's "
+                              f"own library ({v['source']})" for v in vendor) if vendor else " (a vendor's tag?)")
+                   + ": read the node's library instead (doctor --pod / --lib)")
         return out
     if fit.line is None:
         return out
@@ -231,7 +236,7 @@ def _n(names, k: int = 5) -> str:
     return ", ".join(names[:k]) + (f", … (+{len(names) - k})" if len(names) > k else "")
 
 
-def identity_lines(ident: Identity) -> list[str]:
+def identity_lines(ident: Identity, *, here: bool = True) -> list[str]:
     out = [f"identity       {ident.kind}: {ident.summary}"]
     out += [("decided by     " if i == 0 else "               ") + d for i, d in enumerate(ident.decided_by)]
     for g in ident.foreign:
@@ -247,7 +252,7 @@ def identity_lines(ident: Identity) -> list[str]:
                + (f"GLIBC_PRIVATE: {', '.join(r.name for r in ld.private)}" if ld.private else "no GLIBC_PRIVATE symbol"))
     for c in ident.cannot_run:
         out.append(f"cannot run     {c}")
-    if ident.here:
+    if ident.here and here:
         out.append(f"here           cannot load on this machine: {'; '.join(ident.here)}")
     return out
 
@@ -284,7 +289,7 @@ def report_lines(node: NodeLibrary) -> list[str]:
             f"               sha256 {f.sha256[:16]}…, {f.size} bytes" + (f", {f.machine}" if f.machine else "")
             + (f", {'debug info' if f.debug_info else 'no debug info'}, {f.exported} exported symbols" if f.machine else
                f", {f.exported} exported symbols")]
-    out += identity_lines(ident)
+    out += identity_lines(ident, here=node.report is None)  # a report's "loads" line says it for the pod
     out += [f"shared region  {f.shrreg or 'unknown'}" + (f" (from {f.shrreg_from})" if f.shrreg_from else ""),
             "HAMi release   " + (f"{', '.join(fit.releases)} ({fit.releases_from})" if fit.releases else "unknown")]
     if fit.base_of is not None:
