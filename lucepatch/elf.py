@@ -20,6 +20,7 @@ import glob
 import os
 import re
 import struct
+import tomllib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -452,8 +453,8 @@ def glibc_str(key: tuple[int, ...]) -> str:
 def loader_needs(path: str | os.PathLike) -> LoaderNeeds:
     """NEEDED, the symbol versions referenced per needed file, the GLIBC_PRIVATE references, and the
     newest GLIBC_x.y referenced (read from .dynsym, .gnu.version and .gnu.version_r)."""
-    from elftools.elf.gnuversions import GNUVerNeedSection, GNUVerSymSection
-    from elftools.elf.sections import SymbolTableSection
+    from elftools.elf.gnuversions import GNUVerNeedSection, GNUVerSymSection  # lazy: pyelftools 150 ms
+    from elftools.elf.sections import SymbolTableSection  # lazy: pyelftools 150 ms
 
     needed = dynamic(path).needed
     versions: dict[str, list[str]] = {}
@@ -507,8 +508,8 @@ def libc_provides(path: str | os.PathLike) -> LibcProvides:
 
 @functools.lru_cache(maxsize=8)
 def _libc_provides(real: str, _mtime: int, _size: int, path: str) -> LibcProvides:
-    from elftools.elf.gnuversions import GNUVerDefSection, GNUVerSymSection
-    from elftools.elf.sections import SymbolTableSection
+    from elftools.elf.gnuversions import GNUVerDefSection, GNUVerSymSection  # lazy: pyelftools 150 ms
+    from elftools.elf.sections import SymbolTableSection  # lazy: pyelftools 150 ms
 
     defined: dict[int, str] = {}
     private: set[str] = set()
@@ -562,8 +563,6 @@ def unmet_needs(needs: LoaderNeeds, libc: LibcProvides) -> list[str]:
 def private_symbol_limits() -> dict[str, dict]:
     """GLIBC_PRIVATE symbols known to have left libc.so.6 (lucepatch/data/glibc.toml): name ->
     {"removed_in": "2.34", "source": ...}."""
-    import tomllib
-
     with open(GLIBC_DATA, "rb") as f:
         return dict(tomllib.load(f).get("private") or {})
 
@@ -615,7 +614,7 @@ def env_names(path: str | os.PathLike) -> EnvNames:
     `lea rax,[rip+X]; mov rdi,rax`): the string at X. Other machines: only the .rodata strings
     that look like environment names (upper case with an underscore), which is also how names a
     helper passes on to getenv are found on x86-64."""
-    from elftools.elf.relocation import RelocationSection
+    from elftools.elf.relocation import RelocationSection  # lazy: pyelftools 150 ms
 
     with open_elf(path) as elf:
         machine = elf["e_machine"]

@@ -8,7 +8,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from lucepatch import git
+from lucepatch import git, nodereport
 from lucepatch.errors import UsageError
 from lucepatch.target import Target, load_target
 from lucepatch.workspace import Workspace, resolve_source
@@ -83,12 +83,11 @@ def render_image(t: Target, profile: str | None, *, repo: str | None = None, bui
 
 def base_runs_node_library(base: str | None, node_report: str) -> dict:
     """The runtime base image against the node report's library (the base's glibc is the image's)."""
-    from lucepatch import nodereport
     from lucepatch.builders import image as img
 
     report = nodereport.load(node_report)
     client = img.docker_client()
-    import docker
+    import docker  # lazy: the docker SDK 480 ms
 
     try:
         client.images.get(base)
@@ -133,8 +132,6 @@ def build_image(t: Target, src: Path, cache: Path, *, profile: str | None = None
         progress(f"preflight: {len(run.results)} probe(s) proven in {run.seconds:.0f}s")
     report = None
     if node_report:  # read it first: a bad report is a usage error before an hour of building
-        from lucepatch import nodereport
-
         report = nodereport.load(node_report)
     res = img.build_image(t, src, profile, cache, repo=repo, variant=variant, evidence=evidence,
                           builder_image=builder_image, runtime_image=runtime_image, jobs=jobs,

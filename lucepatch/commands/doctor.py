@@ -23,6 +23,7 @@ from lucepatch.commands._common import json_option, workspace
 from lucepatch.doctor import VERBS, blocking, diagnose
 from lucepatch.errors import EXIT_ENVIRONMENT, CheckFailed
 from lucepatch.report import KEY, TEXT, Col
+from lucepatch.k8s import client as kclient
 
 
 @click.command("doctor")
@@ -78,9 +79,9 @@ def command(ctx, for_verbs, lib, image, pod, pod_root, node_report, namespace, c
 
 
 def _node_library(ctx, *, as_json, **kw):
-    from lucepatch.lines.service import inspect_node_library, report_lines
+    from lucepatch.lines.service import inspect_node_library, report_lines  # lazy: --lib/--pod/... only, 250 ms
 
-    node = inspect_node_library(ws=workspace(ctx), **kw)
+    node = inspect_node_library(ws=workspace(ctx), exec_pod=kclient.pod_exec if kw.get("pod") else None, **kw)
     if as_json:
         report.emit_json("doctor", {"node_library": node.to_json(), "ok": node.drop_in})
     else:
@@ -103,7 +104,7 @@ def _node_library(ctx, *, as_json, **kw):
 
 
 def _drops(ctx, hami_versions, as_json):
-    from lucepatch.lines.service import drops_lines, what_a_line_drops
+    from lucepatch.lines.service import drops_lines, what_a_line_drops  # lazy: --hami-version alone, 250 ms
 
     found = [what_a_line_drops(v, ws=workspace(ctx)) for v in hami_versions]
     if as_json:

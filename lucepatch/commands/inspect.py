@@ -5,6 +5,8 @@ at a line (the commits it can be, and how that was decided), a build of a line, 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from lucepatch import report
@@ -45,10 +47,8 @@ def command(image, lib, as_json):
 
 
 def _lib(lib: str, as_json: bool) -> int:
-    from pathlib import Path
-
-    from lucepatch.lines.identity import identify
-    from lucepatch.lines.service import identity_lines
+    from lucepatch.lines.identity import identify  # lazy: --lib only, 250 ms
+    from lucepatch.lines.service import identity_lines  # lazy: --lib only, 250 ms
 
     if not Path(lib).is_file():
         raise UsageError(f"--lib {lib} not found: pass a libvgpu.so")

@@ -16,6 +16,7 @@ import click
 from lucepatch import report
 from lucepatch.commands._common import json_option, workspace
 from lucepatch.errors import EXIT_CHECK_FAILED
+from lucepatch.k8s import gates
 from lucepatch.lint import ERROR, Finding, lint_compat_data, lint_target
 from lucepatch.target import list_targets, load_target
 
@@ -38,9 +39,7 @@ def command(ctx, target, pending_days, strict, as_json):
     for n in names:
         findings += lint_target(ws, n, pending_days=pending_days, now=now)
     if not target:  # the packaged data every line's gates read
-        from lucepatch.k8s.gates import compat_data
-
-        findings += lint_compat_data(compat_data())
+        findings += lint_compat_data(gates.compat_data())
     errors = [f for f in findings if f.level == ERROR or strict]
     if as_json:
         report.emit_json("lint", {"workspace": ws.to_json(), "targets": names,

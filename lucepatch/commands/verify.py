@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from lucepatch import git, report
+from lucepatch import git, nodereport, report
 from lucepatch.commands._common import cache, json_option, require_source, source_option, workspace
 from lucepatch.errors import EXIT_CHECK_FAILED
 from lucepatch.show.model import build_view
@@ -14,6 +14,7 @@ from lucepatch.show.terminal import print_parts, verdict_parts
 from lucepatch.target import load_target
 from lucepatch.verify.evidence import write_evidence
 from lucepatch.verify.progress import clock
+from lucepatch.verify.node import node_section
 from lucepatch.verify.service import ClusterOptions, VerifyRequest, run_verify, select
 
 
@@ -102,9 +103,6 @@ def command(ctx, reproducer_names, run_all, scenarios, target_name, source, driv
                         patched_ref=patched_ref, jobs=jobs, cluster=cluster)
     node_doc, notes = None, []
     if node_report:
-        from lucepatch import nodereport
-        from lucepatch.verify.node import node_section
-
         node_doc, notes = node_section(nodereport.load(node_report), baseline_lib=req.baseline_lib, lib=req.lib,
                                    where=f"--node-report {node_report}")
         for n in notes:

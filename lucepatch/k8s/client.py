@@ -108,3 +108,20 @@ def swap_status_rows(expected_sha: str | None, logs: dict[str, str]) -> list[dic
         rows.append({"node": node, "state": state, "outcome": outcome, "current_sha256": cur,
                      "expected_sha256": expected_sha, "message": res.get("message", "")})
     return rows
+
+
+def pod_exec(pod: str, *, namespace: str = "default", container: str | None = None, command: list[str],
+             context: str | None = None, kubeconfig: str | None = None) -> str:
+    """The output (stdout and stderr) of `command` run in a running pod through the exec API
+    (doctor --pod runs lucepatch/lines/pod.py's script this way; lines sits a floor below and gets
+    this function from the caller)."""
+    k8s = load(context=context, kubeconfig=kubeconfig)
+    from kubernetes.client.rest import ApiException  # lazy: the kubernetes client 1070 ms
+    from kubernetes.stream import stream  # lazy: the kubernetes client 1070 ms
+
+    kw = {"container": container} if container else {}
+    try:
+        return stream(k8s.CoreV1Api().connect_get_namespaced_pod_exec, pod, namespace, command=command,
+                      stderr=True, stdin=False, stdout=True, tty=False, **kw) or ""
+    except ApiException as exc:
+        raise CheckFailed(f"cannot exec into pod {namespace}/{pod}: {exc.status} {exc.reason}")

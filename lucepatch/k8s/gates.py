@@ -39,9 +39,13 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from lucepatch import nodereport
 from lucepatch.errors import UsageError
 from lucepatch.files import sha256_file
 from lucepatch.k8s import swap
+from lucepatch.lines.identity import FORK, LINE_BUILD, UPSTREAM, Identity, identify
+from lucepatch.lines.libfacts import LibFacts
+from lucepatch.lines.replace import Side, judge
 from lucepatch.verify.evidence import Evidence, load_evidence
 
 
@@ -112,9 +116,6 @@ def line_gate(evidence: Evidence, installed: str | None, hami_versions, node_fac
 
 def replacement_gates(lib: str, ref: str | None, ref_desc: str, report=None) -> list[Gate]:
     """identity, symbols, env and loader from replace.judge (the judge `doctor --lib --candidate` calls)."""
-    from lucepatch.lines.identity import FORK, LINE_BUILD, UPSTREAM, Identity, identify
-    from lucepatch.lines.replace import Side, judge
-
     if ref is not None:
         node = identify(ref)
     elif report is not None and report.library is not None:
@@ -150,8 +151,6 @@ def run_gates(lib: str, evidence_path: str, *, installed: str | None = None, ham
     evidence = load_evidence(evidence_path)
     report = None
     if node_report:
-        from lucepatch import nodereport
-
         report = nodereport.load(node_report)
         if installed and report.library is not None and sha256_file(installed) != report.library.sha256:
             raise UsageError(f"--installed {installed} is not the library the node report saw "
@@ -198,8 +197,6 @@ def run_gates(lib: str, evidence_path: str, *, installed: str | None = None, ham
                           "(lucepatch/data/compatible_hami.toml)"))
     facts = None
     if not installed and report_ident and report_ident.get("facts"):
-        from lucepatch.lines.libfacts import LibFacts
-
         facts = LibFacts(**report_ident["facts"])
     gates.append(line_gate(evidence, installed, hami_versions or _report_versions(report), facts))
     return gates

@@ -22,6 +22,8 @@ import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
 
+from lucepatch import git
+
 DATA_NAME = "hami_core_names.toml"
 HOOK_PREFIXES = ("cu", "nvml")
 _VERSION_SUFFIX = re.compile(r"(?:_v\d+)?(?:_ptsz|_ptds)?$")
@@ -171,8 +173,6 @@ def scan_commit(repo, commit) -> Scanned:
 def scan_history(repo_dir, ref: str) -> list[Scanned]:
     """Every first-parent commit up to `ref`, oldest first; the sources are scanned where src/
     changed and the scan carried over where it did not."""
-    from lucepatch import git
-
     out: list[Scanned] = []
     with git.repo_at(repo_dir) as repo:
         prev_tree = None

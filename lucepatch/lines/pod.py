@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from lucepatch import __version__, elf, nodereport
-from lucepatch.errors import CheckFailed
+from lucepatch.errors import CheckFailed, UsageError
 from lucepatch.lines.identity import Identity, identify
 from lucepatch.nodereport import (BROKEN, DISABLED, EXCLUSIVE, INJECTED, NOT_INJECTED, Fact, Injection, Library,
                                   NodeReport)
@@ -182,21 +182,11 @@ def parse_script_output(text: str, source: str) -> Snapshot:
     return snap
 
 
-def from_pod(pod: str, *, namespace: str = "default", container: str | None = None, context: str | None = None,
-             kubeconfig: str | None = None) -> Snapshot:
-    """Run POD_SCRIPT in the pod through the kubernetes client's exec (one call)."""
-    from lucepatch.k8s import client as kclient
-
-    k8s = kclient.load(context=context, kubeconfig=kubeconfig)
-    from kubernetes.client.rest import ApiException
-    from kubernetes.stream import stream
-
-    kw = {"container": container} if container else {}
-    try:
-        out = stream(k8s.CoreV1Api().connect_get_namespaced_pod_exec, pod, namespace, command=["sh", "-c", POD_SCRIPT],
-                     stderr=True, stdin=False, stdout=True, tty=False, **kw)
-    except ApiException as exc:
-        raise CheckFailed(f"cannot exec into pod {namespace}/{pod}: {exc.status} {exc.reason}")
+def from_pod(pod: str, exec_pod, *, namespace: str = "default", container: str | None = None,
+             context: str | None = None) -> Snapshot:
+    """Run POD_SCRIPT in the pod once; `exec_pod` is the cluster side's exec (k8s/client.py pod_exec,
+    handed in by the caller: the cluster sits a floor above lines)."""
+    out = exec_pod(pod, namespace=namespace, container=container, command=["sh", "-c", POD_SCRIPT], context=context)
     return parse_script_output(out or "", f"pod {namespace}/{pod}")
 
 
@@ -365,10 +355,18 @@ def report_of(snap: Snapshot, *, hami_versions=(), now: str | None = None) -> No
         loads=loads, gpus=gpus, notes=notes)
 
 
-def collect(*, pod: str | None = None, root: str | None = None, namespace: str = "default",
-            container: str | None = None, context: str | None = None, hami_versions=()) -> NodeReport:
-    snap = from_pod(pod, namespace=namespace, container=container, context=context) if pod else snapshot_of_root(root)
-    return report_of(snap, hami_versions=hami_versions)
+def collect(*, pod: str | None = None, root: str | None = None, exec_pod=None, namespace: str = "default",
+            container: str | None = None, context: str | None = None, hami_versions=()) -> tuple[NodeReport, bytes | None]:
+    """(the node report, the preloaded library's bytes or None) of a pod or a root directory."""
+    if pod:
+        if exec_pod is None:
+            raise UsageError("--pod needs the cluster side (lucepatch[k8s]); pass --pod-root DIR or --lib FILE")
+        snap = from_pod(pod, exec_pod, namespace=namespace, container=container, context=context)
+    else:
+        snap = snapshot_of_root(root)
+    report = report_of(snap, hami_versions=hami_versions)
+    lib = report.library.path if report.library else None
+    return report, (snap.file(lib) if lib else None)
 
 
 def save(report: NodeReport, path: str) -> None:

@@ -18,7 +18,7 @@ from lucepatch import nodereport
 from lucepatch.errors import UsageError
 from lucepatch.lines import pod as podmod
 from lucepatch.lines import sources
-from lucepatch.lines.fit import Fit, compat_data, drop_in_commands, fit_node, load_lines, norm_release
+from lucepatch.lines.fit import Fit, compat_data, drop_in_commands, fit_node, load_lines, norm_release, vendor_rows
 from lucepatch.lines.history import family, is_hook, load_history
 from lucepatch.lines.identity import FORK, UNKNOWN, Identity, identify, line_builds
 from lucepatch.lines.libfacts import LibFacts, read_lib
@@ -79,7 +79,8 @@ def inspect_node_library(*, lib: str | None = None, image: str | None = None, po
                          pod_root: str | None = None, node_report: str | None = None, namespace: str = "default",
                          container: str | None = None, lib_path: str | None = None, hami_versions=(),
                          save: str | None = None, save_report: str | None = None, candidate: str | None = None,
-                         ws=None, context: str | None = None) -> NodeLibrary:
+                         ws=None, context: str | None = None, exec_pod=None) -> NodeLibrary:
+    """`exec_pod`: the cluster side's exec into a pod (k8s/client.py pod_exec), handed in by the caller."""
     given = [x for x in (lib, image, pod, pod_root, node_report) if x]
     if len(given) != 1:
         raise UsageError("name exactly one library: --lib FILE, --image IMAGE, --pod NAME, --pod-root DIR or "
@@ -106,13 +107,12 @@ def inspect_node_library(*, lib: str | None = None, image: str | None = None, po
             path, temp = _write_tmp(data, save)
             tmp_to_remove = path if temp else None
         else:
-            report = podmod.collect(pod=pod, root=pod_root, namespace=namespace, container=container, context=context,
-                                    hami_versions=hami_versions)
+            report, snap_data = podmod.collect(pod=pod, root=pod_root, exec_pod=exec_pod, namespace=namespace,
+                                               container=container, context=context, hami_versions=hami_versions)
             if save_report:
                 nodereport.save(report, save_report)
             if report.library is None:
                 return _from_report(report, report.collected_from, lines, hami_versions, candidate)
-            snap_data = _library_bytes(pod, pod_root, report, namespace, container, context)
             where = f"{report.collected_from}:{report.library.path}"
             path, temp = _write_tmp(snap_data, save)
             tmp_to_remove = path if temp else None
@@ -129,14 +129,6 @@ def inspect_node_library(*, lib: str | None = None, image: str | None = None, po
     node = NodeLibrary(source=where, facts=facts, fit=fit, identity=ident, report=report)
     _conclude(node, candidate, installed=save or lib, image=image)
     return node
-
-
-def _library_bytes(pod, pod_root, report, namespace, container, context) -> bytes:
-    """The preloaded library's bytes (the report keeps its names and sha256, not its bytes)."""
-    if pod_root:
-        return (Path(pod_root) / report.library.path.lstrip("/")).read_bytes()
-    data, _ = sources.from_pod(pod, namespace=namespace, container=container, path=report.library.path, context=context)
-    return data
 
 
 def _report_releases(report) -> list[str]:
@@ -197,8 +189,6 @@ def what_a_line_drops(release: str, ws=None) -> Drops:
     out = Drops(release, row.get("hami_core") if row else None, row.get("shrreg") if row else None,
                 fit.line.target if fit.line else None, fit.why)
     if row is None:
-        from lucepatch.lines.fit import vendor_rows
-
         vendor = vendor_rows([release], data)
         out.why = (f"HAMi {release} is no upstream release in lucepatch/data/compatible_hami.toml"
                    + ("".join(f"; {v['distribution']} {', '.join(v.get('versions', []))} ships {v['hami']}, a vendor's "

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from lucepatch import elf
+
 DATA = Path(__file__).resolve().parent.parent / "data" / "hami_log.toml"
 EFFECTS = ("fail", "invalid", "note")
 _ERROR_LINE = re.compile(r"\[(?:HAMI-core|FAKEHAMI)\s+ERROR")
@@ -70,8 +72,6 @@ _PRELOAD = re.compile(r"object '(?P<obj>[^']+)' from (?P<via>\S+) cannot be prel
 def loader_reason(line: str) -> str:
     """`cannot load: <the loader's line>` with the cause named, for a run whose log has glibc's
     loader refusing a library (the line from the loader's own words on, paths shortened to names)."""
-    from lucepatch import elf
-
     m = re.search(r"(symbol lookup error: .*|error while loading shared libraries: .*|ERROR: ld\.so: .*|"
                   r"[^\s:]+: version .GLIBC_.*)", line)
     said = m.group(1) if m else line.strip()
