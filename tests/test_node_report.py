@@ -234,6 +234,16 @@ def test_verify_reads_the_report(pods, capsys, tmp_path):
     rc, out, err = _cli(capsys, "verify", "--reproducer", "async-sched", "--target", "hami-core-v2.5", "--driver", "fake",
                         "--baseline-lib", pods["libs"]["up"], "--lib", pods["libs"]["up"], "--node-report", fork_report)
     assert rc == 2 and "is not the library --node-report" in err and len(err.strip().splitlines()) == 1
+    # the node's own bytes as the baseline: the evidence records the node it came from
+    ev = tmp_path / "ev.json"
+    rc, out, err = _cli(capsys, "verify", "--reproducer", "async-sched", "--target", "hami-core-v2.5", "--driver", "fake",
+                        "--runs", "1", "--scenario", "ctxless-async-alloc", "--baseline-lib", pods["libs"]["fork"],
+                        "--lib", pods["libs"]["up"], "--node-report", fork_report, "--evidence", ev)
+    assert rc == 1, err
+    node = json.loads(ev.read_text())["node"]
+    assert node["collected_from"] == f"root {pods['fork']}" and node["vendor"] == "beclab (Olares)"
+    assert node["library"] == {"path": pod.HAMI_LIB, "sha256": elf_sha(pods["libs"]["fork"]), "kind": "fork",
+                               "is_baseline": True}
 
 
 def test_bad_reports_are_usage_errors(tmp_path, capsys):
