@@ -19,9 +19,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lucepatch import git
+from lucepatch import git, nodereport
 from lucepatch.engine.apply import SeriesResult
 from lucepatch.errors import CheckFailed, EnvironmentMissing, LucepatchError, UsageError
+from lucepatch.lines.identity import Identity, identify
+from lucepatch.nodereport import NodeReport
 from lucepatch.target import Target, load_target
 from lucepatch.verify.evidence import Evidence, load_evidence, write_evidence
 from lucepatch.workspace import Workspace, resolve_cache, resolve_source, resolve_workspace
@@ -29,7 +31,7 @@ from lucepatch.workspace import Workspace, resolve_cache, resolve_source, resolv
 __all__ = [
     "open_workspace", "cache_dir", "target", "source", "check", "apply", "rebase", "build", "build_variants",
     "reproducers", "verify", "retire", "write_evidence", "load_evidence", "write_pr", "gate", "lint",
-    "Workspace", "Target", "Evidence", "SeriesResult", "LucepatchError", "UsageError", "CheckFailed",
+    "identify_library", "node_report", "Identity", "NodeReport", "Workspace", "Target", "Evidence", "SeriesResult", "LucepatchError", "UsageError", "CheckFailed",
     "EnvironmentMissing",
 ]
 
@@ -203,3 +205,16 @@ def gate(ws: Workspace, t: Target, src: Path, cache: Path, *, upstream_head: str
 
     return gate_target(ws, t, src, cache, upstream_head=upstream_head, driver=driver, runs=runs,
                        use_cache=use_cache, evidence_dir=evidence_dir, probes=probes)
+
+
+def identify_library(path: str | Path) -> Identity:
+    """What a libvgpu.so is (`doctor --lib`, `inspect --lib`): `.kind` upstream / line-build / fork /
+    unknown, `.line`, `.commits`, `.decided_by`, `.foreign` (a fork's extra names, grouped),
+    `.env_extra`, `.loader` (GLIBC_PRIVATE needs, newest GLIBC, NEEDED) and `.cannot_run`."""
+    return identify(path)
+
+
+def node_report(path: str | Path) -> NodeReport:
+    """A node report (`doctor --pod NAME --save-report FILE`): `.injection`, `.library`, `.driver_version`,
+    `.pod_glibc`, `.hami_version`, `.limits` (lucepatch/nodereport.py)."""
+    return nodereport.load(path)
