@@ -141,7 +141,7 @@ def test_other_pods(pods, capsys, tmp_path, which, state):
     rc, out, err, path, doc = _report(capsys, pods[which], tmp_path)
     assert doc["injection"]["state"] == state
     if which == "none":
-        assert doc["driver"]["value"] is None and "--node-driver" in doc["driver"]["note"] and rc == 1
+        assert doc["driver"]["value"] is None and "not visible" in doc["driver"]["note"] and rc == 1
     if which == "broken":
         assert "cannot be preloaded" in doc["injection"]["message"] and doc["library"] is None
     if which == "disabled":

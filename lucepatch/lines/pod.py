@@ -205,7 +205,7 @@ def _driver(snap: Snapshot) -> tuple[Fact, list[dict]]:
         return Fact(m.group(1), DRIVER_FILE), gpus
     if gpus:
         return Fact(gpus[0]["driver"], "nvidia-smi"), gpus
-    return Fact(None, "none", f"neither {DRIVER_FILE} nor nvidia-smi in the pod: pass --node-driver"), gpus
+    return Fact(None, "none", f"neither {DRIVER_FILE} nor nvidia-smi in the pod: the node's driver is not visible here"), gpus
 
 
 def _glibc(snap: Snapshot) -> tuple[Fact, elf.LibcProvides | None]:
