@@ -59,14 +59,15 @@ SUMMARY = {
     "mark": "Set PATCH's Upstream-Status (e.g. after opening its PR).",
     "lint": "Check series files, patch headers, trailers, whitespace and paths.",
     "doctor": "Show which tools lucepatch can use here (git, cmake, nvcc, nvml.h, docker, GPU/driver, valgrind, "
-              "quilt), or with --lib/--image/--pod which series line fits a node's libvgpu.so.",
+              "quilt), or with --lib/--image/--pod what a node runs and what may replace it.",
     "ci": "The gate: lint, check on the pinned base, canary on --upstream-head, build, verify, probes.",
     "render": "Render files lucepatch produces for other tools (Kubernetes manifests, the real-clients table).",
     "deploy": "Roll a proven fix out to a cluster (needs LUCEPATCH_KUBECONFIG unless --dry-run).",
     "cluster": "Inspect what lucepatch put on a cluster (needs LUCEPATCH_KUBECONFIG).",
     "show": "Show what EVIDENCE (from lucepatch verify --evidence) proves: verdicts, what was built from which "
             "commit, the driver and GPU, and every run of both variants.",
-    "inspect": "Print what IMAGE was built from: upstream revision, series version/hash, patch ids, evidence.",
+    "inspect": "Print what IMAGE was built from (upstream revision, series version/hash, patch ids, evidence), or "
+               "with --lib what a libvgpu.so is and what it needs of the loader.",
     "probe": "Compile/link probes proving TARGET's build fixes (minutes, not a full build).",
     "rebase": "Carry TARGET's series from its base to --onto REF, stopping for a human on conflicts.",
     "matrix": "Which patches apply (exact / 3-way / already upstream / conflict) at every commit of A..B.",

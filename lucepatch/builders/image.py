@@ -564,6 +564,16 @@ LIBC_IN_IMAGE = ("/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/x86_64-linux-gnu/l
                  "/usr/lib64/libc.so.6", "/lib/aarch64-linux-gnu/libc.so.6")
 
 
+def image_present(client, ref: str | None) -> bool:
+    """Is `ref` in the local engine (never pulled)?"""
+    import docker  # noqa: PLC0415
+    try:
+        client.images.get(ref)
+        return True
+    except (docker.errors.ImageNotFound, docker.errors.NullResource):
+        return False
+
+
 def image_libc(client, image: str, dest_dir: Path) -> Path | None:
     """The image's libc.so.6 copied out (archive API, the image never runs), or None."""
     import io  # noqa: PLC0415

@@ -87,11 +87,7 @@ def base_runs_node_library(base: str | None, node_report: str) -> dict:
 
     report = nodereport.load(node_report)
     client = img.docker_client()
-    import docker  # lazy: the docker SDK 480 ms
-
-    try:
-        client.images.get(base)
-    except (docker.errors.ImageNotFound, docker.errors.NullResource):
+    if not img.image_present(client, base):
         return {"ok": None, "image": base, "problems": [],
                 "message": f"the runtime base {base} is not present locally: docker load it to check it before the "
                            "build (the built image is checked after a build)"}

@@ -54,7 +54,7 @@ from lucepatch.k8s import client as kclient
 def command(ctx, for_verbs, lib, image, pod, pod_root, node_report, namespace, container, lib_path, hami_versions,
             candidate, save, save_report, context, as_json):
     """Show which tools lucepatch can use here (git, cmake, nvcc, nvml.h, docker, GPU/driver, valgrind, quilt),
-    or with --lib/--image/--pod/--pod-root/--node-report what a node runs and what may replace it."""
+    or with --lib/--image/--pod what a node runs and what may replace it."""
     if lib or image or pod or pod_root or node_report:
         return _node_library(ctx, lib=lib, image=image, pod=pod, pod_root=pod_root, node_report=node_report,
                              namespace=namespace, container=container, lib_path=lib_path, hami_versions=hami_versions,

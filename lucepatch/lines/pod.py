@@ -178,7 +178,7 @@ def parse_script_output(text: str, source: str) -> Snapshot:
     if not ended:
         first = next((l for l in text.splitlines() if l.strip()), "no output")
         raise CheckFailed(f"{source}: the pod did not finish reporting ({first[:160]}); the container needs sh, tr, "
-                          "sed and base64")
+                          "sed and base64 (or read only the library: doctor --pod NAME --lib-path /usr/local/vgpu/libvgpu.so)")
     return snap
 
 
