@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lucepatch import git, nodereport
+from lucepatch import git
 from lucepatch.engine.apply import SeriesResult
 from lucepatch.errors import CheckFailed, EnvironmentMissing, LucepatchError, UsageError
 from lucepatch.lines.identity import Identity, identify
-from lucepatch.nodereport import NodeReport
+from lucepatch.node.report import NodeReport, load_node_report
 from lucepatch.target import Target, load_target
 from lucepatch.verify.evidence import Evidence, load_evidence, write_evidence
 from lucepatch.workspace import Workspace, resolve_cache, resolve_source, resolve_workspace
@@ -216,5 +216,5 @@ def identify_library(path: str | Path) -> Identity:
 
 def node_report(path: str | Path) -> NodeReport:
     """A node report (`doctor --pod NAME --save-report FILE`): `.injection`, `.library`, `.driver_version`,
-    `.pod_glibc`, `.hami_version`, `.limits` (lucepatch/nodereport.py)."""
-    return nodereport.load(path)
+    `.pod_glibc`, `.hami_version`, `.limits` (lucepatch/node/report.py)."""
+    return load_node_report(path)

@@ -32,8 +32,9 @@ def _run(cmd, cwd=None):
 
 
 def line_names(line: str = "hami-core", *, with_adds: bool = False) -> list[str]:
+    """The names of `line`'s own build, or (with_adds False) of its baseline: the base, unpatched."""
     b = line_builds()[line]
-    names = b.exports if with_adds else b.exports - b.adds
+    names = b.exports if with_adds else b.base_names(b.exports)
     return sorted(n for n in names if n not in ("shrreg_major_version", "shrreg_minor_version"))
 
 

@@ -102,7 +102,7 @@ def test_a_fork_names_its_extra_symbols_and_environment_grouped(libs):
     env = {g.group: g.names for g in i.env_extra}
     assert env == {"scheduler client": ["SCHEDULER_WEBSOCKET_URL"], "network": ["KUBERNETES_SERVICE_HOST"],
                    "event loop": ["LIBEV_FLAGS"]}
-    assert sorted(i.lacks) == sorted(line_builds()["hami-core-v2.5"].adds)  # the line's fixes are not in it
+    assert sorted(i.lacks) == sorted(line_builds()["hami-core-v2.5"].patched_only)  # the line's fixes are not in it
 
 
 def test_a_forks_loader_needs_and_where_it_cannot_run(libs):
@@ -255,7 +255,12 @@ def test_doctor_hami_version_alone_says_what_the_v2_5_line_drops(capsys):
     rc, out, err = _cli(capsys, "doctor", "--hami-version", "v2.7.0")
     assert rc == 0, err
     assert "HAMi-core 3506e62" in out and "line           hami-core-v2.5" in out
-    assert "cuMemRelease" in out and "cuMemImportFromShareableHandle" in out and "first-parent commits past" in out
+    # what 3506e62 hooks and the line's own build (data/line_builds.toml) does not
+    state = history.load_history().state_of("3506e62")
+    line_hooks = {history.family(n) for n in line_builds()["hami-core-v2.5"].exports if history.is_hook(n)}
+    dropped = sorted(state.hooks - line_hooks)
+    assert dropped and all(h in out for h in dropped) and "first-parent commits past" in out
+    assert "cuMemImportFromShareableHandle" in dropped
     rc, out, err = _cli(capsys, "doctor", "--hami-version", "v2.6.8", "--json")
     d = json.loads(out)["hami_versions"][0]
     assert d["line"] is None and "vendor" in d["why"]
@@ -324,6 +329,7 @@ def test_line_builds_data_matches_real_builds_and_the_scan(tmp_path):
         rec, want = tool.record(line, paths, hist), data[line.target]
         assert fam(rec["exports"]) == fam(want.exports) and set(rec["adds"]) == want.adds, line.target
         assert set(rec["env"]) == want.env and set(rec["baseline_only"]) == want.baseline_only, line.target
+        assert fam(rec["patched_only"]) == fam(want.patched_only), line.target
         if rec["cuda"] == want.cuda:
             assert set(rec["exports"]) == want.exports, line.target
         with git.repo_at(SRC_HAMI) as repo:

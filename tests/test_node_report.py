@@ -20,7 +20,8 @@ import pytest
 from conftest import REPO_ROOT, evidence_doc
 
 import hamilib
-from lucepatch import elf, nodereport
+from lucepatch import elf
+from lucepatch.node.report import load_node_report
 from lucepatch.errors import UsageError
 from lucepatch.lines import pod
 from lucepatch.main import main
@@ -98,6 +99,10 @@ def test_upstream_pod(pods, capsys, tmp_path):
     assert inj["state"] == "injected" and inj["via"] == ["/etc/ld.so.preload"] and inj["library_path"] == pod.HAMI_LIB
     assert doc["library"]["sha256"] == elf_sha(pods["libs"]["up"]) and doc["library"]["identity"]["kind"] == "upstream"
     assert doc["driver"] == {"value": "580.95.05", "source": "/proc/driver/nvidia/version", "note": ""}
+    assert doc["driver_version"] == "580.95.05"  # what the CUDA/driver gate reads (lucepatch/node/driver.py)
+    from lucepatch.node.report import node_driver
+
+    assert str(node_driver(report=str(path))) == "580.95.05"
     assert doc["limits"]["memory_mib"] == {"0": 4096.0} and doc["limits"]["sm_percent"] == {"all": 50}
     assert doc["vendor"]["value"] == "HAMi" and doc["hami"]["value"] is None and "--hami-version" in doc["hami"]["note"]
     assert doc["glibc"]["value"] and doc["loads"]["ok"] is True
@@ -157,7 +162,7 @@ def test_the_report_read_offline_gives_the_same_answer(pods, capsys, tmp_path):
         assert rc1 == rc2 and a["drop_in"] == b["drop_in"]
         assert a["identity"]["kind"] == b["identity"]["kind"] and a["judgement"] == b["judgement"]
         assert [r["name"] for r in a["routes"]] == [r["name"] for r in b["routes"]]
-        assert nodereport.load(path).library.sha256 == a["library"]["sha256"]
+        assert load_node_report(path).library.sha256 == a["library"]["sha256"]
 
 
 def test_the_exec_path_runs_the_real_script(pods, tmp_path, capsys, monkeypatch):
@@ -246,13 +251,23 @@ def test_verify_reads_the_report(pods, capsys, tmp_path):
                                "is_baseline": True}
 
 
+def test_a_hand_written_driver_only_report(tmp_path, capsys):
+    """The driver gate's minimal form is a node report too: doctor says what it lacks, deploy's gates skip."""
+    p = tmp_path / "node.json"
+    p.write_text(json.dumps({"schema_version": 1, "node": "olares-one", "driver_version": "595.84"}))
+    rep = load_node_report(p)
+    assert not rep.from_doctor and rep.library is None and rep.state == "driver-only"
+    rc, out, err = _cli(capsys, "doctor", "--node-report", p)
+    assert rc == 1 and "driver 595.84" in out and "carries only the node's driver" in err
+
+
 def test_bad_reports_are_usage_errors(tmp_path, capsys):
     p = tmp_path / "r.json"
     for text, msg in (("not json", "not JSON"), ('{"kind": "x"}', "not a lucepatch node report"),
                       ('{"kind": "lucepatch-node-report", "schema_version": 9}', "schema_version 9")):
         p.write_text(text)
         with pytest.raises(UsageError, match=msg):
-            nodereport.load(p)
+            load_node_report(p)
         rc, _, err = _cli(capsys, "doctor", "--node-report", p)
         assert rc == 2 and msg in err
     rc, _, err = _cli(capsys, "doctor", "--lib", p, "--save-report", tmp_path / "x.json")
@@ -295,10 +310,10 @@ def test_build_image_says_whether_the_image_can_run_the_nodes_library(pods, caps
         from lucepatch.builders import image as img
 
         here = elf.libc_provides(elf.system_libc()).glibc
-        res = img.node_library_check(client, tag, nodereport.load(fork_report))
+        res = img.node_library_check(client, tag, load_node_report(fork_report))
         if tuple(int(x) for x in here.split(".")) >= (2, 34):
             assert res["ok"] is False and "_dl_sym@GLIBC_PRIVATE" in res["message"] and "exclusive mode" in res["message"]
-        assert img.node_library_check(client, tag, nodereport.load(up_report))["ok"] is True
+        assert img.node_library_check(client, tag, load_node_report(up_report))["ok"] is True
         # the verb: the dry run checks the runtime base (present locally) before any build
         rc, out, err = _cli(capsys, "build", "lucebox", "--image", "--dry-run", "--profile", "sm120-cuda13-hami",
                             "--runtime-image", tag, "--node-report", fork_report, "--json")

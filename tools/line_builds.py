@@ -37,6 +37,8 @@ HEADER = """\
 #
 # exports      = the patched build's defined dynamic symbols
 # adds         = the names among them that upstream HAMi-core never defined: the line's patches'
+# patched_only = exported by the patched build and not by the baseline (the adds, and upstream names a
+#                backport brings, e.g. a hook of a later upstream commit)
 # baseline_only = exported by the line's baseline build (its base, unpatched) and not by the patched one
 # env          = the environment variables the patched build reads (getenv call sites, read-only data)
 # newest_glibc = the newest GLIBC_x.y version it references (depends on the glibc it was built on)
@@ -66,7 +68,8 @@ def record(line, paths: dict[str, str], hist) -> dict:
     base = set(elf.defined_dynamic_symbols(paths["baseline"]))
     env = elf.env_names(paths["patched"])
     return {"base": line.base, "cuda": cuda_version(), "newest_glibc": elf.loader_needs(paths["patched"]).newest_glibc,
-            "adds": hist.never_upstream(pat), "baseline_only": sorted(base - set(pat)), "env": sorted(env.all),
+            "adds": hist.never_upstream(pat), "patched_only": sorted(set(pat) - base),
+            "baseline_only": sorted(base - set(pat)), "env": sorted(env.all),
             "exports": pat}
 
 

@@ -621,7 +621,7 @@ def node_library_check(client, image: str, report) -> dict:
     lib = report.library
     if lib is None:
         return {"ok": None, "image": image, "problems": [],
-                "message": f"the node report's pod runs no libvgpu.so ({report.injection.state}): nothing to load"}
+                "message": f"the node report names no libvgpu.so ({report.state}): {report.what_runs}"}
     needs = elf.LoaderNeeds.from_json(lib.identity.get("loader") or {})
     with tempfile.TemporaryDirectory(prefix="lp-image-libc-") as tmp:
         libc = image_libc(client, image, Path(tmp))

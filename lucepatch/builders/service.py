@@ -8,7 +8,8 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from lucepatch import git, nodereport
+from lucepatch import git
+from lucepatch.node.report import load_node_report
 from lucepatch.errors import UsageError
 from lucepatch.target import Target, load_target
 from lucepatch.workspace import Workspace, resolve_source
@@ -85,7 +86,7 @@ def base_runs_node_library(base: str | None, node_report: str) -> dict:
     """The runtime base image against the node report's library (the base's glibc is the image's)."""
     from lucepatch.builders import image as img
 
-    report = nodereport.load(node_report)
+    report = load_node_report(node_report)
     client = img.docker_client()
     if not img.image_present(client, base):
         return {"ok": None, "image": base, "problems": [],
@@ -128,7 +129,7 @@ def build_image(t: Target, src: Path, cache: Path, *, profile: str | None = None
         progress(f"preflight: {len(run.results)} probe(s) proven in {run.seconds:.0f}s")
     report = None
     if node_report:  # read it first: a bad report is a usage error before an hour of building
-        report = nodereport.load(node_report)
+        report = load_node_report(node_report)
     res = img.build_image(t, src, profile, cache, repo=repo, variant=variant, evidence=evidence,
                           builder_image=builder_image, runtime_image=runtime_image, jobs=jobs,
                           save=Path(save) if save else None, push=push, cuda_archs=cuda_archs)

@@ -22,8 +22,8 @@ from lucepatch import report
 from lucepatch.commands._common import json_option, workspace
 from lucepatch.doctor import VERBS, blocking, diagnose
 from lucepatch.errors import EXIT_ENVIRONMENT, CheckFailed
-from lucepatch.report import KEY, TEXT, Col
 from lucepatch.k8s import client as kclient
+from lucepatch.report import KEY, TEXT, Col
 
 
 @click.command("doctor")
@@ -90,7 +90,7 @@ def _node_library(ctx, *, as_json, **kw):
     if kw.get("save_report"):
         report.progress(f"node report written to {kw['save_report']}")
     if node.identity is None:
-        raise CheckFailed(f"no libvgpu.so runs in {node.source}: {node.report.injection.message}" if node.report else
+        raise CheckFailed(f"no libvgpu.so runs in {node.source}: {node.report.what_runs}" if node.report else
                           f"no series line fits {node.source}: {node.fit.why}")
     if not node.drop_in:
         if node.identity.kind in ("fork", "unknown"):

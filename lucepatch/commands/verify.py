@@ -6,9 +6,10 @@ from pathlib import Path
 
 import click
 
-from lucepatch import git, nodereport, report
+from lucepatch import git, report
 from lucepatch.commands._common import cache, json_option, require_source, source_option, workspace
 from lucepatch.errors import EXIT_CHECK_FAILED
+from lucepatch.node.report import load_node_report
 from lucepatch.show.model import build_view
 from lucepatch.show.terminal import print_parts, verdict_parts
 from lucepatch.target import load_target
@@ -103,7 +104,7 @@ def command(ctx, reproducer_names, run_all, scenarios, target_name, source, driv
                         patched_ref=patched_ref, jobs=jobs, cluster=cluster)
     node_doc, notes = None, []
     if node_report:
-        node_doc, notes = node_section(nodereport.load(node_report), baseline_lib=req.baseline_lib, lib=req.lib,
+        node_doc, notes = node_section(load_node_report(node_report), baseline_lib=req.baseline_lib, lib=req.lib,
                                    where=f"--node-report {node_report}")
         for n in notes:
             report.progress(n)

@@ -39,13 +39,13 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from lucepatch import nodereport
 from lucepatch.errors import UsageError
 from lucepatch.files import sha256_file
 from lucepatch.k8s import swap
 from lucepatch.lines.identity import FORK, LINE_BUILD, UPSTREAM, Identity, identify
 from lucepatch.lines.libfacts import LibFacts
 from lucepatch.lines.replace import Side, judge
+from lucepatch.node.report import load_node_report
 from lucepatch.verify.evidence import Evidence, load_evidence
 
 
@@ -125,7 +125,7 @@ def replacement_gates(lib: str, ref: str | None, ref_desc: str, report=None) -> 
         why = ("the nodes' library is unknown: pass --installed (a copy of it) or --node-report (lucepatch doctor "
                "--pod NAME --save-report FILE)")
         if report is not None:
-            why = f"the node report's pod runs no libvgpu.so ({report.injection.state}): nothing to replace there"
+            why = f"the node report names no libvgpu.so ({report.state}): {report.what_runs}"
         return [Gate("identity", None, why), Gate("symbols", None, why), Gate("env", None, why),
                 Gate("loader", None, why)]
     cand = identify(lib)
@@ -151,7 +151,7 @@ def run_gates(lib: str, evidence_path: str, *, installed: str | None = None, ham
     evidence = load_evidence(evidence_path)
     report = None
     if node_report:
-        report = nodereport.load(node_report)
+        report = load_node_report(node_report)
         if installed and report.library is not None and sha256_file(installed) != report.library.sha256:
             raise UsageError(f"--installed {installed} is not the library the node report saw "
                              f"({report.library.path}, sha256 {report.library.sha256[:12]}): pass the node's own copy")

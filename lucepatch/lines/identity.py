@@ -44,6 +44,11 @@ class LineBuild:
     newest_glibc: str | None
     cuda: str
     baseline_only: set[str] = field(default_factory=set)
+    patched_only: set[str] = field(default_factory=set)  # the adds, and upstream names its backports bring
+
+    def base_names(self, exports: set[str]) -> set[str]:
+        """What `exports` would be without this line's patches: its base's names."""
+        return (exports - self.patched_only) | self.baseline_only
 
 
 def _data(name: str) -> dict:
@@ -54,7 +59,8 @@ def _data(name: str) -> dict:
 def line_builds(data: dict | None = None) -> dict[str, LineBuild]:
     data = _data("line_builds.toml") if data is None else data
     return {t: LineBuild(t, r["base"], set(r["exports"]), set(r.get("adds", [])), set(r.get("env", [])),
-                         r.get("newest_glibc"), str(r.get("cuda", "")), set(r.get("baseline_only", [])))
+                         r.get("newest_glibc"), str(r.get("cuda", "")), set(r.get("baseline_only", [])),
+                         set(r.get("patched_only", [])))
             for t, r in (data.get("line") or {}).items()}
 
 
@@ -224,16 +230,23 @@ def identify(path: str | Path, *, lines: list[Line] | None = None, hami_versions
         ident.commits = _spans(states)
     elif ours:
         own = [b for b in builds.values() if b.adds <= exports]
-        by_base = [b for b in own if any(s.contains(b.base) for s in states)]
-        pick = by_base[0] if len(by_base) == 1 else (own[0] if len(own) == 1 else None)
+
+        def at_base(b: LineBuild):  # without the line's patches, is it upstream at the line's base?
+            st = hist.state_of(b.base)
+            base_hooks = {family(n) for n in b.base_names(exports) if is_hook(n)}
+            return st if st is not None and st.hooks == base_hooks and (region is None or st.region == region) else None
+
+        by_base = [(b, st) for b in own if (st := at_base(b)) is not None]
+        pick = by_base[0][0] if len(by_base) == 1 else (own[0] if len(own) == 1 else None)
         if pick is None and region_line is not None:
             pick = builds.get(region_line.target)
         ident.kind = LINE_BUILD
         ident.line = pick.target if pick else (region_line.target if region_line else None)
-        ident.commits = _spans(states)
+        ident.commits = [by_base[0][1].span()] if len(by_base) == 1 else _spans(states)
         ident.summary = f"a build of line {ident.line} of the series (its patches' names: {', '.join(ours)})"
         ident.decided_by += [f"exports {len(ours)} names only the series' patches define: {', '.join(ours)}",
-                             how_hooks + (f" (holds {pick.target}'s base {pick.base[:7]})" if pick and by_base else ""),
+                             (f"without the line's patches its hook set is upstream HAMi-core {by_base[0][1].span()}, "
+                              f"which holds {pick.target}'s base {pick.base[:7]}") if len(by_base) == 1 else how_hooks,
                              how_region]
     elif states:
         at = _line_of_states(states, lines)

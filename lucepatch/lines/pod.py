@@ -1,5 +1,5 @@
 """What runs in a GPU pod: is a libvgpu.so preloaded at all, which bytes, what it is, the HAMi and
-driver the pod can see and the limits HAMi applies — the node report (lucepatch/nodereport.py).
+driver the pod can see and the limits HAMi applies — the node report (lucepatch/node/report.py).
 
 Two ways in, one reading:
 - a root directory (`doctor --pod-root /` inside a pod; tests give a fixture tree): files are read
@@ -34,11 +34,12 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from lucepatch import __version__, elf, nodereport
+from lucepatch import __version__, elf
 from lucepatch.errors import CheckFailed, UsageError
 from lucepatch.lines.identity import Identity, identify
-from lucepatch.nodereport import (BROKEN, DISABLED, EXCLUSIVE, INJECTED, NOT_INJECTED, Fact, Injection, Library,
-                                  NodeReport)
+from lucepatch.node.driver import DriverVersion
+from lucepatch.node.report import (BROKEN, DISABLED, EXCLUSIVE, INJECTED, NOT_INJECTED, Fact, Injection, Library,
+                                  NodeReport, save_node_report)
 
 HAMI_LIB = "/usr/local/vgpu/libvgpu.so"
 ENVIRON = ("/proc/1/environ", "/proc/self/environ")
@@ -298,6 +299,15 @@ def _loads(ident: Identity, glibc: Fact, lp: elf.LibcProvides | None) -> dict:
     return {"ok": not problems, "problems": problems, "against": f"glibc {glibc.value} ({glibc.source})"}
 
 
+def _driver_version(driver: Fact) -> DriverVersion | None:
+    if not driver.value:
+        return None
+    try:
+        return DriverVersion.parse(driver.value, driver.source)
+    except UsageError:  # a driver line lucepatch cannot read: kept as read in `driver`, not for the gates
+        return None
+
+
 def report_of(snap: Snapshot, *, hami_versions=(), now: str | None = None) -> NodeReport:
     env = _environ(snap)
     entries = preload_entries(env, snap.file(PRELOAD_FILE))
@@ -348,6 +358,7 @@ def report_of(snap: Snapshot, *, hami_versions=(), now: str | None = None) -> No
     hami = Fact(", ".join(hv), "--hami-version") if hv else Fact(
         None, "none", "the HAMi release is not visible inside a pod: pass --hami-version (the device-plugin image tag)")
     return NodeReport(
+        driver_version=_driver_version(driver), node=None, source="",
         collected_from=snap.source, collected_at=now or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         tool=f"lucepatch {__version__}",
         injection=Injection(state, msg, via, [p for p, _ in entries], lib_path),
@@ -370,4 +381,4 @@ def collect(*, pod: str | None = None, root: str | None = None, exec_pod=None, n
 
 
 def save(report: NodeReport, path: str) -> None:
-    nodereport.save(report, path)
+    save_node_report(report, path)

@@ -14,7 +14,6 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lucepatch import nodereport
 from lucepatch.errors import UsageError
 from lucepatch.lines import pod as podmod
 from lucepatch.lines import sources
@@ -23,6 +22,7 @@ from lucepatch.lines.history import family, is_hook, load_history
 from lucepatch.lines.identity import FORK, UNKNOWN, Identity, identify, line_builds
 from lucepatch.lines.libfacts import LibFacts, read_lib
 from lucepatch.lines.replace import DROP_IN, Judgement, Route, Side, judge, routes
+from lucepatch.node.report import NodeReport, load_node_report, save_node_report
 
 
 @dataclass
@@ -34,7 +34,7 @@ class NodeLibrary:
     judgement: Judgement | None = None
     candidate: str = ""  # what the judgement compared with
     routes: list[Route] = field(default_factory=list)
-    report: nodereport.NodeReport | None = None
+    report: NodeReport | None = None
 
     @property
     def drop_in(self) -> bool:
@@ -99,7 +99,7 @@ def inspect_node_library(*, lib: str | None = None, image: str | None = None, po
         path, temp = _write_tmp(data, save)
         tmp_to_remove = path if temp else None
     elif node_report:
-        report = nodereport.load(node_report)
+        report = load_node_report(node_report)
         return _from_report(report, f"--node-report {node_report}", lines, hami_versions, candidate)
     else:
         if pod and lib_path:  # the old form: just the file at a path
@@ -110,7 +110,7 @@ def inspect_node_library(*, lib: str | None = None, image: str | None = None, po
             report, snap_data = podmod.collect(pod=pod, root=pod_root, exec_pod=exec_pod, namespace=namespace,
                                                container=container, context=context, hami_versions=hami_versions)
             if save_report:
-                nodereport.save(report, save_report)
+                save_node_report(report, save_report)
             if report.library is None:
                 return _from_report(report, report.collected_from, lines, hami_versions, candidate)
             where = f"{report.collected_from}:{report.library.path}"
@@ -135,12 +135,12 @@ def _report_releases(report) -> list[str]:
     return [v.strip() for v in (report.hami_version or "").split(",") if v.strip()] if report else []
 
 
-def _from_report(report: nodereport.NodeReport, source: str, lines, hami_versions, candidate) -> NodeLibrary:
+def _from_report(report: NodeReport, source: str, lines, hami_versions, candidate) -> NodeLibrary:
     """A node report read offline: the identity it carries, judged like a file."""
     releases = list(hami_versions) or _report_releases(report)
     if report.library is None:
         fit = fit_node(None, lines, hami_versions=releases) if releases else Fit(
-            line=None, why=f"no libvgpu.so in the pod: {report.injection.message}")
+            line=None, why=f"no libvgpu.so in the report: {report.what_runs}")
         return NodeLibrary(source=source, facts=None, fit=fit, report=report)
     ident = Identity.from_json(report.library.identity)
     if ident.facts is None:
@@ -250,6 +250,11 @@ def identity_lines(ident: Identity, *, here: bool = True) -> list[str]:
 def report_lines(node: NodeLibrary) -> list[str]:
     """The human report, one fact per line."""
     out: list[str] = []
+    if node.report is not None and not node.report.from_doctor:
+        r = node.report
+        out += [f"node           {r.node or 'unnamed'}: driver {r.driver_version or 'unknown'} ({r.source})",
+                f"               {r.what_runs}"]
+        return out
     if node.report is not None:
         r = node.report
         out += [f"pod            {r.collected_from}",

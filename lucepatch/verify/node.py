@@ -1,4 +1,4 @@
-"""`verify --node-report FILE`: verify against what a node runs (lucepatch/nodereport.py).
+"""`verify --node-report FILE`: verify against what a node runs (lucepatch/node/report.py).
 
 `verify --baseline-lib <the node's library> --lib <candidate>` is how a user learns whether a node
 is affected (README "Olares"): the node's own bytes are the baseline. With the node report the
@@ -13,7 +13,7 @@ from pathlib import Path
 from lucepatch import elf
 from lucepatch.errors import UsageError
 from lucepatch.files import sha256_file
-from lucepatch.nodereport import NodeReport
+from lucepatch.node.report import NodeReport
 
 
 def node_section(report: NodeReport, *, baseline_lib: Path | None, lib: Path | None, where: str) -> tuple[dict, list[str]]:
@@ -27,7 +27,7 @@ def node_section(report: NodeReport, *, baseline_lib: Path | None, lib: Path | N
                              f"{report.collected_from} ({lib_rec.path}, sha256 {lib_rec.sha256[:12]}): pass the node's "
                              "own copy (doctor --pod NAME --save FILE)")
     if lib_rec is None:
-        notes.append(f"{where}: the pod runs no libvgpu.so ({report.injection.message}); the verification does not "
+        notes.append(f"{where}: no libvgpu.so in the report ({report.what_runs}); the verification does not "
                      "describe that node's apps")
     elif baseline_lib is None:
         notes.append(f"{where}: the baseline is not the node's library ({lib_rec.path}); pass --baseline-lib with its "
@@ -40,8 +40,9 @@ def node_section(report: NodeReport, *, baseline_lib: Path | None, lib: Path | N
             notes.append(f"--lib needs GLIBC_{needs.newest_glibc}; the node's pods have glibc {report.pod_glibc}: "
                          "it cannot load there, whatever this verification shows")
     section = {"collected_from": report.collected_from, "collected_at": report.collected_at,
-               "injection": report.injection.state, "driver": report.driver_version, "glibc": report.pod_glibc,
-               "hami": report.hami_version, "vendor": report.vendor.value,
+               "injection": report.state, "driver": str(report.driver_version) if report.driver_version else None,
+               "glibc": report.pod_glibc, "hami": report.hami_version,
+               "vendor": report.vendor.value if report.vendor else None,
                "library": ({"path": lib_rec.path, "sha256": lib_rec.sha256, "kind": lib_rec.kind,
                             "is_baseline": baseline_lib is not None} if lib_rec else None)}
     return section, notes
