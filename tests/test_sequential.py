@@ -1,8 +1,9 @@
-"""The sequential verdict rule (issue 13): exact error bounds, launch-order bookkeeping, and what
-`verify` spends on the fakehami fixture compared with --fixed.
+"""The sequential verdict rule (issue 13, settling: issue 29): exact error bounds, launch-order
+bookkeeping, and what `verify` spends on the fakehami fixture compared with --fixed.
 
-The bounds are computed by lucepatch.verify.rules from every launch-order outcome sequence the rule
-can produce, judged by the same `judge` verify uses; these tests fail if either bound is exceeded.
+The bounds are computed by lucepatch.verify.bounds in closed form, which these tests check against the
+exact enumeration of every launch-order outcome sequence (tests/sequential_reference.py: the code the
+closed form replaced), judged by the same `judge` verify uses; they fail if either bound is exceeded.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lucepatch.verify.rules import (CHECKED, GUARD, FixedRule, SequentialRule, Side, error_bounds, proof_error,
-                                    proof_hint, stored_error_bounds, terminal_paths, theta)
+import sequential_reference as ref
+from lucepatch.verify.bounds import error_bounds, proof_error, proven_states, shape
+from lucepatch.verify.rules import CHECKED, GUARD, FixedRule, SequentialRule, Side, proof_hint, theta
 from lucepatch.verify.schedule import Scheduler
 
 ALPHA = 0.01  # the contract (docs/design.md), written out: a changed stats.ALPHA must fail here
@@ -51,62 +53,167 @@ def test_the_bound_check_can_fail():
     assert error_bounds(loose, grid=100)["proven_if_no_effect"] > ALPHA
 
 
-def test_stored_bounds_are_the_enumerated_ones_per_rule(tmp_path):
-    folder = tmp_path / "bounds"
-    rule = SequentialRule(20)
-    first = stored_error_bounds(rule, folder)
-    assert first == error_bounds(rule)
-    files = list(folder.iterdir())
-    assert len(files) == 1
-    # a stored answer is read back, not enumerated again: a planted value shows it is the file that answers
-    planted = {**first, "proven_if_no_effect": 0.5}
-    files[0].write_text(__import__("json").dumps(planted))
-    assert stored_error_bounds(rule, folder) == planted
-    # another rule has its own entry; a damaged entry is enumerated again and rewritten
-    other = stored_error_bounds(SequentialRule(20, patched_min_passes=12), folder)
-    assert other == error_bounds(SequentialRule(20, patched_min_passes=12)) and len(list(folder.iterdir())) == 2
-    files[0].write_text("{not json")
-    assert stored_error_bounds(rule, folder) == first
-    # an unwritable folder costs the enumeration, never the run
-    blocked = tmp_path / "file"
-    blocked.write_text("")
-    assert stored_error_bounds(rule, blocked / "bounds") == first
+# ---- the closed form against the enumeration it replaced ---------------------------------------
+
+CLOSED_FORM_RULES = [SequentialRule, lambda n: SequentialRule(n, settle=False), FixedRule]
+
+
+@pytest.mark.parametrize("make", CLOSED_FORM_RULES, ids=["sequential", "sequential-unsettled", "fixed"])
+def test_closed_form_has_the_enumerated_proven_states_for_every_n_up_to_40(make):
+    """Every end state judged proven, with the number of launch-order outcome sequences ending there:
+    the closed form's O(N) list is the reference's for N = 1..40 (so P(proven) is the same polynomial)."""
+    for n in range(1, 41 if make is SequentialRule else 26):  # the default rule to 40, the others to 25
+        rule = make(n)
+        kinds = (CHECKED, GUARD) if rule.name != "fixed" and n <= 25 else (CHECKED,)
+        for kind in kinds:
+            assert proven_states(rule, kind) == ref.proven_states(rule, kind), (n, kind)
+
+
+@pytest.mark.parametrize("n", [1, 4, 5, 6, 9, 10, 11, 20, 40])
+def test_closed_form_bounds_are_the_enumerated_ones_to_the_last_bit(n):
+    for rule in (SequentialRule(n), FixedRule(n)):
+        want = ref.error_bounds(rule)  # exact rational arithmetic, the grid of 400 the runtime used
+        got = error_bounds(rule, exact=True, fine=False)
+        assert got["proven_if_no_effect"] == want["proven_if_no_effect"], (n, rule.name)
+        assert got["proven_if_patched_rate_at_least_theta"] == want["proven_if_patched_rate_at_least_theta"]
+        # in floats (the runtime) to 1e-12, and the finer partition only tightens (i)
+        fl = error_bounds(rule, fine=False)
+        assert fl["proven_if_no_effect"] == pytest.approx(want["proven_if_no_effect"], rel=1e-12, abs=1e-300)
+        assert fl["proven_if_patched_rate_at_least_theta"] == pytest.approx(
+            want["proven_if_patched_rate_at_least_theta"], rel=1e-12, abs=1e-300)
+        assert error_bounds(rule)["proven_if_no_effect"] <= want["proven_if_no_effect"] * (1 + 1e-12)
+
+
+def test_closed_form_p_proven_is_the_enumerated_one_at_any_rates():
+    qs = [Fraction(0), Fraction(1, 7), Fraction(1, 2), Fraction(5, 6), Fraction(1)]
+    for rule in (SequentialRule(12), SequentialRule(40), FixedRule(15)):
+        for kind in ((CHECKED, GUARD) if rule.name != "fixed" else (CHECKED,)):
+            for qb in qs:
+                for qp in qs:
+                    assert proof_error(rule, qb, qp, kind) == ref.proof_error(rule, qb, qp, kind), (rule.max_runs, kind)
+
+
+@pytest.mark.parametrize("n", [120, 300, 2000, 10000])
+def test_bounds_at_large_runs_stay_below_alpha(n):
+    """What the enumeration could not reach (9 s at 120, minutes at 300, hours past 1000): both bounds
+    below alpha at any --runs; the partition's steps of 0.02/N near 0 keep (i) meaningful there (a
+    uniform 400-step grid alone bounds it by ~1 at N = 10000)."""
+    for rule in (SequentialRule(n), FixedRule(n)):
+        b = error_bounds(rule)
+        assert 0 < b["proven_if_no_effect"] <= 0.0021, b  # sup_lambda e^-lambda P(Pois(lambda) >= 7) ~ 0.0021
+        assert b["proven_if_patched_rate_at_least_theta"] <= ALPHA
+        # the bracket bounds the diagonal it stands for, here too
+        diag = max(proof_error(rule, q, q) for q in (i / (10 * n) for i in range(1, 400)))
+        assert diag <= b["proven_if_no_effect"]
+    assert shape(SequentialRule(n)).f_min == 7  # 2^-7 < 0.01 <= 2^-6 once N is large
 
 
 def test_monotone_in_both_rates_which_the_bracket_relies_on():
-    rule = SequentialRule(20)
-    grid = [Fraction(i, 20) for i in range(21)]
-    for qb in grid:
-        col = [proof_error(rule, qb, qp) for qp in grid]
-        assert all(a >= b for a, b in zip(col, col[1:])), qb  # falls with the patched failure rate
-    for qp in grid:
-        row = [proof_error(rule, qb, qp) for qb in grid]
-        assert all(a <= b for a, b in zip(row, row[1:])), qp  # grows with the baseline failure rate
+    for rule in (SequentialRule(20), SequentialRule(300), FixedRule(20)):
+        assert shape(rule).monotone
+        grid = [Fraction(i, 20) for i in range(21)]
+        for qb in grid:
+            col = [proof_error(rule, qb, qp) for qp in grid]
+            assert all(a >= b for a, b in zip(col, col[1:])), qb  # falls with the patched failure rate
+        for qp in grid:
+            row = [proof_error(rule, qb, qp) for qb in grid]
+            assert all(a <= b for a, b in zip(row, row[1:])), qp  # grows with the baseline failure rate
     # the bracket bounds the diagonal it stands for
+    rule = SequentialRule(20)
     diag = max(proof_error(rule, q, q) for q in (Fraction(i, 1000) for i in range(1001)))
     assert diag <= error_bounds(rule, grid=200)["proven_if_no_effect"]
 
 
+def test_a_shape_without_a_proven_early_stop_is_bounded_term_by_term():
+    # alpha below 1/C(15, 5): the early stop (5/5 vs 0/10) is not proven, the run to 20 can be
+    strict = SequentialRule(20, alpha=0.0002)
+    sh = shape(strict)
+    assert not sh.early and sh.f_min is not None and not sh.monotone
+    b = error_bounds(strict, grid=200)
+    diag = max(proof_error(strict, q, q) for q in (i / 2000 for i in range(2001)))
+    assert diag <= b["proven_if_no_effect"] <= 0.0002
+    worst = max(proof_error(strict, qb, Fraction(round(strict.theta * 10 ** 4), 10 ** 4))
+                for qb in (Fraction(i, 50) for i in range(51)))
+    assert worst <= b["proven_if_patched_rate_at_least_theta"]
+
+
 def test_terminal_states_are_the_two_shapes_of_the_rule():
-    rule = SequentialRule(20)
-    ends = {(nb, np_) for nb, fb, np_, fp, _ in terminal_paths(rule)}
+    rule = SequentialRule(20, settle=False)
+    ends = {(nb, np_) for nb, fb, np_, fp, _ in ref.terminal_paths(rule)}
     assert ends == {(5, 10), (20, 20)}
     # early stop only when the baseline failed 5/5 and the patched build passed 10/10
-    early = [t for t in terminal_paths(rule) if t[0] == 5]
+    early = [t for t in ref.terminal_paths(rule) if t[0] == 5]
     assert early == [(5, 5, 10, 0, 1)]
-    # the path counts are all 2^(runs) sequences: probabilities sum to one at any rates
-    for q in (Fraction(1, 3), Fraction(9, 10)):
-        total = sum(w * q ** (fb + fp) * (1 - q) ** (nb - fb + np_ - fp) for nb, fb, np_, fp, w in terminal_paths(rule))
-        assert total == 1
+    # the path counts are all 2^(runs) sequences: probabilities sum to one at any rates, settling too
+    for r in (rule, SequentialRule(20)):
+        for q in (Fraction(1, 3), Fraction(9, 10)):
+            total = sum(w * q ** (fb + fp) * (1 - q) ** (nb - fb + np_ - fp)
+                        for nb, fb, np_, fp, w in ref.terminal_paths(r))
+            assert total == 1
 
 
 def test_guard_bound_and_guard_shapes():
     rule = SequentialRule(20)
-    ends = {(nb, fb, np_) for nb, fb, np_, fp, _ in terminal_paths(rule, GUARD) if nb == 5}
+    ends = {(nb, fb, np_) for nb, fb, np_, fp, _ in ref.terminal_paths(rule, GUARD) if nb == 5 and fp == 0}
     assert ends == {(5, 0, 10), (5, 5, 10)}  # all-pass baseline or all-fail baseline stop early
     th = Fraction(3691, 10000)
-    assert proof_error(rule, Fraction(0), th, GUARD, verdict="guarded") <= ALPHA
+    assert ref.proof_error(rule, Fraction(0), th, GUARD, verdict="guarded") <= ALPHA
     assert error_bounds(rule, grid=100, kind=GUARD)["proven_if_no_effect"] <= ALPHA
+
+
+# ---- settling (issue 29): the same decisions, fewer runs ---------------------------------------
+
+VERDICTS = ("proven", "guarded", "not-proven", "regression")
+
+
+@pytest.mark.parametrize("n", [5, 8, 12, 20])
+def test_settling_gives_every_verdict_with_the_probability_the_old_rule_gives_it(n):
+    """By exact enumeration of both rules (serial launch order): P(verdict | q_b, q_p) is the same
+    polynomial under settling and under the rule before it, for every verdict — so no error of any
+    decision (a false proven, a false regression, a missed one) is worse than today's."""
+    old, new = SequentialRule(n, settle=False), SequentialRule(n)
+    qs = [Fraction(0), Fraction(1, 9), Fraction(1, 2), Fraction(4, 5), Fraction(1)]
+    for kind in (CHECKED, GUARD):
+        for v in VERDICTS:
+            for qb in qs:
+                for qp in qs:
+                    assert ref.proof_error(new, qb, qp, kind, v) == ref.proof_error(old, qb, qp, kind, v), (kind, v, qb, qp)
+        # and it never spends more: the expected runs at every rate are at most the old rule's
+        for qb in qs:
+            for qp in qs:
+                spent = {r: sum(w * qb ** fb * (1 - qb) ** (nb - fb) * qp ** fp * (1 - qp) ** (np_ - fp) * (nb + np_)
+                                for nb, fb, np_, fp, w in ref.terminal_paths(r, kind)) for r in (old, new)}
+                assert spent[new] <= spent[old], (kind, qb, qp)
+
+
+def _nb(need):
+    return need.baseline, need.patched, need.mode
+
+
+def test_a_settled_scenario_spends_what_decides_and_what_estimates():
+    rule = SequentialRule(20)
+    # both fail from the first run: not-proven is settled after one baseline run; the patched build runs
+    # until its failure rate's 95 % interval is at most 0.5 wide: 6/6 -> [0.54, 1]
+    need = rule.need(CHECKED, Side(1, 1), Side(1, 1))
+    assert (need.baseline, need.patched, need.mode) == (1, 6, "decided")
+    assert rule.need(CHECKED, Side(1, 1), Side(6, 6)).patched == 6
+    # the baseline passes, the patched build fails: the baseline decides regression (runs to 20 or its first
+    # failure), its runs in flight doubling: 1 -> 2 -> 4 ... -> 20
+    assert _nb(rule.need(CHECKED, Side(0, 0), Side(1, 1)))[:2] == (1, 6)
+    assert [rule.need(CHECKED, Side(m, 0), Side(6, 6)).baseline for m in (1, 2, 4, 8, 16)] == [2, 4, 8, 16, 20]
+    assert _nb(rule.need(CHECKED, Side(7, 1), Side(6, 6)))[:2] == (7, 6)
+    # a mixed patched build needs more runs for the same precision, at most max_runs
+    assert rule.need(CHECKED, Side(1, 1), Side(2, 1)).patched == 9
+    assert rule.need(CHECKED, Side(1, 1), Side(20, 10)).patched == 20
+    # the baseline passed so often that no continuation can be proven: 6/20 vs 0/20 gives p = 0.0101
+    assert not rule.proof_reachable(Side(14, 0)) and rule.proof_reachable(Side(13, 0))
+    assert _nb(rule.need(CHECKED, Side(15, 1), Side(15, 0))) == (15, 15, "decided")
+    assert _nb(rule.need(CHECKED, Side(15, 1), Side(3, 0))) == (15, 6, "decided")
+    # while proven is still reachable, flaky mode runs to the maximum as before
+    assert _nb(rule.need(CHECKED, Side(3, 2), Side(3, 0))) == (20, 20, "flaky")
+    # a guard whose baseline passes is what it expects: it is not settled by that
+    assert _nb(rule.need(GUARD, Side(3, 0), Side(3, 0))) == (5, 10, "sequential")
+    assert _nb(SequentialRule(20, settle=False).need(CHECKED, Side(1, 1), Side(1, 1)))[:2] == (20, 20)
 
 
 def test_theta_is_rounded_up_and_right():
@@ -146,25 +253,70 @@ def _drive(rule, table: dict, slots: int, rng: random.Random | None):
     return final, out, s
 
 
-@settings(max_examples=150, deadline=None)
-@given(st.data())
-def test_what_a_scenario_ends_with_does_not_depend_on_completion_order(data):
-    n = data.draw(st.integers(1, 20))
-    rule = SequentialRule(n)
+def _table(data, n):
     table = {}
     for k in ("r:control", "r:a", "r:b"):
         for v in ("baseline", "patched"):
             for i in range(n):
                 table[(k, v, i)] = data.draw(OUT) if k != "r:control" else "pass"
+    return table
+
+
+def _verdicts(rule, table, final) -> dict:
+    """Each checked scenario's verdict from the runs it ended with (the very `judge` verify uses)."""
+    out = {}
+    for k, sides in final.items():
+        if k == "r:control":
+            continue
+        fb, fp = (sum(table[(k, v, i)] != "pass" for i in sides[v]) for v in ("baseline", "patched"))
+        out[k] = ref.verdict_of(rule, CHECKED, len(sides["baseline"]), fb, len(sides["patched"]), fp)
+    return out
+
+
+def _no_holes(final, launched):
+    for k, sides in final.items():  # indices are 0..n-1 without holes: nothing re-drawn, nothing skipped
+        for v, idx in sides.items():
+            assert idx == list(range(len(idx)))
+    assert [j.launch for j in sorted(launched, key=lambda j: j.launch)] == list(range(len(launched)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_what_a_scenario_ends_with_does_not_depend_on_completion_order(data):
+    """Without settling, the runs themselves: a settled verify stops launching, so it may end with the
+    runs it had in flight (next test); this is the rule whose exact enumeration both are judged by."""
+    n = data.draw(st.integers(1, 20))
+    rule = SequentialRule(n, settle=False)
+    table = _table(data, n)
     serial, order, _ = _drive(rule, table, 1, None)
     slots = data.draw(st.integers(1, 16))
     seed = data.draw(st.integers(0, 10 ** 6))
     shuffled, launched, s = _drive(rule, table, slots, random.Random(seed))
     assert shuffled == serial
-    for k, sides in shuffled.items():  # indices are 0..n-1 without holes: nothing re-drawn, nothing skipped
-        for v, idx in sides.items():
-            assert idx == list(range(len(idx)))
-    assert [j.launch for j in sorted(launched, key=lambda j: j.launch)] == list(range(len(launched)))
+    _no_holes(shuffled, launched)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_a_settling_verify_decides_what_the_old_rule_decides_in_any_completion_order(data):
+    """Settling, on any outcome table, with any number of slots and any completion order: every
+    scenario's verdict is the one the rule without settling gives on the same table (so every error
+    probability is unchanged, pathwise), its runs are a launch-order prefix, it spends at least what a
+    serial verify spends and never more than the old rule, and it ends only where the rule stops."""
+    n = data.draw(st.integers(1, 20))
+    old, new = SequentialRule(n, settle=False), SequentialRule(n)
+    table = _table(data, n)
+    before, _, _ = _drive(old, table, 1, None)
+    serial, _, _ = _drive(new, table, 1, None)
+    slots = data.draw(st.integers(1, 16))
+    shuffled, launched, s = _drive(new, table, slots, random.Random(data.draw(st.integers(0, 10 ** 6))))
+    assert _verdicts(new, table, shuffled) == _verdicts(new, table, serial) == _verdicts(old, table, before)
+    _no_holes(shuffled, launched)
+    for k, sides in shuffled.items():
+        for v in sides:
+            assert len(serial[k][v]) <= len(sides[v]) <= len(before[k][v]), (k, v)
+        t = s.tracks[k]
+        assert all(t.launched[v] >= s.wanted(t, v) for v in sides)
 
 
 def test_variants_and_scenarios_interleave_run_by_run():

@@ -194,7 +194,10 @@ def test_pr188_style_fix_is_caught(cli, fh):
     assert "CUDA_SUCCESS" in sc["ctxless-alloc-valid-residue"]["patched"]["first_error"]
     # out-of-range residue: the baseline crashes, the "fix" still lies -> not proven
     assert sc["ctxless-alloc-exact-error"]["verdict"] == "not-proven"
-    assert sc["ctxless-alloc-exact-error"]["baseline"]["outcomes"] == {"crash": 5}
+    assert set(sc["ctxless-alloc-exact-error"]["baseline"]["outcomes"]) == {"crash"}
+    # both failed: settled not-proven at once (issue 29), the patched build ran for its failure rate only
+    assert sc["ctxless-alloc-exact-error"]["mode"] == "settled"
+    assert "settled not-proven" in sc["ctxless-alloc-exact-error"]["stop_reason"]
 
 
 def test_pr188_guard_proves_the_real_fix(cli, fh):
@@ -404,14 +407,25 @@ def test_a_baseline_pass_switches_to_flaky_mode_and_runs_to_the_maximum(cli, fh,
     assert by_name(doc)["control"]["runs_spent"] == {"baseline": 5, "patched": 5}
 
 
-def test_a_patched_failure_switches_to_flaky_mode_too(cli, fh, tmp_path):
+def test_a_patched_failure_settles_the_scenario(cli, fh, tmp_path):
+    """Issue 29: the patched build failed (its 7th run), so `proven` is impossible and the baseline had
+    failed: not-proven is settled. The baseline spends nothing more (its 5 were in), the patched build
+    only what its failure rate needs (1/9 -> [0.003, 0.48] at 95 %) — not 16 + 16 as flaky mode did."""
     ws = make_ws(fh, "ws-flaky-p", _series(""), ["harness"], toml_edit=_flaky("FFFFFFXFFFFFFFFF", tmp_path / "t"))
     res, doc = verify(cli, fh, ws, "--reproducer", "harness", "--runs", "16", "--scenario", "flaky")
     assert res.code == 1
     s = by_name(doc)["flaky"]
-    assert s["mode"] == "flaky" and s["runs_spent"] == {"baseline": 16, "patched": 16}
+    assert s["mode"] == "settled" and s["runs_spent"]["baseline"] == 5
+    # 9 decide the estimate; a 10th may have been in flight when the 7th failed (launched, so tallied)
+    assert s["runs_spent"]["patched"] in (9, 10) and s["patched"]["runs"] == s["runs_spent"]["patched"]
     assert s["patched"]["failures"] == 1 and s["verdict"] == "not-proven" and "still fails" in s["reason"]
-    assert "a patched run failed" in s["stop_reason"]
+    # the 7th run to start takes ticket 6; in parallel that may be launch index 5 or 7 (tickets go by start order)
+    assert "settled not-proven" in s["stop_reason"]
+    assert re.search(r"first trigger: patched run \d+ \(launch order\) failed", s["stop_reason"]), s["stop_reason"]
+    rate = s["patched_rate"]
+    assert (rate["failures"], rate["runs"], rate["confidence"]) == (1, s["patched"]["runs"], 0.95)
+    assert rate["high"] - rate["low"] <= 0.5 and rate["low"] < 0.01
+    assert doc["run_policy"]["settle"]["patched"]["max_width"] == 0.5
 
 
 def test_runs_below_what_a_proof_needs_says_how_many(cli, fh):

@@ -76,7 +76,7 @@ class RunPolicy:
     control_runs: int | None = None
     order: str = "launch"
     note: str = ""
-    bounds: dict | None = None  # the rule's exact error bounds (lucepatch.verify.rules.error_bounds)
+    bounds: dict | None = None  # the rule's exact error bounds of proven (lucepatch.verify.bounds.error_bounds)
     extra: dict = field(default_factory=dict)
 
     @classmethod

@@ -1,32 +1,43 @@
-"""How many runs a scenario gets: the fixed rule and the sequential rule, and the exact error of
-`proven` under each.
+"""How many runs a scenario gets: the fixed rule and the sequential rule (the exact error of `proven`
+under each is lucepatch.verify.bounds).
 
 fixed       every scenario runs `max_runs` per variant (what `verify --fixed` and every retirement
             equivalence check use).
-sequential  spend runs only while the verdict is open (issue 13):
+sequential  spend runs only while the verdict is open (issue 13, settling: issue 29):
               checked scenario  the baseline may stop after `baseline_stop_after` (5) failures in a
                                 row from its first run, the patched build needs `patched_min_passes`
                                 (10) passing runs; a baseline pass or a patched failure switches the
-                                scenario to *flaky* mode: both variants run to `max_runs`, and it stays
-                                flaky (sticky, as syzbot's bisection does);
+                                scenario to *flaky* mode: both variants may run to `max_runs`, and it
+                                stays flaky (sticky, as syzbot's bisection does) — until it *settles*;
               regression guard  the same, except that a baseline that passes every run is what a
                                 guard expects: only a *mixed* baseline (passes and failures) or a
                                 patched failure goes flaky;
+              settled           once no continuation to `max_runs` can end `proven` (the patched build
+                                failed, or the baseline passed too often for Fisher's p to fall below
+                                alpha even if every later baseline run failed), the verdict is one of
+                                not-proven / regression, and regression needs a baseline that never
+                                fails: the baseline runs until its first failure (then not-proven is
+                                settled) or `max_runs` (regression), and the patched build only until its
+                                failure rate's two-sided `estimate_confidence` (95 %) Clopper-Pearson
+                                interval is at most `estimate_width` (0.5) wide, or `max_runs`. Every
+                                outcome sequence thus gets the verdict the flaky run to `max_runs` gives
+                                it, so every error probability is the old rule's (tests/test_sequential.py
+                                proves it by enumeration); `settle=False` is that old rule;
               control           `control_runs` (5) per variant; the first failure settles it (invalid)
                                 and stops every scenario of that reproducer;
               any scenario      an invalid run settles it (invalid; never silently re-drawn), a skipped
                                 run settles it (skipped, or invalid if the variants disagree).
 
 A rule is a pure function of the *completed* runs' counts, and the scheduler
-(lucepatch.verify.schedule) launches only what the rule needs and waits for every launched run, so
-the runs a scenario ends with do not depend on which run finished first (a SIGSEGV finishes sooner
-than a pass): the early stop happens only when all of the first 5 + 10 runs are in, and any run past
-them exists only because one of those switched the scenario to flaky mode.
+(lucepatch.verify.schedule) launches only what the rule needs and waits for every launched run.
+Without settling the runs a scenario ends with do not depend on which run finished first (a SIGSEGV
+finishes sooner than a pass): the early stop happens only when all of the first 5 + 10 runs are in,
+and any run past them exists only because one of those switched the scenario to flaky mode. A
+settling scenario stops launching once it settles; runs launched before that (in parallel, waiting
+for the settling one) are still waited for and tallied — so it can end with more runs than a serial
+verify, never with another verdict, and never with more than the old rule.
 
-`proof_error` enumerates every launch-order outcome sequence the rule can produce (grouped by
-counts: runs are i.i.d., so a sequence's probability depends only on its counts) and gives the exact
-P(proven) for baseline/patched failure rates (q_b, q_p); `error_bounds` turns that into the two
-bounds the evidence records:
+Both errors of `proven` (lucepatch.verify.bounds, recorded as run_policy.bounds):
   (i)  P(proven | q_b <= q_p)  <= alpha   (no effect, or the patch makes it worse)
   (ii) P(proven | q_p >= theta) <= alpha  (patched 0/n  =>  failure rate < theta at 1 - alpha)
 """
@@ -35,14 +46,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from fractions import Fraction
-from functools import lru_cache
-from pathlib import Path
 
-from lucepatch.verify.stats import ALPHA, fisher_one_sided
+from lucepatch.verify.stats import ALPHA, clopper_pearson, fisher_one_sided
 
 CHECKED, GUARD, CONTROL = "checked", "guard", "control"
 FIXED, SEQUENTIAL, FLAKY, SETTLED = "fixed", "sequential", "flaky", "settled"
+# a scenario whose verdict can no longer change: only the runs that decide not-proven vs regression
+# and those that estimate the patched failure rate are still spent (evidence mode "settled")
+DECIDED = "decided"
 
 
 def theta(n_pass: int, alpha: float = ALPHA) -> float:
@@ -126,12 +137,15 @@ class SequentialRule(_Rule):
     stops_reproducer_on_control_failure = True
 
     def __init__(self, max_runs: int, alpha: float = ALPHA, baseline_stop_after: int = 5,
-                 patched_min_passes: int = 10, control_runs: int = 5):
+                 patched_min_passes: int = 10, control_runs: int = 5, settle: bool = True,
+                 estimate_width: float = 0.5, estimate_confidence: float = 0.95):
         self.max_runs, self.alpha = int(max_runs), alpha
         self.stop_after = min(baseline_stop_after, self.max_runs)
         self.min_passes = min(patched_min_passes, self.max_runs)
         self.control_runs = min(control_runs, self.max_runs)
         self._asked = (baseline_stop_after, patched_min_passes, control_runs)
+        self.settle = settle
+        self.estimate_width, self.estimate_confidence = estimate_width, estimate_confidence
 
     def need(self, kind: str, base: Side, pat: Side) -> Need:
         n = self.max_runs
@@ -147,6 +161,9 @@ class SequentialRule(_Rule):
             return Need(c, c, SEQUENTIAL, f"control passed {c}+{c} runs")
         mixed_base = base.passed > 0 and (kind != GUARD or base.failures > 0)
         if mixed_base or pat.failures:
+            decided = self._decided(base, pat) if self.settle else None
+            if decided is not None:
+                return decided
             why = ("a baseline run passed" if kind != GUARD else "the baseline both passed and failed") if mixed_base \
                 else "a patched run failed"
             return Need(n, n, FLAKY, f"flaky mode ({why}): both variants ran to the maximum, {n} runs")
@@ -154,6 +171,56 @@ class SequentialRule(_Rule):
         if kind == GUARD and base.passed:
             return Need(b, p, SEQUENTIAL, f"regression guard: the baseline passed {b}/{b}, the patched build {p}/{p}")
         return Need(b, p, SEQUENTIAL, f"the baseline failed {b}/{b} in a row, the patched build passed {p}/{p}")
+
+    # ---- settling (issue 29) -------------------------------------------------------------------
+    def proof_reachable(self, base: Side) -> bool:
+        """Can some continuation to max_runs still end `proven`? Its best case: every later baseline run
+        fails and every patched run passes (Fisher's p falls with both)."""
+        n = self.max_runs
+        return fisher_one_sided(base.failures + (n - base.runs), base.passed, 0, n) < self.alpha
+
+    def _decided(self, base: Side, pat: Side) -> Need | None:
+        """The Need of a scenario whose verdict can no longer be `proven` (None while it still can)."""
+        n = self.max_runs
+        if not pat.failures and (not base.failures or self.proof_reachable(base)):
+            return None
+        est = self.estimate_runs(pat)
+        rate = self.estimate_text(pat, est)
+        if pat.failures and not base.failures:
+            # every baseline run so far passed: one failure settles not-proven, so the runs in flight double
+            # (1, 2, 4, ...) instead of all N at once — a baseline that fails soon costs few runs launched in
+            # vain, one that never fails still reaches N in log2(N) rounds
+            return Need(min(n, max(1, 2 * base.runs)), est, DECIDED,
+                        f"settled: the patched build failed, so proven is impossible; the baseline runs until its first "
+                        f"failure (not-proven) or {n} runs (regression); {rate}")
+        if pat.failures:
+            return Need(base.runs, est, DECIDED, f"settled not-proven: the patched build and the baseline both failed "
+                                                 f"(no run can change that); {rate}")
+        return Need(base.runs, est, DECIDED, f"settled not-proven: the baseline passed {base.passed} of {base.runs}, so "
+                                             f"even failing every run to {n} gives p >= {self.alpha}; {rate}")
+
+    def estimate_done(self, failures: int, runs: int) -> bool:
+        lo, hi = clopper_pearson(failures, runs, self.estimate_confidence)
+        return hi - lo <= self.estimate_width + 1e-12
+
+    def estimate_runs(self, pat: Side) -> int:
+        """The patched runs the failure-rate estimate needs in every case: the fewest m >= pat.runs for
+        which some outcome of the runs still to come gives an interval at most estimate_width wide
+        (so all of them are needed, whatever they show), at most max_runs."""
+        k, m = pat.failures, pat.runs
+        for total in range(m, self.max_runs + 1):
+            if any(self.estimate_done(k + x, total) for x in range(total - m + 1)):
+                return total
+        return self.max_runs
+
+    def estimate_text(self, pat: Side, est: int) -> str:
+        pct = f"{100 * self.estimate_confidence:g} %"
+        if pat.runs >= est:
+            lo, hi = clopper_pearson(pat.failures, pat.runs, self.estimate_confidence)
+            return (f"patched failure rate {pat.failures}/{pat.runs}, in [{math.floor(lo * 100) / 100:.2f}, "
+                    f"{math.ceil(hi * 100) / 100:.2f}] at {pct}")
+        return (f"the patched build runs until its failure rate's {pct} interval is at most {self.estimate_width:g} "
+                f"wide (or {self.max_runs} runs)")
 
     @property
     def theta(self) -> float:
@@ -175,13 +242,29 @@ class SequentialRule(_Rule):
         return max(n, self._asked[1])
 
     def policy(self) -> dict:
-        return {"rule": SEQUENTIAL, "max_runs": self.max_runs, "alpha": self.alpha, "theta": self.theta,
-                "baseline_stop_after": self.stop_after, "patched_min_passes": self.min_passes,
-                "control_runs": self.control_runs, "order": "launch",
-                "note": (f"the baseline may stop after {self.stop_after} failures in a row, the patched build needs "
-                         f"{self.min_passes} passes; a baseline pass or a patched failure runs the scenario to "
-                         f"{self.max_runs} (flaky, sticky); controls {self.control_runs} per variant; runs counted in "
-                         "launch order, every launched run tallied")}
+        out = {"rule": SEQUENTIAL, "max_runs": self.max_runs, "alpha": self.alpha, "theta": self.theta,
+               "baseline_stop_after": self.stop_after, "patched_min_passes": self.min_passes,
+               "control_runs": self.control_runs, "order": "launch",
+               "note": (f"the baseline may stop after {self.stop_after} failures in a row, the patched build needs "
+                        f"{self.min_passes} passes; a baseline pass or a patched failure runs the scenario to "
+                        f"{self.max_runs} (flaky, sticky)"
+                        + (" until it settles (proven no longer reachable): then the baseline runs until its first "
+                           f"failure or {self.max_runs} (not-proven or regression), the patched build until its failure "
+                           f"rate's {100 * self.estimate_confidence:g} % Clopper-Pearson interval is at most "
+                           f"{self.estimate_width:g} wide" if self.settle else "")
+                        + f"; controls {self.control_runs} per variant; runs counted in launch order, every launched "
+                          "run tallied")}
+        if self.settle:
+            out["settle"] = {
+                "when": "no continuation to max_runs can end proven: a patched run failed, or the baseline passed so "
+                        "often that failing every later run leaves Fisher's p >= alpha",
+                "baseline": "runs until its first failure (not-proven settled) or max_runs (regression)",
+                "patched": {"interval": "clopper-pearson", "confidence": self.estimate_confidence,
+                            "max_width": self.estimate_width,
+                            "runs": "until the failure rate's interval is at most max_width wide, or max_runs"},
+                "errors": "every outcome sequence gets the verdict the run to max_runs gives it: every error "
+                          "probability equals the rule without settling (tests/test_sequential.py, by enumeration)"}
+        return out
 
 
 Rule = FixedRule | SequentialRule
@@ -203,109 +286,3 @@ def proof_hint(rule: Rule) -> str:
         return (f"with --runs {n} a proof shows only a patched failure rate below {rule.theta:.2f}; "
                 f"--runs {rule.min_runs_for_theta()} or more gives below 0.37 at 99 %")
     return ""
-
-
-# ---- the exact error of `proven` under a rule --------------------------------------------------
-
-
-def _next_variant(nb: int, np_: int, need: Need) -> str | None:
-    """The scheduler's interleaving: b0, p0, b1, p1, ... among the runs still needed."""
-    wants_b, wants_p = nb < need.baseline, np_ < need.patched
-    if wants_b and (nb <= np_ or not wants_p):
-        return "baseline"
-    if wants_p:
-        return "patched"
-    return None
-
-
-@lru_cache(maxsize=32)
-def terminal_paths(rule: Rule, kind: str = CHECKED) -> tuple[tuple[int, int, int, int, int], ...]:
-    """Every state the rule can stop in, as (baseline runs, baseline failures, patched runs, patched
-    failures, number of launch-order outcome sequences that end there). Controls assumed passing,
-    no invalid or skipped runs (the cases where `proven` is possible at all)."""
-    frontier = {(0, 0, 0, 0): 1}
-    done: dict[tuple[int, int, int, int], int] = {}
-    while frontier:
-        nxt: dict[tuple[int, int, int, int], int] = {}
-        for (nb, fb, np_, fp), ways in frontier.items():
-            need = rule.need(kind, Side(nb, fb), Side(np_, fp))
-            v = _next_variant(nb, np_, need)
-            if v is None:
-                done[(nb, fb, np_, fp)] = done.get((nb, fb, np_, fp), 0) + ways
-                continue
-            for failed in (0, 1):
-                s = (nb + 1, fb + failed, np_, fp) if v == "baseline" else (nb, fb, np_ + 1, fp + failed)
-                nxt[s] = nxt.get(s, 0) + ways
-        frontier = nxt
-    return tuple((*k, w) for k, w in sorted(done.items()))
-
-
-@lru_cache(maxsize=64)
-def proven_states(rule: Rule, kind: str = CHECKED, verdict: str = "proven") -> tuple:
-    """The terminal states (with their path counts) whose verdict — computed by the very function
-    `verify` uses — is `verdict`."""
-    from lucepatch.verify.evidence import Tally
-    from lucepatch.verify.verdict import judge
-
-    out = []
-    for nb, fb, np_, fp, ways in terminal_paths(rule, kind):
-        v = judge(Tally(runs=nb, passed=nb - fb, failures=fb), Tally(runs=np_, passed=np_ - fp, failures=fp),
-                  control=False, control_ok=True, guard=kind == GUARD, alpha=rule.alpha)[0]
-        if v == verdict:
-            out.append((nb, fb, np_, fp, ways))
-    return tuple(out)
-
-
-def proof_error(rule: Rule, q_base, q_patched, kind: str = CHECKED, verdict: str = "proven"):
-    """P(verdict) when every baseline run fails with probability q_base and every patched run with
-    q_patched, independently. Exact when given Fractions."""
-    total = 0
-    for nb, fb, np_, fp, ways in proven_states(rule, kind, verdict):
-        total += ways * q_base ** fb * (1 - q_base) ** (nb - fb) * q_patched ** fp * (1 - q_patched) ** (np_ - fp)
-    return total
-
-
-def stored_error_bounds(rule: Rule, folder: Path) -> dict:
-    """error_bounds(rule), kept in `folder` between runs: the enumeration costs ~0.2 s of CPU that would
-    compete with verify's start-up (builds, the first launches) in every run. Keyed by the rule's
-    parameters and this module's bytes, so a changed rule or a changed computation is enumerated again."""
-    import hashlib
-    import json
-
-    from lucepatch.files import write_atomic
-
-    key = hashlib.sha256(repr(rule._key()).encode() + b"\0" + Path(__file__).read_bytes()).hexdigest()[:24]
-    path = folder / f"{key}.json"
-    try:
-        got = json.loads(path.read_text())
-        if isinstance(got, dict) and set(got) >= {"proven_if_no_effect", "proven_if_patched_rate_at_least_theta"}:
-            return got
-    except (OSError, ValueError):
-        pass
-    got = error_bounds(rule)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, json.dumps(got, sort_keys=True))
-    except OSError:  # an unwritable cache costs the enumeration next time, nothing else
-        pass
-    return got
-
-
-@lru_cache(maxsize=32)
-def error_bounds(rule: Rule, grid: int = 400, kind: str = CHECKED, exact: bool = True) -> dict:
-    """Upper bounds of the two errors, from the exact P(proven) on a grid of failure rates
-    (exact=True: in rational arithmetic; else in floats, relative error ~1e-15).
-
-    P(proven) grows with q_b and falls with q_p (checked on the grid by the tests), so
-    (i)  sup over q_b <= q_p is sup over q_b = q_p = q, and on [q_i, q_i+1] it is at most
-         P(q_b = q_i+1, q_p = q_i): the maximum of those brackets bounds it rigorously;
-    (ii) sup over q_p >= theta, any q_b, is P(q_b = 1, q_p = theta).
-    """
-    num = Fraction if exact else (lambda a, b=1: a / b)
-    qs = [num(i, grid) for i in range(grid + 1)]
-    no_effect = max(proof_error(rule, qs[i + 1], qs[i], kind) for i in range(grid))
-    # theta as recorded (4 decimals, rounded up)
-    at_theta = proof_error(rule, num(1), num(round(rule.theta * 10 ** 4), 10 ** 4), kind)
-    return {"method": "exact enumeration of every launch-order outcome sequence the rule can produce",
-            "proven_if_no_effect": float(no_effect), "proven_if_patched_rate_at_least_theta": float(at_theta),
-            "theta": rule.theta}

@@ -13,10 +13,12 @@ first never changes what a scenario ends with.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
-from lucepatch.verify.rules import CHECKED, CONTROL, FIXED, FLAKY, GUARD, SEQUENTIAL, SETTLED, Need, Rule, Side
+from lucepatch.verify.rules import CHECKED, CONTROL, DECIDED, FIXED, FLAKY, GUARD, SEQUENTIAL, SETTLED, Need, Rule, Side
 from lucepatch.verify.runner import FAILURES, INVALID, PASS, SKIPPED
+from lucepatch.verify.stats import clopper_pearson
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,7 @@ class Scheduler:
             t.need = self.rule.need(t.kind, self.side(t, self.variants[0]), self.side(t, self.variants[1]))
         else:
             t.need = self.rule.need(t.kind, Side(), Side())
-        t.was_flaky = t.was_flaky or t.need.mode == FLAKY
+        t.was_flaky = t.was_flaky or t.need.mode in (FLAKY, DECIDED)
 
     def wanted(self, t: Track, variant: str) -> int:
         if t.stopped or t.need is None:
@@ -125,9 +127,17 @@ class Scheduler:
         if self.rule.name == FIXED:
             return {"runs_spent": spent, "stop_reason": t.need.why, "mode": FIXED}
         why = t.stopped or t.need.why
-        if t.need.mode == FLAKY and not t.stopped:
+        if t.need.mode in (FLAKY, DECIDED) and not t.stopped:
             why = f"{why}; first trigger: {self._trigger(t)}"
-        return {"runs_spent": spent, "stop_reason": why, "mode": FLAKY if t.was_flaky else SEQUENTIAL}
+        mode = SETTLED if t.need.mode == DECIDED and not t.stopped else FLAKY if t.was_flaky else SEQUENTIAL
+        out = {"runs_spent": spent, "stop_reason": why, "mode": mode}
+        if mode == SETTLED:
+            pat = self.side(t, self.variants[1])
+            lo, hi = clopper_pearson(pat.failures, pat.runs, self.rule.estimate_confidence)
+            out["patched_rate"] = {"failures": pat.failures, "runs": pat.runs, "low": math.floor(lo * 10 ** 4) / 10 ** 4,
+                                   "high": math.ceil(hi * 10 ** 4) / 10 ** 4, "confidence": self.rule.estimate_confidence,
+                                   "method": "clopper-pearson (two-sided, exact)"}
+        return out
 
     def _trigger(self, t: Track) -> str:
         b, p = self.variants

@@ -15,7 +15,8 @@ from lucepatch.target import Target, load_target
 from lucepatch.verify.driver import DriverChoice, choose_driver
 from lucepatch.verify.evidence import Evidence, RunPolicy, schema_validator
 from lucepatch.verify.reproducer import Reproducer, list_reproducers, load_reproducer
-from lucepatch.verify.rules import FixedRule, SequentialRule, stored_error_bounds
+from lucepatch.verify.bounds import error_bounds
+from lucepatch.verify.rules import FixedRule, SequentialRule
 from lucepatch.verify.verdict import split_not_applicable
 from lucepatch.verify.session import (Execution, Variant, build_evidence, check_scenarios, plan_execution,
                                       run_scenarios, variant_from_file)
@@ -151,6 +152,7 @@ def run_verify(req: VerifyRequest, cache: Path, *, progress=None) -> Evidence:
 
     The driver probe runs beside the builds (it is a process doing cuInit on a GPU machine); with
     the real driver a helper holds it open during the runs (lucepatch.verify.driver.hold_driver)."""
+    import threading
     import time
     from concurrent.futures import ThreadPoolExecutor
 
@@ -164,12 +166,11 @@ def run_verify(req: VerifyRequest, cache: Path, *, progress=None) -> Evidence:
     t0 = time.monotonic()
     n = req.runs or max(r.default_runs for r in req.reproducers)
     rule = FixedRule(n) if req.fixed or cluster is not None else SequentialRule(n)
-    # beside everything else: the rule's exact error bounds (kept in the cache after the first run) and
-    # the evidence schema's validator, which the end of a run would otherwise wait for
-    background = ThreadPoolExecutor(max_workers=1)
-    bounds_f = background.submit(stored_error_bounds, rule, cache / "bounds")
-    background.submit(schema_validator)
-    background.shutdown(wait=False)
+    # the rule's exact error bounds: a closed form, milliseconds at any --runs (lucepatch.verify.bounds)
+    bounds = error_bounds(rule)
+    # beside the builds: the evidence schema's validator, which the end of a run would otherwise wait for
+    # (a daemon thread: nothing may hold the exit of an interrupted verify)
+    threading.Thread(target=schema_validator, name="lucepatch-schema", daemon=True).start()
     with ThreadPoolExecutor(max_workers=1) as probe:
         if cluster is not None:
             from lucepatch.k8s import incluster
@@ -229,7 +230,7 @@ def run_verify(req: VerifyRequest, cache: Path, *, progress=None) -> Evidence:
         records, spend = runs.records, runs.spend
     phases["runs_s"] = time.monotonic() - t1
     t2 = time.monotonic()
-    policy = RunPolicy.from_json({**rule.policy(), "bounds": bounds_f.result()})
+    policy = RunPolicy.from_json({**rule.policy(), "bounds": bounds})
     ev = build_evidence(req.target, req.reproducers, variants, records, drv, n, req.workspace.to_json(),
                         upstream_base, execution=ex, policy=policy, spend=spend, rule=rule,
                         not_applicable=declared)

@@ -268,7 +268,7 @@ def build_evidence(target: Target, repros: list[Reproducer], variants: list[Vari
 
     rule = rule or FixedRule(runs)
     if policy is None:
-        from lucepatch.verify.rules import error_bounds
+        from lucepatch.verify.bounds import error_bounds
 
         policy = ev.RunPolicy.from_json({**rule.policy(), "bounds": error_bounds(rule)})
     hint = proof_hint(rule)
@@ -295,6 +295,8 @@ def build_evidence(target: Target, repros: list[Reproducer], variants: list[Vari
                                              "stop_reason": f"fixed number of runs ({runs} per variant)",
                                              "mode": "fixed"}
             sv.runs_spent, sv.stop_reason, sv.mode = dict(acct["runs_spent"]), acct["stop_reason"], acct["mode"]
+            if acct.get("patched_rate"):
+                sv.extra["patched_rate"] = acct["patched_rate"]
             if hint and sv.verdict == NOT_PROVEN and sv.reason.startswith("baseline failures not significant"):
                 sv.reason += f"; {hint}"
             if s.fixed_upstream:
