@@ -13,13 +13,13 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import subprocess
 import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from lucepatch import children
 from lucepatch.builders import toolchain
 from lucepatch.files import sha256_file
 from lucepatch.errors import CheckFailed, ToolFailed
@@ -92,9 +92,13 @@ def build_cached(unit: Unit, cache_dir: Path, *, compiler: str | None = None) ->
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.{os.getpid()}-{threading.get_ident()}-",
                                 dir=final.parent))
     tmp.chmod(0o755)  # mkdtemp makes it private; outputs are shared with containers and other users
+    # the compiler's own temporary files (cc1's .s, collect2's) go here too, not to $TMPDIR: a build
+    # killed on Ctrl-C cannot remove them itself, the `finally` below does
+    cc_tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.cc-", dir=final.parent))
     try:
         for step in unit.steps:
-            run_compiler([a.replace("{out}", str(tmp)) for a in step], unit.what, user_error=unit.user_error)
+            run_compiler([a.replace("{out}", str(tmp)) for a in step], unit.what, user_error=unit.user_error,
+                         tmpdir=cc_tmp)
         for name, dest in unit.links.items():
             os.symlink(dest, tmp / name)
         missing = [o for o in unit.outputs if not (tmp / o).exists()]
@@ -107,14 +111,16 @@ def build_cached(unit: Unit, cache_dir: Path, *, compiler: str | None = None) ->
             if not all((final / o).exists() for o in unit.outputs):
                 raise
     finally:
+        shutil.rmtree(cc_tmp, ignore_errors=True)
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return final
 
 
-def run_compiler(cmd: list[str], what: str, *, user_error: bool = False) -> None:
+def run_compiler(cmd: list[str], what: str, *, user_error: bool = False, tmpdir: Path | None = None) -> None:
+    env = {**os.environ, "TMPDIR": str(tmpdir)} if tmpdir is not None else None
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True)
+        r = children.run(cmd, capture_output=True, text=True, env=env)
     except FileNotFoundError:
         raise ToolFailed(command=Path(cmd[0]).name, fix=CC_REMEDY, stderr=f"{cmd[0]} not found")
     if r.returncode != 0:

@@ -160,12 +160,14 @@ def main(argv=None) -> int:
         click.echo(f"lucepatch: error: {exc}", err=True)
         return exc.exit_code
     except (click.exceptions.Abort, KeyboardInterrupt):
+        signals.ignore_further()
         return _interrupted("interrupted", 130)
     except click.ClickException as exc:
         # click's own usage errors: one line, exit 2.
         click.echo(f"lucepatch: error: {exc.format_message()}", err=True)
         return EXIT_USAGE
     except signals.Terminated:
+        signals.ignore_further()
         return _interrupted("terminated", 143)
     except Exception as exc:  # environment (OSError, a hung tool) -> one line; anything else is a bug
         err = from_exception(exc)

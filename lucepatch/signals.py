@@ -1,7 +1,15 @@
 """The program's one signal policy (main() installs it; library callers keep their own).
 
-- SIGTERM raises `Terminated` in the main thread, so every `finally` (work areas, the checkout
-  transaction's rollback) runs exactly as for Ctrl-C's KeyboardInterrupt.
+- The first SIGINT/SIGTERM kills every child lucepatch started (lucepatch.children: builds, runs,
+  probes, in their own process groups) and raises KeyboardInterrupt / `Terminated` in the main
+  thread, so every `finally` (work areas, the checkout transaction's rollback) runs at once instead
+  of waiting for a child to finish; the exit is 130 / 143 within a second. A second one while that
+  unwinding runs is ignored (the cleanup it would interrupt is what the first one started; Python's
+  default would raise again inside it, or print a traceback from the interpreter's shutdown).
+- An inherited SIG_IGN for SIGINT is kept: a shell starts background jobs (`cmd &` without job
+  control) and `nohup` starts commands with SIGINT ignored precisely so that a terminal's Ctrl-C does
+  not stop them, and Python itself installs no KeyboardInterrupt there. A test that Ctrl-Cs a
+  lucepatch it started gives it SIGINT's default disposition (tests/sigint.py).
 - `held()` blocks SIGINT/SIGTERM for a few lines that must not be torn (a rollback, a commit
   point); a signal that arrives meanwhile is delivered when the block ends.
 - `completed(note)`: the command's irreversible work is done (e.g. the checkout switched). From
@@ -16,16 +24,24 @@ import contextlib
 import signal
 import threading
 
+from lucepatch import children
+
 SIGS = (signal.SIGINT, signal.SIGTERM)
 
-_state = {"installed": False, "note": None, "held_for_exit": False, "interrupt_note": None}
+_state = {"installed": False, "note": None, "held_for_exit": False, "interrupt_note": None, "stopping": None}
 
 
 class Terminated(BaseException):
     """SIGTERM, raised in the main thread so every `finally` still runs."""
 
 
-def _on_sigterm(signum, frame):
+def _on_signal(signum, frame):
+    if _state["stopping"] is not None:
+        return  # the first one's unwinding is under way (and bounded: its children are dead)
+    _state["stopping"] = signal.Signals(signum).name
+    children.kill_all()
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt()
     raise Terminated()
 
 
@@ -34,10 +50,27 @@ def _main_thread() -> bool:
 
 
 def install() -> None:
-    """Called once by main(): SIGTERM unwinds like Ctrl-C."""
+    """Called once by main(): SIGTERM unwinds like Ctrl-C, and both stop lucepatch's children first."""
+    children.reset()
     if _main_thread():
-        signal.signal(signal.SIGTERM, _on_sigterm)
-        _state.update(installed=True, note=None, held_for_exit=False, interrupt_note=None)
+        signal.signal(signal.SIGTERM, _on_signal)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not an inherited SIG_IGN
+            signal.signal(signal.SIGINT, _on_signal)
+        _state.update(installed=True, note=None, held_for_exit=False, interrupt_note=None, stopping=None)
+
+
+def ignore_further() -> None:
+    """The command was interrupted and is about to exit: later SIGINT/SIGTERM are ignored, not left to the
+    interpreter's shutdown (which restores the default handlers, so a second Ctrl-C would end the process
+    by the signal, not with 130)."""
+    if _main_thread() and _state["stopping"] is not None:  # a signal, not click's Abort at an EOF
+        for s in SIGS:
+            signal.signal(s, signal.SIG_IGN)
+
+
+def stopping() -> str | None:
+    """'SIGINT'/'SIGTERM' once one arrived (the command is unwinding), else None."""
+    return _state["stopping"]
 
 
 def _block(how) -> set | None:

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT, git, write
+from sigint import POPEN
 from test_hostile_corpus import tree_hash
 
 RO = {"GIT_OPTIONAL_LOCKS": "0"}
@@ -43,7 +44,7 @@ def start_apply(toy, pause_dir: Path, cache: Path, *extra) -> subprocess.Popen:
            "PYTHONPATH": str(REPO_ROOT)}
     return subprocess.Popen([sys.executable, "-m", "lucepatch", "--workspace", str(toy["ws"]), "apply", "toy",
                              "--source", str(toy["upstream"]), *extra],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, **POPEN)
 
 
 def wait_for(path: Path, proc: subprocess.Popen, timeout=30.0):

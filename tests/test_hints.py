@@ -18,6 +18,7 @@ import click
 import pytest
 
 from conftest import commit_all, git, write
+from sigint import POPEN
 from lucepatch.main import VERBS, cli as lucepatch_cli
 
 REPO = Path(__file__).resolve().parent.parent
@@ -141,11 +142,10 @@ def test_interrupted_build_leaves_no_staging_behind(toy, tmp_path, sig, code):
     t.write_text(t.read_text().replace(toy["base"], base) + "\n" + BUILD)
     cache = tmp_path / "cache"
     env = {**os.environ, "PYTHONPATH": str(REPO), "LUCEPATCH_CACHE": str(cache)}
-    # the child starts with SIGINT/SIGTERM unblocked whatever an earlier in-process test left in this
-    # process's signal mask (a blocked mask is inherited across fork and exec)
+    # the child starts with SIGINT/SIGTERM at their defaults and unblocked, whatever this process inherited
+    # (SIG_IGN under a background job) or an earlier in-process test left in its mask (tests/sigint.py)
     proc = subprocess.Popen([sys.executable, "-m", "lucepatch", "--workspace", str(ws), "build", "toy", "--source", str(up)],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM}))
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **POPEN)
     deadline = time.monotonic() + 120
     while not list((cache / "builds").glob("*.tmp-*/build")) and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.1)

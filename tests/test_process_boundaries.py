@@ -15,6 +15,7 @@ PKG = REPO_ROOT / "lucepatch"
 # module -> what it runs (the same list as README.md "Where processes start")
 PROCESS_HELPERS = {
     "lucepatch/git.py": "git",
+    "lucepatch/children.py": "the process groups that die with lucepatch (builds, compiles, runs, driver probes)",
     "lucepatch/compiling.py": "the C compiler (cached compiles)",
     "lucepatch/builders/driverless.py": "ldconfig -p, unshare (a link as a driver-less builder sees it)",
     "lucepatch/builders/native.py": "cmake (native builds)",

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, REPO_ROOT
+from sigint import POPEN
 from lucepatch.engine.transaction import snapshot
 from test_fault_injection import state as checkout_state
 
@@ -57,7 +58,7 @@ def lp(ws: Path, cache: Path, *args) -> subprocess.CompletedProcess:
 def start(ws: Path, cache: Path, pause: Path, *args) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "lucepatch", "--workspace", str(ws), "rebase", "carry",
                              *map(str, args)], env=env(cache, pause), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
+                            stderr=subprocess.PIPE, start_new_session=True, **POPEN)
 
 
 def wait_at(pause: Path, proc: subprocess.Popen, boundary, timeout=60.0) -> None:

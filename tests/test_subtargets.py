@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT, commit_all, git, init_repo, write
+from sigint import POPEN
 from test_fault_injection import _diff, relaxed_state
 
 BRANCH = "lucepatch/super/1.0.0"
@@ -161,7 +162,7 @@ def test_signal_across_two_sub_targets(sup, sig, where):
            "PYTHONPATH": str(REPO_ROOT)}
     proc = subprocess.Popen([sys.executable, "-m", "lucepatch", "--workspace", str(sup["ws"]), "apply", "super",
                              "--source", str(sup["top"])], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
+                            start_new_session=True, **POPEN)
     while True:  # release every pause point before `where`
         marks = [m for m in pause.iterdir() if not m.name.endswith(".tmp")] if pause.exists() else []
         hit = [m for m in marks if m.name == where]

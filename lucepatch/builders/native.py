@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from lucepatch import git, report
+from lucepatch import children, git, report
 from lucepatch.builders import toolchain
 from lucepatch.builders.reproducible import check_stamps, recipe_for
 from lucepatch.files import sha256_file
@@ -120,6 +120,10 @@ def build_variant(target: Target, source: Path, variant: str, cache: Path, *, jo
         staging = out.with_name(f"{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:12]}")
         bdir = staging / "build"
         bdir.mkdir(parents=True)
+        # the compilers' temporary files in the staging folder, which the `finally` removes even when a
+        # Ctrl-C killed them mid-file (they would be left in $TMPDIR)
+        (staging / "tmp").mkdir()
+        build_env = {**recipe.environ(), "TMPDIR": str(staging / "tmp")}
         try:
             log_path = staging / "build.log"
             with open(log_path, "w") as log:
@@ -127,7 +131,8 @@ def build_variant(target: Target, source: Path, variant: str, cache: Path, *, jo
                 for n, cmd in enumerate(steps):
                     log.write("$ " + " ".join(cmd) + "\n")
                     log.flush()
-                    rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=recipe.environ()).returncode
+                    # its own process group, killed whole on Ctrl-C (make's compilers too): lucepatch.children
+                    rc = children.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=build_env).returncode
                     if rc != 0:
                         kept = cache / "logs" / f"build-{target.name}-{variant}-{key}.log"
                         kept.parent.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from lucepatch import children
 from lucepatch.errors import EnvironmentMissing, UsageError
 from lucepatch.files import sha256_file
 from lucepatch.verify.fakecuda import FAKE_DEVICE_NAME_PREFIX, build_fakecuda
@@ -43,7 +44,7 @@ class DriverChoice:
 
 def real_gpu_available() -> tuple[bool, str]:
     try:
-        r = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=60)
+        r = children.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=60)
     except subprocess.TimeoutExpired:
         return False, "probe timed out"
     return r.returncode == 0, (r.stdout.strip() or r.stderr.strip())[:200]
@@ -136,8 +137,8 @@ class hold_driver:
 
         env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "CUDA_DEVICE_MEMORY_SHARED_CACHE")}
         try:
-            self.hold.proc = subprocess.Popen([sys.executable, "-c", _HOLD], stdin=subprocess.PIPE,
-                                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+            self.hold.proc = children.popen([sys.executable, "-c", _HOLD], stdin=subprocess.PIPE,
+                                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
         except OSError as exc:
             self.hold.why = f"no helper held the driver ({exc})"
         return self.hold
@@ -145,6 +146,11 @@ class hold_driver:
     def __exit__(self, *exc) -> None:
         p = self.hold.proc
         if p is None:
+            return
+        if exc[0] is not None:  # interrupted or failed: the helper goes at once, nothing to report
+            children.kill_group(p)
+            p.wait()
+            children.release(p)
             return
         try:
             p.stdin.close()
@@ -154,4 +160,6 @@ class hold_driver:
             p.kill()
             p.wait()
             out = "killed after the runs"
+        finally:
+            children.release(p)
         self.hold.why = out[:120]

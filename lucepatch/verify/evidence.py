@@ -31,6 +31,7 @@ from typing import Any
 
 from lucepatch import __version__
 from lucepatch.errors import UsageError
+from lucepatch.engine.faults import pause
 from lucepatch.files import write_atomic
 
 SCHEMA_VERSION = 2
@@ -341,6 +342,7 @@ def write_evidence(path: Path, ev: "Evidence | dict") -> None:
     if path.exists() and path.is_dir():
         raise UsageError(f"--evidence {path} is a directory; give a file name")
     path.parent.mkdir(parents=True, exist_ok=True)
+    pause("evidence-write")
     write_atomic(path, json.dumps(doc, indent=2, sort_keys=False) + "\n", mode=0o666)
 
 

@@ -26,7 +26,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from lucepatch import compiling
+from lucepatch import children, compiling
 from lucepatch.builders import toolchain
 from lucepatch.verify import backtrace, hami_log, proof
 from lucepatch.verify import workload as wl
@@ -211,26 +211,27 @@ def run_once(binary: Path | None, repro: Reproducer, scenario: Scenario, variant
     else:
         cmd, popen = argv, dict(start_new_session=True, preexec_fn=_no_core_dumps)
     try:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=scratch, **popen)
+        # registered, in its own process group: a Ctrl-C kills it at once (lucepatch.children)
+        proc = children.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=scratch, **popen)
     except OSError as exc:
         return RunRecord(variant=variant, scenario=scenario.name, index=index, outcome=INVALID, returncode=None,
                          signal=None, duration_s=0.0, reason=f"cannot start {argv[0]}: {exc.strerror or exc}")
     timed_out = False
     try:
-        out, err = proc.communicate(timeout=scenario.timeout_s or repro.timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
         try:
-            os.killpg(proc.pid, signal.SIGKILL)  # the whole group: HAMi's watcher threads/children too
-        except ProcessLookupError:
-            pass
-        out, err = proc.communicate()
-    duration = time.monotonic() - start
-    if not timed_out:
-        try:  # children the scenario forked and left behind die with the run
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+            out, err = proc.communicate(timeout=scenario.timeout_s or repro.timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            children.kill_group(proc)  # the whole group: HAMi's watcher threads/children too
+            out, err = proc.communicate()
+        duration = time.monotonic() - start
+        children.kill_group(proc)  # children the scenario forked and left behind die with the run
+    except BaseException:  # interrupted: the run dies with verify and is not tallied (nothing is)
+        children.kill_group(proc)
+        proc.communicate()
+        raise
+    finally:
+        children.release(proc)
     region.unlink(missing_ok=True)
     reporter_events = read_events_file(events)
     events.unlink(missing_ok=True)

@@ -12,6 +12,7 @@ from pathlib import Path
 from lucepatch import git
 from lucepatch.errors import EnvironmentMissing, UsageError
 from lucepatch.target import Target, load_target
+from lucepatch.engine.faults import pause
 from lucepatch.verify.driver import DriverChoice, choose_driver
 from lucepatch.verify.evidence import Evidence, RunPolicy, schema_validator
 from lucepatch.verify.reproducer import Reproducer, list_reproducers, load_reproducer
@@ -167,6 +168,7 @@ def run_verify(req: VerifyRequest, cache: Path, *, progress=None) -> Evidence:
     n = req.runs or max(r.default_runs for r in req.reproducers)
     rule = FixedRule(n) if req.fixed or cluster is not None else SequentialRule(n)
     # the rule's exact error bounds: a closed form, milliseconds at any --runs (lucepatch.verify.bounds)
+    pause("verify-bounds")
     bounds = error_bounds(rule)
     # beside the builds: the evidence schema's validator, which the end of a run would otherwise wait for
     # (a daemon thread: nothing may hold the exit of an interrupted verify)

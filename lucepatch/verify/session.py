@@ -178,14 +178,20 @@ def run_scenarios(repros: list[Reproducer], variants: list[Variant], rule: Rule,
         else:
             with ThreadPoolExecutor(max_workers=slots) as pool:
                 running: dict = {}
-                while True:
-                    for job in sched.next_jobs(slots - len(running)):
-                        running[pool.submit(one, job)] = job
-                    if not running:
-                        break
-                    finished, _ = wait(running, return_when=FIRST_COMPLETED)
-                    for f in finished:
-                        done(running.pop(f), f.result())
+                try:
+                    while True:
+                        for job in sched.next_jobs(slots - len(running)):
+                            running[pool.submit(one, job)] = job
+                        if not running:
+                            break
+                        finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                        for f in finished:
+                            done(running.pop(f), f.result())
+                except BaseException:
+                    # interrupted (the signal handler killed the runs in flight: lucepatch.children) or a
+                    # bug: start nothing more, and let the workers return before the scratch folder goes
+                    pool.shutdown(wait=True, cancel_futures=True)
+                    raise
         shown.close()
     ex.wall_s += time.monotonic() - start
     # a workload scenario skipped for an unmet requirement started no process
