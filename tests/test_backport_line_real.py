@@ -107,7 +107,7 @@ def test_plain_git_am_of_the_line_on_54b1305(tmp_path):
 @pytest.mark.skipif(not TOOLS, reason="no-tool: needs gcc, cmake and /usr/local/cuda/include/cuda.h")
 def test_every_reproducer_on_the_simulated_driver(cli):
     r = cli("--workspace", REPO_ROOT, "verify", "--all", "--target", "hami-core-v2.5", "--source", SRC,
-            "--driver", "fake", "--runs", "3", "--json")
+            "--driver", "fake", "--fixed", "--runs", "3", "--json")
     ev = r.json["evidence"]
     assert ev["target"] == "hami-core-v2.5" and ev["upstream"]["base"] == BASE and ev["simulated"] is True
     sc = {s["scenario"]: s for s in ev["scenarios"]}
@@ -156,7 +156,7 @@ def test_the_accounting_backport_makes_the_difference(tmp_path, cli):
 
     def failures(workspace):
         r = cli("--workspace", workspace, "verify", "--reproducer", "async-accounting", "--target", "hami-core-v2.5",
-                "--source", SRC, "--driver", "fake", "--runs", "3", "--json")
+                "--source", SRC, "--driver", "fake", "--fixed", "--runs", "3", "--json")
         sc = {s["scenario"]: s for s in r.json["evidence"]["scenarios"]}
         assert sc["async-accounting:control"]["verdict"] == "pass"
         return {n: (s["baseline"]["failures"], s["patched"]["failures"]) for n, s in sc.items() if not s["control"]}

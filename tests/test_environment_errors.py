@@ -159,7 +159,7 @@ def test_compiler_missing(tmp_path):
     e = {**os.environ, "PATH": str(bare), "PYTHONPATH": str(REPO_ROOT), "CC": "",
          "LUCEPATCH_CACHE": str(tmp_path / "c")}
     r = subprocess.run([sys.executable, "-m", "lucepatch", "--workspace", str(REPO_ROOT), "verify",
-                        "--reproducer", "async-sched", "--driver", "fake", "--runs", "1",
+                        "--reproducer", "async-sched", "--driver", "fake", "--fixed", "--runs", "1",
                         "--lib", "/bin/true", "--baseline-lib", "/bin/true"],
                        env=e, capture_output=True, text=True)
     assert r.returncode == 3, r.stderr

@@ -61,7 +61,7 @@ def test_skipped_scenarios_start_nothing_and_build_nothing(cli, tmp_path, monkey
     ws, cache = _workspace(tmp_path, {"ggml-client": CLIENT})
     lib = _fakehami(cache)
     res = cli("--workspace", ws, "--cache-dir", cache, "verify", "--reproducer", "ggml-client", "--lib", lib,
-              "--baseline-lib", lib, "--driver", "fake", "--runs", "1", "--json")
+              "--baseline-lib", lib, "--driver", "fake", "--fixed", "--runs", "1", "--json")
     assert res.out.strip(), res.err
     doc = res.json["evidence"]
     assert {s["scenario"]: s["verdict"] for s in doc["scenarios"]} == {f"ggml-client:{s}": "skipped" for s in SCENARIOS}
@@ -140,7 +140,7 @@ def test_a_workload_build_is_compiled_once_and_run_under_the_preload(cli, tmp_pa
     monkeypatch.setenv("LP_STUB_DIR", str(stub))
     monkeypatch.setenv("LP_TEST_FLAG", "42")
     args = ["--workspace", ws, "--cache-dir", cache, "verify", "--reproducer", "built", "--lib", lib,
-            "--baseline-lib", lib, "--driver", "fake", "--runs", "1", "--json"]
+            "--baseline-lib", lib, "--driver", "fake", "--fixed", "--runs", "1", "--json"]
     doc = cli(*args).json["evidence"]
     runs = doc["runs"]
     assert runs and all(r["outcome"] == "pass" for r in runs), runs
@@ -164,7 +164,7 @@ def test_a_workload_build_that_does_not_compile_is_one_line(cli, tmp_path, monke
     (d / "built.c").write_text("int main(void) { return nope; }\n")
     lib = _fakehami(cache)
     res = cli("--workspace", ws, "--cache-dir", cache, "verify", "--reproducer", "built", "--lib", lib,
-              "--baseline-lib", lib, "--driver", "fake", "--runs", "1")
+              "--baseline-lib", lib, "--driver", "fake", "--fixed", "--runs", "1")
     assert res.code == 1 and "does not compile" in res.err and "nope" in res.err
 
 

@@ -101,7 +101,7 @@ def test_forward_result_on_the_simulated_driver(carry):
     in add_chunk_async (the resolved patch fixes it) and no longer in what was skipped."""
     forward_flow(carry)
     r = carry["cli"]("--workspace", carry["ws"], "verify", "--reproducer", "carry", "--source", carry["up"],
-                     "--driver", "fake", "--runs", "3", "--json")
+                     "--driver", "fake", "--fixed", "--runs", "3", "--json")
     assert r.code in (0, 1), r.err
     ev = r.json["evidence"]
     sc = {s["scenario"]: s for s in ev["scenarios"]}

@@ -170,7 +170,7 @@ def test_not_applicable_is_reported_never_run_never_a_pass(upstream, tmp_path, c
                                              '"this base counts nothing against the limit"\n\n[build]', 1))
     assert cli("--workspace", ws, "lint", "carry").code == 0
     r = cli("--workspace", ws, "verify", "--all", "--target", "carry", "--source", repo, "--driver", "fake",
-            "--runs", "2", "--json")
+            "--fixed", "--runs", "2", "--json")
     ev = r.json["evidence"]
     sc = {s["scenario"]: s for s in ev["scenarios"]}
     na = sc["carry:cumulative-limit"]

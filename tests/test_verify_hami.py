@@ -139,7 +139,7 @@ def test_torch_free_workload_proven_and_torch_workload_skipped(cli, cache):
     assert all(r["outcome"] == "crash" or "released with the frees" in r["reason"] for r in free), free
     assert all(r["load_proof"]["hami_initialized"] for r in doc["runs"])
 
-    res, doc = _verify(cli, cache, "--reproducer", "torch-clients", "--runs", "2")
+    res, doc = _verify(cli, cache, "--reproducer", "torch-clients", "--fixed", "--runs", "2")
     assert res.code == 1 and doc["verdict"] == "not-proven"  # nothing checked ran: nothing proven
     s = {x["scenario"]: x for x in doc["scenarios"]}
     assert s["torch-clients:driver"]["verdict"] == "pass" and doc["driver"]["kind"] == "fake"

@@ -118,7 +118,7 @@ def test_verify_table_is_readable_at_the_terminal_width(cli, fh, monkeypatch, tm
     monkeypatch.setenv("COLUMNS", str(columns))
     ev = tmp_path / "ev.json"
     res = cli("--workspace", ws, "--cache-dir", fh["cache"], "verify", "--source", fh["upstream"], "--driver", "fake",
-              "--reproducer", "async-sched", "--runs", "3", "--evidence", ev)
+              "--reproducer", "async-sched", "--fixed", "--runs", "3", "--evidence", ev)
     assert res.code in (0, 1), res.err
     doc = load_evidence(ev)
     lines = res.out.splitlines()
@@ -131,7 +131,7 @@ def test_verify_table_is_readable_at_the_terminal_width(cli, fh, monkeypatch, tm
         assert row[0].rstrip().endswith(short_reason(s)), row[0]
     assert f"lucepatch: verdict: {doc.verdict}" in res.err  # progress on stderr
     wide = cli("--workspace", ws, "--cache-dir", fh["cache"], "verify", "--source", fh["upstream"], "--driver", "fake",
-               "--reproducer", "async-sched", "--runs", "3", "--wide", "--evidence", ev)
+               "--reproducer", "async-sched", "--fixed", "--runs", "3", "--wide", "--evidence", ev)
     flat = " ".join(wide.out.split())
     assert all(" ".join(s.reason.split()) in flat for s in load_evidence(ev).scenarios)
 
@@ -236,7 +236,7 @@ def libs(fh, tmp_path_factory):
                                                   "cannot be preloaded"), ("quiet", "load marker")])
 def test_lib_that_does_not_prove_itself_is_invalid(cli, fh, libs, which, why):
     res = cli("--workspace", libs["ws"], "--cache-dir", fh["cache"], "verify", "--reproducer", "async-sched",
-              "--driver", "fake", "--runs", "2", "--scenario", "ctxless-async-alloc", "--json",
+              "--driver", "fake", "--fixed", "--runs", "2", "--scenario", "ctxless-async-alloc", "--json",
               "--baseline-lib", libs["good"], "--lib", libs[which])
     assert res.code == 1
     doc = res.json["evidence"]
@@ -293,7 +293,7 @@ def test_lib_that_is_not_elf_is_a_usage_error(cli, fh, libs, tmp_path):
 
 def test_hanging_scenario_times_out_and_its_process_group_dies(cli, fh):
     ws = make_ws(fh, "ws-hang", _series(""), ["harness"])
-    res, doc = verify(cli, fh, ws, "--reproducer", "harness", "--runs", "1", "--scenario", "hang")
+    res, doc = verify(cli, fh, ws, "--reproducer", "harness", "--fixed", "--runs", "1", "--scenario", "hang")
     assert res.code == 1
     hang = [r for r in doc["runs"] if r["scenario"] == "harness:hang"]
     assert len(hang) == 2 and all(r["outcome"] == "timeout" for r in hang)
@@ -331,7 +331,7 @@ def test_multi_device_on_one_device_is_skipped_and_says_so(cli, fh):
         return text.replace('LUCEPATCH_FAKECUDA_DEVICES = "2"', 'LUCEPATCH_FAKECUDA_DEVICES = "1"')
 
     ws = make_ws(fh, "ws-skip", _series(""), ["multi-device"], toml_edit=one_device)
-    res, doc = verify(cli, fh, ws, "--reproducer", "multi-device", "--runs", "2")
+    res, doc = verify(cli, fh, ws, "--reproducer", "multi-device", "--fixed", "--runs", "2")
     assert res.code == 1
     assert all(s["verdict"] == "skipped" for s in doc["scenarios"])
     assert {s["scenario"] for s in doc["skipped"]} == {"multi-device:control", "multi-device:stream-device",
@@ -429,14 +429,18 @@ def test_a_patched_failure_settles_the_scenario(cli, fh, tmp_path):
 
 
 def test_runs_below_what_a_proof_needs_says_how_many(cli, fh):
+    """The sequential rule spends runs towards a verdict: a --runs that can never prove is refused before
+    anything is built (issue 29), with the runs a proof needs; --fixed still measures that many runs."""
     ws = make_ws(fh, "ws-runs3", _series(""), ["async-sched"])
     res, doc = verify(cli, fh, ws, "--reproducer", "async-sched", "--runs", "3", "--scenario", "ctxless-sync-alloc")
+    assert res.code == 2 and doc is None and len(res.err.strip().splitlines()) == 1, res.err
+    assert "smallest possible p is 0.05" in res.err and "proven needs --runs 5 or more" in res.err
+    assert "--fixed --runs 3" in res.err and "building" not in res.err
+    res, doc = verify(cli, fh, ws, "--reproducer", "async-sched", "--fixed", "--runs", "3", "--scenario", "ctxless-sync-alloc")
     assert res.code == 1 and doc["verdict"] == "not-proven"
     s = by_name(doc)["ctxless-sync-alloc"]
     assert s["baseline"]["failures"] == 3 and s["patched"]["failures"] == 0
-    assert "smallest possible p is 0.05" in s["reason"] and "proven needs --runs 5 or more" in s["reason"]
-    res, doc = verify(cli, fh, ws, "--reproducer", "async-sched", "--fixed", "--runs", "3", "--scenario", "ctxless-sync-alloc")
-    assert "with --fixed --runs 3" in by_name(doc)["ctxless-sync-alloc"]["reason"]
+    assert "with --fixed --runs 3" in s["reason"] and "smallest possible p is 0.05" in s["reason"]
 
 
 def test_a_failing_control_stops_the_reproducer_under_the_sequential_rule(cli, fh):

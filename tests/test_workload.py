@@ -45,7 +45,7 @@ def env(tmp_path_factory):
 
 def _verify(cli, env, reproducer, *scenarios, runs=1):
     args = ["--workspace", env["ws"], "--cache-dir", env["cache"], "verify", "--reproducer", reproducer,
-            "--lib", env["lib"], "--baseline-lib", env["lib"], "--driver", "fake", "--runs", runs, "--json"]
+            "--lib", env["lib"], "--baseline-lib", env["lib"], "--driver", "fake", "--fixed", "--runs", runs, "--json"]
     for s in scenarios:
         args += ["--scenario", s]
     res = cli(*args)
@@ -68,7 +68,7 @@ def lifecycle(env, request):
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
         main(["--workspace", str(env["ws"]), "--cache-dir", str(env["cache"]), "verify", "--reproducer",
               "lifecycle", "--lib", str(env["lib"]), "--baseline-lib", str(env["lib"]), "--driver", "fake",
-              "--runs", "1", "--json"])
+              "--fixed", "--runs", "1", "--json"])
     return json.loads(out.getvalue())["evidence"]
 
 
@@ -175,7 +175,7 @@ def test_a_preload_that_does_not_load_is_invalid(cli, env, tmp_path):
     shutil.copy("/bin/true", bad)  # an ELF that ld.so refuses to preload (not a shared object)
     args = ["--workspace", env["ws"], "--cache-dir", env["cache"], "verify", "--reproducer", "lifecycle",
             "--scenario", "crash-after-init", "--lib", bad, "--baseline-lib", bad, "--driver", "fake",
-            "--runs", "1", "--json"]
+            "--fixed", "--runs", "1", "--json"]
     res = cli(*args)
     doc = res.json["evidence"]
     assert res.code == 1 and doc["verdict"] == "invalid"

@@ -287,7 +287,7 @@ print(f'main job x{sys.argv[3]}: {float(sys.argv[2]) - float(sys.argv[1]):.2f} s
     torch-smoke)
       # one run of every torch scenario, pin vs series: does the workload run on this torch at all?
       # (~1 min; evidence for the reader, not for the README)
-      lp verify --reproducer torch-clients --source $SRC --driver $DRIVER --runs 1 --jobs $JOBS \
+      lp verify --reproducer torch-clients --source $SRC --driver $DRIVER --fixed --runs 1 --jobs $JOBS \
         --evidence "$OUT/torch-clients-smoke.$TAG.json" 2>&1 | tee "$OUT/verify-torch-smoke.log" ;;
     torch-nccl-refs)
       # ref-vs-ref: e3c3477 (before 72b24fd) vs the pin, NCCL init + all_reduce with three allocators

@@ -99,9 +99,9 @@ def command(ctx, reproducer_names, run_all, scenarios, target_name, source, driv
                                  save_logs=Path(save_logs) if save_logs else None)
     src = require_source(source, t.name, family=t.family) if not lib else None
     req = VerifyRequest(workspace=ws, target=t, reproducers=repros, source=src, driver=driver, runs=runs, fixed=fixed,
-                        scenarios=list(scenarios), lib=Path(lib) if lib else None,
-                        baseline_lib=Path(baseline_lib) if baseline_lib else None, baseline_ref=baseline_ref,
-                        patched_ref=patched_ref, jobs=jobs, cluster=cluster)
+                        scenarios=list(scenarios), lib=Path(lib) if lib else None, baseline_ref=baseline_ref,
+                        baseline_lib=Path(baseline_lib) if baseline_lib else None, patched_ref=patched_ref,
+                        jobs=jobs, cluster=cluster, evidence=Path(evidence_path) if evidence_path else None)
     node_doc, notes = None, []
     if node_report:
         node_doc, notes = node_section(load_node_report(node_report), baseline_lib=req.baseline_lib, lib=req.lib,

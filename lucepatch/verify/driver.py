@@ -66,6 +66,24 @@ def driver_identity(requested: str, cache: Path) -> dict:
     return ident
 
 
+_LOADABLE = "import ctypes, sys\ntry:\n    ctypes.CDLL('libcuda.so.1')\nexcept OSError as e:\n    print(e); sys.exit(1)\n"
+
+
+def require_driver(requested: str) -> None:
+    """--driver real where no libcuda.so.1 loads: refused before anything is built (tens of ms: a dlopen
+    in a child, no cuInit). The full probe (cuInit, a device) still runs beside the builds: a GPU's
+    initialisation is what takes time, and a machine without one refuses here."""
+    if requested != "real":
+        return
+    try:
+        r = children.run([sys.executable, "-c", _LOADABLE], capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        return  # a hung loader is the full probe's to report
+    if r.returncode != 0:
+        why = (r.stdout.strip() or r.stderr.strip() or "libcuda.so.1 does not load")[:200]
+        raise EnvironmentMissing(f"--driver real: no NVIDIA driver here ({why}); use --driver fake or run on a GPU machine")
+
+
 def choose_driver(requested: str, cache: Path) -> DriverChoice:
     if requested not in ("auto", "real", "fake"):
         raise UsageError(f"--driver {requested!r}: use auto, real or fake")

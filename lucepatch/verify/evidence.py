@@ -346,6 +346,32 @@ def write_evidence(path: Path, ev: "Evidence | dict") -> None:
     write_atomic(path, json.dumps(doc, indent=2, sort_keys=False) + "\n", mode=0o666)
 
 
+def check_destination(path: str | Path, option: str = "--evidence") -> None:
+    """Can the evidence be written there? Asked before anything is built or run, so that an unusable path
+    costs a second, not a verification: not a folder, its folder exists, and a file can be created in it
+    (tried: permissions, a read-only file system or a full disk say so only when writing)."""
+    import tempfile
+
+    from lucepatch.errors import EnvironmentMissing, environment_oserror
+
+    p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"{option} {p} is a directory; give a file name")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        what = "is not a folder" if parent.exists() else "does not exist"
+        raise UsageError(f"{option} {p}: the folder {parent} {what}; create it or give another path")
+    try:
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=f".{p.name}.")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        # permissions, a read-only file system, a full disk: the machine's (exit 3); anything else: the path's
+        cls = EnvironmentMissing if environment_oserror(exc) is not None else UsageError
+        raise cls(f"{option} {p}: cannot create a file in {parent} ({exc.strerror or exc}); make it writable by you "
+                  "or give another path")
+
+
 def read_evidence_json(path: Path) -> dict:
     """The evidence file as a schema 2 dict (upgraded from 1 when needed), validated."""
     try:

@@ -13,11 +13,11 @@ from lucepatch import git
 from lucepatch.errors import EnvironmentMissing, UsageError
 from lucepatch.target import Target, load_target
 from lucepatch.engine.faults import pause
-from lucepatch.verify.driver import DriverChoice, choose_driver
-from lucepatch.verify.evidence import Evidence, RunPolicy, schema_validator
+from lucepatch.verify.driver import DriverChoice, choose_driver, require_driver
+from lucepatch.verify.evidence import Evidence, RunPolicy, check_destination, schema_validator
 from lucepatch.verify.reproducer import Reproducer, list_reproducers, load_reproducer
 from lucepatch.verify.bounds import error_bounds
-from lucepatch.verify.rules import FixedRule, SequentialRule
+from lucepatch.verify.rules import FixedRule, SequentialRule, proof_hint
 from lucepatch.verify.verdict import split_not_applicable
 from lucepatch.verify.session import (Execution, Variant, build_evidence, check_scenarios, plan_execution,
                                       run_scenarios, variant_from_file)
@@ -53,6 +53,7 @@ class VerifyRequest:
     patched_ref: str | None = None
     jobs: int | None = None
     cluster: ClusterOptions | None = None
+    evidence: Path | None = None  # where the caller will write the evidence: checked before anything runs
 
     @property
     def artifact(self) -> str:
@@ -99,12 +100,13 @@ class VariantSpec:
 
 def build_variants(target: Target, source: Path, cache: Path, artifact: str, *,
                    baseline_ref: str | None = None, patched_ref: str | None = None,
-                   specs: list[VariantSpec] | None = None) -> list[Variant]:
+                   specs: list[VariantSpec] | None = None, between=None) -> list[Variant]:
     """The baseline (pinned base + Build-Only patches) and patched (whole series) builds — or, in
     ref-vs-ref mode, upstream at each ref plus Build-Only — each giving the reproducer's declared
     artifact. The one place variants are built (verify, ci, the API, retire's add-one and
     leave-one-out builds through `specs`, the coverage map). Every build is logged under its own
-    name: in ref-vs-ref mode "baseline (REF)" and "patched (REF)"."""
+    name: in ref-vs-ref mode "baseline (REF)" and "patched (REF)". `between`: called after each build
+    (verify refuses there as soon as the driver probe beside the builds has failed)."""
     from lucepatch.builders.native import build_variant
 
     if specs is not None:
@@ -124,6 +126,8 @@ def build_variants(target: Target, source: Path, cache: Path, artifact: str, *,
         return out
     out = []
     for name in ("baseline", "patched"):
+        if between is not None and out:
+            between()
         ref = baseline_ref if name == "baseline" else patched_ref
         if ref:  # named by its flag in an error, not as the target's base commit
             git.resolve_commit(source, ref, what=f"--{name}-ref", upstream=target.upstream)
@@ -138,7 +142,14 @@ def build_variants(target: Target, source: Path, cache: Path, artifact: str, *,
     return out
 
 
+def rule_for(req: VerifyRequest):
+    """The rule the runs are spent under: fixed with --fixed and in a cluster, else sequential."""
+    n = req.runs or max(r.default_runs for r in req.reproducers)
+    return FixedRule(n) if req.fixed or req.cluster is not None else SequentialRule(n)
+
+
 def check_request(req: VerifyRequest) -> None:
+    """Everything a verify can refuse from its request alone, before anything is built or run."""
     if bool(req.lib) != bool(req.baseline_lib):
         raise UsageError("--lib and --baseline-lib go together")
     if bool(req.baseline_ref) != bool(req.patched_ref):
@@ -146,6 +157,17 @@ def check_request(req: VerifyRequest) -> None:
     if req.lib and req.baseline_ref:
         raise UsageError("--lib/--baseline-lib and --baseline-ref/--patched-ref exclude each other")
     check_scenarios(req.reproducers, req.scenarios)
+    rule = rule_for(req)
+    if rule.name == "sequential" and rule.max_runs < rule.min_runs_for_proof():
+        # the sequential rule spends runs only towards a verdict: runs that can never prove are refused up
+        # front (--fixed measures any number of runs, with the same hint in its verdicts)
+        given = "" if req.runs else f"the reproducers' default_runs is {rule.max_runs}: "
+        raise UsageError(f"{given}{proof_hint(rule)}; or pass --fixed --runs {rule.max_runs} to measure "
+                         f"{rule.max_runs} run(s) per variant without a possible proof")
+    if req.cluster is None:
+        require_driver(req.driver)
+    if req.evidence is not None:
+        check_destination(req.evidence)
 
 
 def run_verify(req: VerifyRequest, cache: Path, *, progress=None) -> Evidence:
@@ -165,8 +187,8 @@ def run_verify(req: VerifyRequest, cache: Path, *, progress=None) -> Evidence:
     cluster = req.cluster
     phases: dict[str, float] = {}
     t0 = time.monotonic()
-    n = req.runs or max(r.default_runs for r in req.reproducers)
-    rule = FixedRule(n) if req.fixed or cluster is not None else SequentialRule(n)
+    rule = rule_for(req)
+    n = rule.max_runs
     # the rule's exact error bounds: a closed form, milliseconds at any --runs (lucepatch.verify.bounds)
     pause("verify-bounds")
     bounds = error_bounds(rule)
@@ -193,7 +215,8 @@ def run_verify(req: VerifyRequest, cache: Path, *, progress=None) -> Evidence:
                 raise EnvironmentMissing(f"no upstream checkout for {req.target.name}: pass --source PATH")
             git.open_repo(req.source)
             variants = build_variants(req.target, req.source, cache, req.artifact,
-                                      baseline_ref=req.baseline_ref, patched_ref=req.patched_ref)
+                                      baseline_ref=req.baseline_ref, patched_ref=req.patched_ref,
+                                      between=lambda: _probe_failed(drv_f))
             upstream_base = variants[0].provenance.get("base")
         phases["build_s"] = time.monotonic() - t0
         if drv_f is not None:
@@ -242,6 +265,12 @@ def run_verify(req: VerifyRequest, cache: Path, *, progress=None) -> Evidence:
     ex.phases = phases
     ev.execution["phases"] = {k: round(v, 3) for k, v in phases.items()}
     return ev
+
+
+def _probe_failed(drv_f) -> None:
+    """Raise the driver probe's refusal (--driver real, no usable GPU) once it is known."""
+    if drv_f is not None and drv_f.done() and drv_f.exception() is not None:
+        drv_f.result()
 
 
 def attach_fingerprints(ev: Evidence, records) -> None:
