@@ -4,7 +4,7 @@
 #   bash tools/gpu_session.sh <step...>
 #   steps: env traces async-sched all all-a all-b all-serial vmm-refs overhead bench-verify multi-device
 #          pool-alloc run-cost main-job main-job-jobs lucebox-build lucebox-full lucebox-f6 lucebox-f6-probe ggml-build ggml-client ggml-diag
-#          i28-main i28-v25 i28-traces i28-2gpu i28-ggml
+#          i28-main i28-v25 i28-traces i28-2gpu i28-ggml pr188-bundle (local) pr188-all
 #          fork-lib
 #   plan (issue 4): smoke = `env async-sched`; full = `all vmm-refs overhead bench-verify traces`;
 #   reserve = `all-serial` (if parallel runs misbehave on the GPU); 2-GPU machine: `multi-device`.
@@ -36,6 +36,10 @@
 #   (2025-07, beclab/HAMi v2.5.4, carried git-ignored as .upstream/beclab-v2.5.4-libvgpu.so; FORK_LIB overrides)
 #   is the node's baseline and the v2.5 line's build the candidate, on the real driver: `doctor --lib` on it,
 #   the host's glibc, and `verify --baseline-lib <fork> --lib <line build>` with its evidence and page.
+#   issue 29 (1 GPU, one call, < 8 min): first, where PR #188 is, `pr188-bundle` (writes
+#   .upstream/pr188-on-e3c3477.bundle); then on the GPU `env pr188-all main-job bench-verify`, carrying
+#   .whl, .upstream/hami-core and .upstream/pr188-on-e3c3477.bundle (pr188-all ~15 s of builds + ~3-4 min
+#   of runs, goal <= 240 s; main-job ~35 s cold; bench-verify ~1.5 min warm: fixed 20 vs sequential).
 # verify runs in parallel (private mount namespace + tmpfs /tmp/vgpulock per run) when root and
 # unshare(1) works, serially otherwise; the evidence's execution.mode says which.
 # Everything it writes goes under $OUT (or ./gpu-out when OUT is unset).
@@ -162,6 +166,36 @@ for step in "$@"; do
         nproc; } 2>&1 | tee "$OUT/run-cost-env.txt"
       python3 bench/run_cost.py --source $SRC --driver $DRIVER --serial 5 --count 32 --jobs 16 \
         --json "$OUT/run-cost.$TAG.json" 2>&1 | tee "$OUT/run-cost.log" ;;
+    pr188-bundle)
+      # issue 29, run where PR #188's commits are (not on the GPU machine): PR #188's two commits
+      # cherry-picked onto e3c3477 in a private clone (the committer fixed, as tests/test_rebase_real_moves.py
+      # does, so the commits are the same everywhere), saved as .upstream/pr188-on-e3c3477.bundle (git-ignored,
+      # a few KB; its prerequisite e3c3477 is in every HAMi-core clone) for `pr188-all` to fetch
+      PRH=${PR188_HEAD:-69ed0029b2ebfe2238ab6ab4b62c723a9e536320}; B=$PWD/.upstream/pr188-on-e3c3477.bundle; C=/tmp/lp-pr188-pick
+      git -C $SRC cat-file -e "$PRH^{commit}" 2>/dev/null || { echo "pr188-bundle: $SRC lacks PR #188's head $PRH; fetch it:" \
+        "git -C $SRC fetch <HAMi-core remote or bundle> +refs/pull/188/head:refs/pull/188/head" >&2; exit 3; }
+      rm -rf $C && git clone -q --shared --no-checkout $SRC $C && git -C $C checkout -q -b pr188-on-e3c3477 e3c3477 &&
+      GIT_COMMITTER_NAME=lucepatch GIT_COMMITTER_EMAIL=lucepatch@localhost GIT_COMMITTER_DATE=2026-01-01T00:00:00Z \
+        GIT_CONFIG_GLOBAL=/dev/null git -C $C cherry-pick $(git -C $C rev-list --reverse --no-merges e3c3477..$PRH) >/dev/null &&
+      git -C $C bundle create -q $B e3c3477..pr188-on-e3c3477 && git -C $C log --oneline e3c3477..pr188-on-e3c3477 &&
+      echo "wrote $B ($(git -C $C rev-parse pr188-on-e3c3477)); carry it with .upstream/hami-core"; rm -rf $C ;;
+    pr188-all)
+      # issue 29: every reproducer, ref-vs-ref, on a candidate PR — upstream PR #188 on e3c3477 against
+      # e3c3477 — at x6 on one GPU, as a reviewer waits on it (sequential rule, settled scenarios stop).
+      # Goal <= 240 s with the 50 verdicts of the run before settling (474 s, 960 processes on one H200).
+      # Needs .upstream/pr188-on-e3c3477.bundle (step pr188-bundle); fetched into a private clone of $SRC
+      # (objects borrowed), so $SRC is not written. Two cold HAMi-core builds (~15 s) + the runs.
+      B=.upstream/pr188-on-e3c3477.bundle; C=/tmp/lp-hc-pr188; mkdir -p "$OUT/commit"
+      [ -f $B ] || { echo "pr188-all: no $B; run \`bash tools/gpu_session.sh pr188-bundle\` where PR #188 is" >&2; exit 3; }
+      rm -rf $C && git clone -q --shared --no-checkout $SRC $C &&
+      git -C $C fetch -q "$PWD/$B" +refs/heads/pr188-on-e3c3477:refs/heads/pr188-on-e3c3477 || exit 3
+      s0=$(now)
+      lp verify --all --target hami-core --source $C --baseline-ref e3c3477 --patched-ref pr188-on-e3c3477 \
+        --driver $DRIVER --jobs ${PR188_JOBS:-6} --evidence "$OUT/commit/hami-core-pr188-all.$TAG.json" 2>&1 \
+        | tee "$OUT/verify-pr188-all.log"
+      python3 -c "import sys; print(f'pr188-all wall: {float(sys.argv[2]) - float(sys.argv[1]):.2f} s')" "$s0" "$(now)" \
+        | tee -a "$OUT/verify-pr188-all.log"
+      cp "$OUT/verify-pr188-all.log" "$OUT/commit/hami-core-pr188-all.$TAG.log" ;;
     main-job)
       # the main job as a user runs it (sequential rule, default --runs 20 as the maximum), timed
       s0=$(now)
