@@ -3,7 +3,8 @@
 A real verify of the fakehami fixture on the simulated driver, run as a subprocess, gets SIGINT (or
 SIGTERM) at random points — during the cold build (cmake and its compilers running), during the runs
 (up to 6 reproducer processes in flight, each in a process group of its own), at the error bounds, at
-the evidence write (lucepatch.engine.faults pause points) — and twice in a row. Every time: exit 130
+the evidence write (lucepatch.engine.faults pause points mark where each phase starts) — and twice in
+a row. Every time: exit 130
 (143), "lucepatch: interrupted" and no traceback on stderr, the process gone within a second of the
 signal (times the machine's current stretch, tests/pace.py), no process it started still alive (found by a token in their environment), and no work area
 left: build staging folders, private clones, the runs' scratch folder, a half-written evidence file.
@@ -67,16 +68,14 @@ class Verify:
         self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **POPEN)
         self.err = b""
 
-    def wait_for(self, marker: str | None = None, *, line: str | None = None, timeout: float = 120.0) -> None:
-        """Until pause point `marker` is reached (every other one is let through) or stderr shows `line`."""
+    def wait_for(self, marker: str, timeout: float = 120.0) -> None:
+        """Until pause point `marker` is reached (every other one is let through on the way)."""
         t0 = time.monotonic()
         os.set_blocking(self.proc.stderr.fileno(), False)
         while True:
-            chunk = self.proc.stderr.read()
+            chunk = self.proc.stderr.read()  # drained as it goes: a full pipe would stall verify
             if chunk:
                 self.err += chunk
-            if line is not None and line.encode() in self.err:
-                return
             for m in self.pause.iterdir():
                 if m.name.endswith(".tmp"):
                     continue
@@ -84,10 +83,23 @@ class Verify:
                     return
                 m.unlink(missing_ok=True)
             if self.proc.poll() is not None:
-                raise AssertionError(f"verify ended ({self.proc.returncode}) before {marker or line}: {self.err.decode()}")
+                raise AssertionError(f"verify ended ({self.proc.returncode}) before {marker}: {self.err.decode()}")
             if time.monotonic() - t0 > timeout:
-                raise AssertionError(f"no {marker or line} within {timeout} s: {self.err.decode()[-2000:]}")
+                raise AssertionError(f"no {marker} within {timeout} s: {self.err.decode()[-2000:]}")
             time.sleep(0.005)
+
+    def release(self) -> None:
+        """Let the run go on through every pause point from now on (a background thread removes the markers)."""
+        import threading
+
+        def sweep():
+            while self.proc.poll() is None:
+                for m in self.pause.iterdir():
+                    if not m.name.endswith(".tmp"):
+                        m.unlink(missing_ok=True)
+                time.sleep(0.005)
+
+        threading.Thread(target=sweep, daemon=True).start()
 
     def signal(self, sig=signal.SIGINT, count: int = 1, gap: float = 0.05) -> float:
         """Send `sig` `count` times; the seconds from the first one until the process is gone."""
@@ -137,7 +149,8 @@ def test_ctrl_c_during_the_runs(fh, warm, tmp_path, seed):
     """At a random moment after the runs started (seeded: the failing delay is in the test id)."""
     ws, cache = warm
     v = Verify(fh, ws, tmp_path, cache)
-    v.wait_for(line="scenario(s) x 2 variant(s)")
+    v.wait_for("verify-runs")
+    v.release()
     time.sleep(random.Random(seed).uniform(0.05, 1.5))
     v.check_stopped(v.signal())
 
@@ -145,7 +158,8 @@ def test_ctrl_c_during_the_runs(fh, warm, tmp_path, seed):
 def test_a_second_ctrl_c_while_it_stops(fh, warm, tmp_path):
     ws, cache = warm
     v = Verify(fh, ws, tmp_path, cache)
-    v.wait_for(line="scenario(s) x 2 variant(s)")
+    v.wait_for("verify-runs")
+    v.release()
     time.sleep(0.4)
     v.check_stopped(v.signal(count=3, gap=0.03))
 
@@ -153,7 +167,8 @@ def test_a_second_ctrl_c_while_it_stops(fh, warm, tmp_path):
 def test_sigterm_during_the_runs(fh, warm, tmp_path):
     ws, cache = warm
     v = Verify(fh, ws, tmp_path, cache)
-    v.wait_for(line="scenario(s) x 2 variant(s)")
+    v.wait_for("verify-runs")
+    v.release()
     time.sleep(0.3)
     v.check_stopped(v.signal(signal.SIGTERM), code=143, what="terminated")
 
@@ -173,7 +188,8 @@ def test_ctrl_c_during_a_cold_build(fh, tmp_path, seed):
     ws = make_ws(fh, f"ws-interrupt-cold-{seed}", _series(""), ["async-sched"])
     cache = tmp_path / "cache"
     v = Verify(fh, ws, tmp_path, cache)
-    v.wait_for(line="building fakehami")
+    v.wait_for("build-steps")
+    v.release()
     time.sleep(random.Random(seed).uniform(0.05, 0.8))
     v.check_stopped(v.signal())
     shutil.rmtree(cache, ignore_errors=True)

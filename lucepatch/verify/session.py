@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucepatch import elf, report
+from lucepatch.engine.faults import pause
 from lucepatch.files import sha256_file
 from lucepatch.errors import UsageError
 from lucepatch.target import Target
@@ -149,6 +150,7 @@ def run_scenarios(repros: list[Reproducer], variants: list[Variant], rule: Rule,
     report.progress(f"{len(selected)} scenario(s) of {len(repros)} reproducer(s), {how} per variant, "
                     + (f"{ex.jobs} jobs" if ex.mode == "parallel" else "serial"))
     records: list[RunRecord] = []
+    pause("verify-runs")  # test-only (lucepatch.engine.faults): the runs are about to start
     start = time.monotonic()
     # the progress bar (a terminal) is stopped however the loop ends: Ctrl-C leaves the terminal as it was
     with tempfile.TemporaryDirectory(prefix="lucepatch-runs-") as scratch, RunProgress(len(by_key), _bound(sched)) as shown:
