@@ -52,7 +52,7 @@ def _leftovers(token: str) -> list[str]:
 class Verify:
     """One `lucepatch verify` subprocess with its own token, TMPDIR and pause folder."""
 
-    def __init__(self, fh, ws: Path, tmp: Path, cache: Path, *extra: str):
+    def __init__(self, fh, ws: Path, tmp: Path, cache: Path, *what: str):
         self.token = uuid.uuid4().hex
         self.tmp, self.pause = tmp / "tmp", tmp / "pause"
         self.tmp.mkdir()
@@ -63,8 +63,8 @@ class Verify:
                "LUCEPATCH_TEST_PAUSE_AT_PATCH": str(self.pause), "PYTHONUNBUFFERED": "1"}
         self.cache = cache
         cmd = [sys.executable, "-m", "lucepatch", "--workspace", str(ws), "--cache-dir", str(cache), "verify",
-               "--reproducer", "async-sched", "--source", str(fh["upstream"]), "--driver", "fake",
-               "--evidence", str(self.evidence), *extra]
+               *(what or ("--reproducer", "async-sched")), "--source", str(fh["upstream"]), "--driver", "fake",
+               "--evidence", str(self.evidence)]
         self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **POPEN)
         self.err = b""
 
@@ -135,7 +135,7 @@ class Verify:
 @pytest.fixture(scope="module")
 def warm(fh, tmp_path_factory):
     """A workspace whose two builds are in a cache (the runs-phase points start at the runs at once)."""
-    ws = make_ws(fh, "ws-interrupt", _series(""), ["async-sched"])
+    ws = make_ws(fh, "ws-interrupt", _series(""), ["async-sched", "harness"])
     cache = tmp_path_factory.mktemp("interrupt-cache")
     r = subprocess.run([sys.executable, "-m", "lucepatch", "--workspace", str(ws), "--cache-dir", str(cache), "verify",
                         "--reproducer", "async-sched", "--source", str(fh["upstream"]), "--driver", "fake", "--runs", "5"],
@@ -144,20 +144,35 @@ def warm(fh, tmp_path_factory):
     return ws, cache
 
 
+# runs that are still running whenever the signal comes: the harness's `hang` forks a child and both sleep
+# until the 3 s timeout (the reproducer and its child must die with verify), beside its control's runs
+HANGING = ("--reproducer", "harness", "--scenario", "hang")
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_ctrl_c_during_the_runs(fh, warm, tmp_path, seed):
     """At a random moment after the runs started (seeded: the failing delay is in the test id)."""
     ws, cache = warm
-    v = Verify(fh, ws, tmp_path, cache)
+    v = Verify(fh, ws, tmp_path, cache, *HANGING)
     v.wait_for("verify-runs")
     v.release()
     time.sleep(random.Random(seed).uniform(0.05, 1.5))
     v.check_stopped(v.signal())
 
 
+def test_ctrl_c_among_many_short_runs(fh, warm, tmp_path):
+    """async-sched's runs take milliseconds on the simulated driver: processes start and end all the time."""
+    ws, cache = warm
+    v = Verify(fh, ws, tmp_path, cache, "--reproducer", "async-sched", "--fixed", "--runs", "20")
+    v.wait_for("verify-runs")
+    v.release()
+    time.sleep(0.15)  # 160 runs of ~20 ms on a few slots: seconds of runs, so this lands among them
+    v.check_stopped(v.signal())
+
+
 def test_a_second_ctrl_c_while_it_stops(fh, warm, tmp_path):
     ws, cache = warm
-    v = Verify(fh, ws, tmp_path, cache)
+    v = Verify(fh, ws, tmp_path, cache, *HANGING)
     v.wait_for("verify-runs")
     v.release()
     time.sleep(0.4)
@@ -166,7 +181,7 @@ def test_a_second_ctrl_c_while_it_stops(fh, warm, tmp_path):
 
 def test_sigterm_during_the_runs(fh, warm, tmp_path):
     ws, cache = warm
-    v = Verify(fh, ws, tmp_path, cache)
+    v = Verify(fh, ws, tmp_path, cache, *HANGING)
     v.wait_for("verify-runs")
     v.release()
     time.sleep(0.3)

@@ -147,7 +147,8 @@ def verified(tmp_path_factory, fh):
     from lucepatch.main import main
 
     assert main(["--workspace", str(ws), "--cache-dir", str(fh["cache"]), "verify", "--all", "--source",
-                 str(fh["upstream"]), "--driver", "fake", "--runs", "3", "--evidence", str(ev), "--quiet"]) in (0, 1)
+                 str(fh["upstream"]), "--driver", "fake", "--fixed", "--runs", "3", "--evidence", str(ev),
+                 "--quiet"]) in (0, 1)
     return {"ws": ws, "ev": ev, "doc": json.loads(ev.read_text()), "fh": fh}
 
 
@@ -247,7 +248,7 @@ def test_progress_is_one_short_line_per_interval_and_a_bar_on_a_terminal(monkeyp
 def test_verify_progress_names_no_reproducer_and_quiet_leaves_the_verdict_line(cli, verified, monkeypatch):
     fh = verified["fh"]
     args = ["--workspace", verified["ws"], "--cache-dir", fh["cache"], "verify", "--all", "--source", fh["upstream"],
-            "--driver", "fake", "--runs", "3"]
+            "--driver", "fake", "--fixed", "--runs", "3"]
     for width in (60, 80):  # verify prints the same table show does, at the console's width
         at(monkeypatch, width)
         fits(cli(*args, "--quiet").out, width)

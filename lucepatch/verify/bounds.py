@@ -1,6 +1,6 @@
 """The exact error of `proven` under a rule, in closed form: constant time in `--runs`.
 
-`proven` can end a scenario in two places only (docs/design.md "How runs are spent"):
+`proven` can end a scenario in two places only (docs/design.md "Verdicts", how runs are spent):
 
   early   the sequential stop: the baseline failed its first b runs, the patched build passed its
           first p (b = baseline_stop_after, p = patched_min_passes) — one outcome sequence;
