@@ -242,8 +242,9 @@ def test_verify_reads_the_report(pods, capsys, tmp_path):
     # the node's own bytes as the baseline: the evidence records the node it came from
     ev = tmp_path / "ev.json"
     rc, out, err = _cli(capsys, "verify", "--reproducer", "async-sched", "--target", "hami-core-v2.5", "--driver", "fake",
-                        "--runs", "1", "--scenario", "ctxless-async-alloc", "--baseline-lib", pods["libs"]["fork"],
-                        "--lib", pods["libs"]["up"], "--node-report", fork_report, "--evidence", ev)
+                        "--fixed", "--runs", "1", "--scenario", "ctxless-async-alloc",
+                        "--baseline-lib", pods["libs"]["fork"], "--lib", pods["libs"]["up"], "--node-report", fork_report,
+                        "--evidence", ev)
     assert rc == 1, err
     node = json.loads(ev.read_text())["node"]
     assert node["collected_from"] == f"root {pods['fork']}" and node["vendor"] == "beclab (Olares)"

@@ -262,7 +262,7 @@ def test_a_library_the_loader_refuses_is_cannot_load_with_the_loaders_line(cli, 
     old = hamilib.build(tmp_path, "libvgpu-oldglibc", ["cuMemAlloc_v2"], dl_sym=True)
     ev_path = tmp_path / "ev.json"
     res = cli("--workspace", libs["ws"], "--cache-dir", fh["cache"], "verify", "--reproducer", "async-sched",
-              "--driver", "fake", "--runs", "2", "--scenario", "ctxless-async-alloc", "--evidence", ev_path,
+              "--driver", "fake", "--fixed", "--runs", "2", "--scenario", "ctxless-async-alloc", "--evidence", ev_path,
               "--baseline-lib", old, "--lib", libs["good"])
     assert res.code == 1
     doc = json.loads(ev_path.read_text())
