@@ -58,7 +58,9 @@
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
 PYPATH=$PWD
-if compgen -G ".whl/*.whl" >/dev/null; then  # the GPU machine: carried wheels, no index
+# the carried wheels are for the GPU machine's Python 3.12 (see below); elsewhere (a developer's machine with .whl/
+# beside the checkout, the tests' DRIVER=fake runs) the installed packages serve
+if compgen -G ".whl/*.whl" >/dev/null && python3 -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))'; then
   # installed once per machine: two sessions started side by side must not rewrite /tmp/site under each other
   if [ ! -e /tmp/site/.lucepatch-wheels ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl || exit 3
