@@ -80,13 +80,26 @@ def test_an_unusable_evidence_path_is_refused_before_anything_runs(fh, tmp_path,
 
 
 def test_an_unwritable_evidence_folder_is_refused(fh, tmp_path):
-    if os.geteuid() == 0:
-        pytest.skip("root writes into a read-only folder (the /sys case above covers the refusal)")
     ws = make_ws(fh, "ws-in-evidence-ro", _series(""), ["async-sched"])
     ro = tmp_path / "ro"
     ro.mkdir(mode=0o555)
-    r, _ = lp(fh, ws, tmp_path / "cache", "--driver", "fake", "--evidence", ro / "ev.json")
-    assert r.returncode == 3 and "cannot create a file in" in r.stderr and "Permission denied" in r.stderr, r.stderr
+    if os.geteuid() != 0:
+        r, _ = lp(fh, ws, tmp_path / "cache", "--driver", "fake", "--evidence", ro / "ev.json")
+        assert r.returncode == 3 and "cannot create a file in" in r.stderr and "Permission denied" in r.stderr, r.stderr
+    else:
+        # root writes through mode 0555, so the folder is made unwritable for root too: a read-only bind mount of
+        # it in a private mount namespace of this one command (CI runs as root; unshare is how .ci/newcomer hides
+        # tools too)
+        if subprocess.run(["unshare", "-m", "--propagation", "private", "true"], capture_output=True).returncode:
+            pytest.skip("no-tool: unshare -m (a private mount namespace) is needed to make a folder read-only for root")
+        cmd = [sys.executable, "-m", "lucepatch", "--workspace", str(ws), "--cache-dir", str(tmp_path / "cache"),
+               "verify", "--source", str(fh["upstream"]), "--reproducer", "async-sched", "--driver", "fake",
+               "--evidence", str(ro / "ev.json")]
+        script = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && shift && exec "$@"'
+        r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", str(ro), *cmd],
+                           env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, capture_output=True, text=True)
+        assert r.returncode == 3 and "cannot create a file in" in r.stderr and "Read-only file system" in r.stderr, \
+            r.stderr
     _nothing_built(tmp_path / "cache", r)
 
 

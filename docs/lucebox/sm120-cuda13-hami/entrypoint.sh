@@ -69,16 +69,19 @@ check_magic() { # path kind [file to remove when it is not GGUF]
 
 size_of() { wc -c <"$1" 2>/dev/null | tr -d ' ' || echo 0; }
 
-# log bytes so far every PROGRESS_SECONDS while curl runs (container logs have no progress bar)
-# (its sleep runs in the background and is killed with the loop: no orphaned sleep after a download)
+# log bytes so far every PROGRESS_SECONDS while curl runs (container logs have no progress bar).
+# No background sleep: a `sleep N & sp=$!` killed from the trap leaves its sleep behind whenever the TERM
+# lands between the fork and the assignment (seen in CI). One-second sleeps in the foreground end on their
+# own; TERM only sets a flag that the loop reads after each one, so the caller's `wait` returns within 1 s.
 progress() { # file total pid
-  sp=""
-  trap '[ -z "$sp" ] || kill "$sp" 2>/dev/null; exit 0' TERM
-  while kill -0 "$3" 2>/dev/null; do
-    # sp stays set after the wait: dash runs the trap before the next command of the list
-    sleep "${PROGRESS_SECONDS:-30}" & sp=$!
-    wait "$sp"
-    kill -0 "$3" 2>/dev/null || break
+  stop=""; trap 'stop=1' TERM
+  n=0
+  while [ -z "$stop" ] && kill -0 "$3" 2>/dev/null; do
+    sleep 1
+    n=$((n + 1))
+    [ "$n" -ge "${PROGRESS_SECONDS:-30}" ] || continue
+    n=0
+    [ -z "$stop" ] && kill -0 "$3" 2>/dev/null || break
     have=$(size_of "$1")
     if [ -n "$2" ] && [ "$2" -gt 0 ]; then say "progress: $(basename "$1" .part) $have/$2 bytes ($((have * 100 / $2))%)"
     else say "progress: $(basename "$1" .part) $have bytes"; fi
