@@ -44,6 +44,16 @@
  * cuMemAllocFromPoolAsync reserved 64 MiB (tests/fakecuda/traces/driver-semantics.pools.h200.jsonl),
  * and bare-driver cuMemGetInfo moved by more than 8 MiB allocations (multi-device traces). */
 #define FC_POOL_CHUNK (32ULL << 20)
+/* The driver does not hand out the last of the memory cuMemGetInfo_v2 reports free: an allocation
+ * must leave this much free, and free is reported without it. Observed on H200, driver 580.159.04,
+ * tests/fakecuda/traces/vmm-release.limit.h200.jsonl: with 149,557,477,376 bytes free, cuMemCreate
+ * of the whole granules of it (149,556,297,728 bytes: 1,179,648 left) is CUDA_ERROR_OUT_OF_MEMORY
+ * and one granule succeeds, so the headroom is more than 1.125 MiB; one granule (2 MiB) is the
+ * smallest whole-granule headroom that explains it. meminfo-null.null-total-at-limit.h200.jsonl and
+ * device-index.control.h200.jsonl show the same for cuMemAlloc of exactly the free memory (refused,
+ * free unchanged, one byte then allocated). The H200 did not show whether pool growth
+ * (cuMemAllocAsync) keeps it too; it is taken to (inference: one rule per device). */
+#define FC_HEADROOM FC_GRANULARITY
 #define FC_MAX_CTX_STACK 64
 
 struct CUctx_st {
@@ -68,6 +78,7 @@ struct CUmemPoolHandle_st {
     int outstanding; /* allocations not yet freed */
     size_t max_size; /* CUmemPoolProps::maxSize; 0 = no pool-specific cap */
     size_t used_current, used_high, reserved_current, reserved_high, release_threshold;
+    size_t used_stale; /* blocks freed with cuMemFree that USED_MEM_CURRENT still counts (fc_cuMemFree_v2) */
     struct CUmemPoolHandle_st *next; /* list of created pools */
 };
 
@@ -98,6 +109,12 @@ struct fc_mapping {
     struct fc_mapping *next;
 };
 
+struct fc_va { /* a cuMemAddressReserve range */
+    CUdeviceptr ptr;
+    size_t size;
+    struct fc_va *next;
+};
+
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static int g_initialized;
@@ -125,6 +142,7 @@ static uint64_t g_next_buffer_id = 1;
 static struct fc_alloc *g_allocs;
 static struct fc_handle *g_handles;
 static struct fc_mapping *g_maps;
+static struct fc_va *g_vas;
 
 static __thread struct CUctx_st *t_stack[FC_MAX_CTX_STACK];
 static __thread int t_depth;
@@ -248,6 +266,11 @@ static CUresult stream_ctx(CUstream s, struct CUctx_st **out) {
 }
 
 static size_t round_up(size_t v, size_t unit) { return (v + unit - 1) / unit * unit; }
+
+/* caller holds g_lock; can device `dev` back `bytes` more and still keep FC_HEADROOM free? */
+static int device_fits(int dev, size_t bytes) {
+    return g_used[dev] + g_ctx_overhead + bytes + FC_HEADROOM <= FC_DEVICE_MEM;
+}
 
 /* ---- exported helpers for fakenvml ---------------------------------------------------- */
 
@@ -748,7 +771,7 @@ static CUresult do_alloc(CUdeviceptr *dptr, size_t size, int dev) {
     if (size == 0)
         return CUDA_ERROR_INVALID_VALUE;
     size_t rs = round_up(size, FC_GRANULARITY);
-    if (g_used[dev] + rs + g_ctx_overhead > FC_DEVICE_MEM)
+    if (!device_fits(dev, rs))
         return CUDA_ERROR_OUT_OF_MEMORY;
     struct fc_alloc *a = calloc(1, sizeof *a);
     if (!a)
@@ -876,7 +899,7 @@ static CUresult pool_alloc(CUdeviceptr *dptr, size_t size, struct CUmemPoolHandl
     size_t grow = rs > spare ? round_up(rs - spare, FC_POOL_CHUNK) : 0;
     if (pl->max_size && pl->reserved_current + grow > pl->max_size)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    if (pl->dev >= 0 && g_used[pl->dev] + grow + g_ctx_overhead > FC_DEVICE_MEM)
+    if (pl->dev >= 0 && !device_fits(pl->dev, grow))
         return CUDA_ERROR_OUT_OF_MEMORY;
     struct fc_alloc *a = calloc(1, sizeof *a);
     if (!a)
@@ -891,8 +914,8 @@ static CUresult pool_alloc(CUdeviceptr *dptr, size_t size, struct CUmemPoolHandl
     if (pl->reserved_current > pl->reserved_high)
         pl->reserved_high = pl->reserved_current;
     pl->used_current += rs;
-    if (pl->used_current > pl->used_high)
-        pl->used_high = pl->used_current;
+    if (pl->used_current + pl->used_stale > pl->used_high) /* the watermark of what USED_MEM_CURRENT reads */
+        pl->used_high = pl->used_current + pl->used_stale;
     pl->outstanding++;
     *dptr = a->ptr;
     return CUDA_SUCCESS;
@@ -931,7 +954,18 @@ static CUresult fc_cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s) {
     return r;
 }
 
-/* (inference) cuMemFree is modelled as needing a current context, like cuMemAlloc. */
+/* (inference) cuMemFree is modelled as needing a current context, like cuMemAlloc.
+ *
+ * A stream-ordered allocation (cuMemAllocAsync, cuMemAllocFromPoolAsync) freed with cuMemFree:
+ * CUDA_SUCCESS, the block's memory goes back to the device at once, and the pool's
+ * USED_MEM_CURRENT keeps counting the block. Observed on H200, driver 580.159.04,
+ * tests/fakecuda/traces/untracked-free.sync-free-async-alloc.h200.jsonl (default pool) and
+ * untracked-free.sync-free-pool-alloc.h200.jsonl (a created pool): a 64 MiB block, cuMemFree
+ * CUDA_SUCCESS, then USED_MEM_CURRENT 67108864 and cuMemGetInfo_v2's free back to its value before
+ * the allocation. That block filled its reservation (two FC_POOL_CHUNKs), so the smallest model
+ * releases the block's own bytes from the reservation; what a smaller block leaves reserved is
+ * released like any freed block's (a synchronize, cuMemPoolTrimTo). The stale count stays until
+ * the pool goes (the H200 showed no later reading). */
 static CUresult fc_cuMemFree_v2(CUdeviceptr p) {
     NEED_INIT();
     if (!cur_ctx())
@@ -940,10 +974,15 @@ static CUresult fc_cuMemFree_v2(CUdeviceptr p) {
         return CUDA_SUCCESS;
     pthread_mutex_lock(&g_lock);
     struct fc_alloc *a = take_alloc(p);
-    if (a && a->pool) { /* pool memory is freed with cuMemFreeAsync (or cuMemFree, which syncs) */
-        a->pool->used_current -= a->size;
-        a->pool->outstanding--;
-        pool_maybe_free(a->pool);
+    if (a && a->pool) {
+        struct CUmemPoolHandle_st *pl = a->pool;
+        pl->used_current -= a->size;
+        pl->used_stale += a->size;
+        pl->reserved_current -= a->size; /* the reservation never holds less than what is in use */
+        if (pl->dev >= 0)
+            g_used[pl->dev] -= a->size;
+        pl->outstanding--;
+        pool_maybe_free(pl);
     }
     pthread_mutex_unlock(&g_lock);
     if (!a)
@@ -1101,7 +1140,7 @@ static CUresult fc_cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute 
         case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: *(cuuint64_t *)v = pool->release_threshold; break;
         case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: *(cuuint64_t *)v = pool->reserved_current; break;
         case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: *(cuuint64_t *)v = pool->reserved_high; break;
-        case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: *(cuuint64_t *)v = pool->used_current; break;
+        case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: *(cuuint64_t *)v = pool->used_current + pool->used_stale; break;
         case CU_MEMPOOL_ATTR_USED_MEM_HIGH: *(cuuint64_t *)v = pool->used_high; break;
         default: r = CUDA_ERROR_INVALID_VALUE; break;
         }
@@ -1129,7 +1168,7 @@ static CUresult fc_cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute 
             break;
         case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
             if (*(cuuint64_t *)v != 0) r = CUDA_ERROR_INVALID_VALUE;
-            else pool->used_high = pool->used_current;
+            else pool->used_high = pool->used_current + pool->used_stale;
             break;
         default: r = CUDA_ERROR_INVALID_VALUE; break;
         }
@@ -1345,7 +1384,7 @@ static CUresult fc_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size
     if (!h)
         return CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&g_lock);
-    if (dev >= 0 && g_used[dev] + size + g_ctx_overhead > FC_DEVICE_MEM) {
+    if (dev >= 0 && !device_fits(dev, size)) {
         pthread_mutex_unlock(&g_lock);
         free(h);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -1404,10 +1443,15 @@ static CUresult fc_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t ali
         return CUDA_ERROR_INVALID_VALUE;
     if (align < FC_GRANULARITY)
         align = FC_GRANULARITY;
+    struct fc_va *r = calloc(1, sizeof *r);
+    if (!r)
+        return CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&g_lock);
     g_next_va = round_up(g_next_va, align);
     *ptr = (CUdeviceptr)g_next_va;
     g_next_va += size;
+    *r = (struct fc_va){*ptr, size, g_vas};
+    g_vas = r;
     pthread_mutex_unlock(&g_lock);
     return CUDA_SUCCESS;
 }
@@ -1415,7 +1459,34 @@ static CUresult fc_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t ali
 static CUresult fc_cuMemAddressFree(CUdeviceptr ptr, size_t size) {
     NEED_INIT();
     (void)size;
-    return ptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    if (!ptr)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    for (struct fc_va **pp = &g_vas; *pp; pp = &(*pp)->next)
+        if ((*pp)->ptr == ptr) {
+            struct fc_va *r = *pp;
+            *pp = r->next;
+            free(r);
+            break;
+        }
+    pthread_mutex_unlock(&g_lock);
+    return CUDA_SUCCESS;
+}
+
+/* caller holds g_lock: does a live cuMemAddressReserve range hold [ptr, ptr + size)? */
+static int va_reserved(CUdeviceptr ptr, size_t size) {
+    for (struct fc_va *r = g_vas; r; r = r->next)
+        if (ptr >= r->ptr && ptr + size <= r->ptr + r->size)
+            return 1;
+    return 0;
+}
+
+/* caller holds g_lock: does some mapping lie in [ptr, ptr + size)? */
+static int va_mapped(CUdeviceptr ptr, size_t size) {
+    for (struct fc_mapping *m = g_maps; m; m = m->next)
+        if (m->ptr < ptr + size && ptr < m->ptr + m->size)
+            return 1;
+    return 0;
 }
 
 static CUresult fc_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle id,
@@ -1441,9 +1512,12 @@ static CUresult fc_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGe
     return CUDA_SUCCESS;
 }
 
+/* A reserved range with nothing mapped in it unmaps with CUDA_SUCCESS: observed on H200, driver
+ * 580.159.04, tests/fakecuda/traces/vmm-release.limit.h200.jsonl (the cuMemCreate before the
+ * cuMemMap was refused, so nothing was mapped). (inference) An address no reservation holds stays
+ * CUDA_ERROR_INVALID_VALUE. */
 static CUresult fc_cuMemUnmap(CUdeviceptr ptr, size_t size) {
     NEED_INIT();
-    (void)size;
     pthread_mutex_lock(&g_lock);
     int found = 0;
     for (struct fc_mapping **pp = &g_maps; *pp;) {
@@ -1458,10 +1532,14 @@ static CUresult fc_cuMemUnmap(CUdeviceptr ptr, size_t size) {
             pp = &m->next;
         }
     }
+    if (!found)
+        found = va_reserved(ptr, size);
     pthread_mutex_unlock(&g_lock);
     return found ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
+/* Access is set on mapped memory: a range with nothing mapped in it is CUDA_ERROR_INVALID_VALUE,
+ * observed on H200, driver 580.159.04, tests/fakecuda/traces/vmm-release.limit.h200.jsonl. */
 static CUresult fc_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count) {
     NEED_INIT();
     if (!ptr || !size || !desc || !count)
@@ -1469,7 +1547,10 @@ static CUresult fc_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAcces
     for (size_t i = 0; i < count; i++)
         if (desc[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE && !valid_dev(desc[i].location.id))
             return CUDA_ERROR_INVALID_DEVICE;
-    return CUDA_SUCCESS;
+    pthread_mutex_lock(&g_lock);
+    int mapped = va_mapped(ptr, size);
+    pthread_mutex_unlock(&g_lock);
+    return mapped ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 /* ---- arrays: none exist in the simulation ------------------------------------------------- */
