@@ -8,8 +8,15 @@
  * Programming Guide's stream-ordered allocator allows cuMemFree on them), cuMemAllocFromPoolAsync
  * memory, and pointers the driver itself must reject with its own error.
  *
- * Each scenario frees through HAMi and checks the driver's answer, that the driver really freed
- * (the default pool's used bytes; the allocation's pointer attributes), and HAMi's accounted usage.
+ * Each scenario frees through HAMi and checks the driver's answer (CUDA_SUCCESS, or its own error
+ * for a pointer it does not know; never HAMi's -1), that the driver no longer knows a freed
+ * cuMemAlloc allocation (its pointer attributes), and HAMi's accounted usage.
+ *
+ * A stream-ordered allocation freed with cuMemFree is not checked through its pool's
+ * USED_MEM_CURRENT: on the H200 (driver 580.159.04) the pool keeps counting the block after a
+ * successful cuMemFree although its memory is back on the device (cuMemGetInfo_v2's free returns to
+ * its value before the allocation: tests/fakecuda/traces/untracked-free.sync-free-*.h200.jsonl), so
+ * that count cannot tell a forwarded free from one HAMi swallowed. It is reported as a value.
  * Inputs: LP_PARAM_BLOCK (bytes per allocation; reproducer.toml [params]).
  *
  * Usage: untracked_free <scenario>   exit 0 = passed, 1 = a check failed, 2 = setup error
@@ -84,8 +91,9 @@ static void scenario_sync_free_async_alloc(void) {
     check("cuMemAllocAsync", CUDA_SUCCESS, cuMemAllocAsync(&p, block, g_stream));
     check("cuStreamSynchronize", CUDA_SUCCESS, cuStreamSynchronize(g_stream));
     lp_report_value("accounted_after_alloc", lp_used_bytes() - before);
-    check("cuMemFree of a stream-ordered allocation", CUDA_SUCCESS, cuMemFree(p));
-    check_eq("the driver freed it: the default pool's used bytes are back", used0, pool_used());
+    check("cuMemFree of a stream-ordered allocation: the driver's answer", CUDA_SUCCESS, cuMemFree(p));
+    /* the H200 keeps counting a block freed this way (see the top): recorded, not judged */
+    lp_report_value("pool_used_after_free", pool_used() - used0);
     check_eq("HAMi's usage is back", before, lp_used_bytes());
 }
 
@@ -104,11 +112,12 @@ static void scenario_sync_free_pool_alloc(void) {
     check("cuMemAllocFromPoolAsync", CUDA_SUCCESS, cuMemAllocFromPoolAsync(&p, block, pool, g_stream));
     check("cuStreamSynchronize", CUDA_SUCCESS, cuStreamSynchronize(g_stream));
     lp_report_value("accounted_after_alloc", lp_used_bytes() - before);
-    check("cuMemFree of a pool allocation", CUDA_SUCCESS, cuMemFree(p));
-    cuuint64_t used = 1;
+    check("cuMemFree of a pool allocation: the driver's answer", CUDA_SUCCESS, cuMemFree(p));
+    cuuint64_t used = 0;
     check("cuMemPoolGetAttribute(USED_MEM_CURRENT)", CUDA_SUCCESS,
           cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used));
-    check_eq("the driver freed it: the pool holds nothing in use", 0, (long long)used);
+    /* the H200 keeps counting a block freed this way (see the top): recorded, not judged */
+    lp_report_value("pool_used_after_free", (long long)used);
     check_eq("HAMi's usage is back", before, lp_used_bytes());
     check("cuMemPoolDestroy", CUDA_SUCCESS, cuMemPoolDestroy(pool));
 }
