@@ -468,3 +468,24 @@ def test_ref_vs_ref_logs_each_build_under_its_own_name(cli, fh):
                       "--scenario", "ctxless-sync-alloc", "--baseline-ref", ref_a, "--patched-ref", ref_b)
     assert f"building fakehami baseline ({ref_a})" in res.err and f"building fakehami patched ({ref_b})" in res.err
     assert doc["variants"]["baseline"]["ref"] == ref_a and doc["variants"]["patched"]["ref"] == ref_b
+
+
+def test_a_c_scenario_needing_more_gpus_than_the_driver_reports_is_skipped_unrun(cli, fh, monkeypatch):
+    """device-index's reordered scenarios (CUDA_VISIBLE_DEVICES=1,0, min_devices = 2) on a machine
+    whose driver reports one GPU: cuInit finds no device there, so the program could not prove what
+    it loaded and its runs were `invalid` (the H200, docs/evidence/i28-hami-core.h200.json). The
+    runner counts the GPUs first and skips them, starting no process; the control still runs."""
+    monkeypatch.setenv("LUCEPATCH_FAKECUDA_DEVICES", "1")  # the driver the runner asks, and every run
+    ws = make_ws(fh, "ws-skip-c", _series(""), ["device-index"])
+    res, doc = verify(cli, fh, ws, "--reproducer", "device-index", "--fixed", "--runs", "2")
+    sc = by_name(doc)
+    reordered = [n for n in sc if n.startswith("reordered")]
+    assert sorted(reordered) == ["reordered", "reordered-cuda-first", "reordered-device-1",
+                                 "reordered-per-device-limits"]
+    for n in reordered:
+        assert sc[n]["verdict"] == "skipped", (n, sc[n])
+        assert "needs 2 GPUs; the driver reports 1" in sc[n]["reason"]
+    runs = [r for r in doc["runs"] if r["scenario"].split(":")[1] in reordered]
+    assert runs and all(r["outcome"] == "skipped" and r["returncode"] is None for r in runs)
+    assert sc["control"]["verdict"] != "skipped"  # one GPU is enough for it: it ran
+    assert all(r["returncode"] is not None for r in doc["runs"] if r["scenario"] == "device-index:control")

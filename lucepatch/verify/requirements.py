@@ -1,4 +1,4 @@
-"""Can this machine run a workload scenario at all? (reproducer.toml `requires`, `min_devices`)
+"""Can this machine run a scenario at all? (reproducer.toml `requires` of a workload, `min_devices` of any)
 
 An unmet requirement makes the scenario `skipped` with the reason: never run, never passed, listed
 in the evidence. Checked on the host, before any run, without the library under test:

@@ -132,7 +132,7 @@ def run_scenarios(repros: list[Reproducer], variants: list[Variant], rule: Rule,
     reporter = build_reporter(cache)
     selected = _selected(repros, scenario_filter)
     by_key = {f"{r.name}:{s.name}": (r, s) for r, s in selected}
-    unmet = workload_requirements(selected, driver)
+    unmet = requirements(selected, driver)
     for r in repros:  # a workload's [build], only where some scenario can run (else every one is skipped)
         if r.is_workload and r.build is not None and any(not unmet.get(k) for k, (rr, _) in by_key.items() if rr is r):
             binaries[r.name] = build_program(r, cache)
@@ -196,21 +196,24 @@ def run_scenarios(repros: list[Reproducer], variants: list[Variant], rule: Rule,
                     raise
         shown.close()
     ex.wall_s += time.monotonic() - start
-    # a workload scenario skipped for an unmet requirement started no process
+    # a scenario skipped for an unmet requirement started no process
     ex.processes += sum(1 for r in records if not (r.outcome == SKIPPED and r.returncode is None and r.duration_s == 0))
     records.sort(key=lambda r: r.launch)
     return Runs(records, {k: sched.summary(k) for k in by_key}, rule)
 
 
-def workload_requirements(selected: list, driver: DriverChoice) -> dict[str, str]:
-    """reproducer:scenario -> why a workload scenario cannot run on this machine ("" when it can);
-    the GPUs are counted once, only when some scenario needs more than one."""
+def requirements(selected: list, driver: DriverChoice) -> dict[str, str]:
+    """reproducer:scenario -> why a scenario cannot run on this machine ("" when it can): a workload's
+    `requires`, and every scenario's `min_devices` (a C reproducer's too: one that needs the GPUs
+    CUDA_VISIBLE_DEVICES=1,0 names finds no device on a 1-GPU machine, before it can prove what it
+    loaded, so its runs would be invalid, not skipped). The GPUs are counted once, only when some
+    scenario needs more than one."""
     from lucepatch.verify.requirements import device_count, unmet
 
-    work = [(r, s) for r, s in selected if r.is_workload]
-    devices = device_count(driver.env) if any(s.min_devices > 1 for _, s in work) else None
+    devices = device_count(driver.env) if any(s.min_devices > 1 for _, s in selected) else None
     return {f"{r.name}:{s.name}": unmet(r, s, driver.chosen, devices=devices,
-                                        pythonpath=workload_env(r, s).get("PYTHONPATH", "")) for r, s in work}
+                                        pythonpath=workload_env(r, s).get("PYTHONPATH", "") if r.is_workload else "")
+            for r, s in selected}
 
 
 def _bound(sched: Scheduler) -> int:
