@@ -58,3 +58,12 @@ def test_the_traces_step_records_every_awaited_issue28_program():
         assert name in programs or prog in programs, name
         if "2 GPUs" in KNOWN["awaiting-trace"][name]:
             assert "--program device-index" in SCRIPT.split("i28-2gpu)")[1].split(";;")[0], name
+
+
+def test_the_traces_step_re_records_every_exit_status_it_is_named_for():
+    """A [returncode] entry that names i28-traces (a reproducer's checks changed after its H200 trace
+    was recorded, with the same driver calls) is re-recorded by that step."""
+    programs = _var("I28_TRACES")[1::2]
+    named = [n for n, why in KNOWN.get("returncode", {}).items() if "i28-traces" in why]
+    for name in named:
+        assert name in programs or name.split(".")[0] in programs, name
