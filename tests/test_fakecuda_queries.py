@@ -1,7 +1,8 @@
 """The simulated driver's newer models against their documented semantics (no GPU needed):
 CUDA_VISIBLE_DEVICES (CUDA enumerates the listed GPUs in order, NVML ignores the variable),
-cuMemGetInfo_v2 with NULL outputs, managed memory and the pointer-attribute queries, and frees of
-pointers no allocation holds. The H200 trace of the `queries` probe checks them against hardware
+cuMemGetInfo_v2 with NULL outputs, managed memory and the pointer-attribute queries, frees of
+pointers no allocation holds, and the edges the H200 showed (the allocation headroom, a synchronous
+free of pool memory, VMM calls on a range with nothing mapped). The H200 trace of the `queries` probe checks them against hardware
 once recorded (tests/test_traces.py); these tests pin down what the model itself does."""
 
 from __future__ import annotations
@@ -129,3 +130,87 @@ def test_cuda_visible_devices_stops_at_an_invalid_entry(visible):
 def test_cuda_visible_devices_takes_uuids(visible):
     assert visible("GPU-1ce9a7c4-0000-4fa1-8b00-6c7563657001")[:2] == ["cuda 1 nvml 2", "ordinal 0 machine 1 bus 25"]
     assert visible("GPU-1ce9a7c4")[0] == "init 100"  # a prefix both GPUs share names neither
+
+
+# What the H200 showed for issue 28's programs (driver 580.159.04, tests/fakecuda/traces/): the last
+# granule of the free memory is never handed out, a stream-ordered block freed with cuMemFree goes
+# back to the device while its pool keeps counting it, and VMM calls on a reserved range with nothing
+# mapped. The traces compare the model with the H200 call for call; these pin the model's edges.
+EDGES = r"""
+#include <cuda.h>
+#include <stdio.h>
+#include <string.h>
+#define G (2ULL << 20)
+int main(void) {
+    CUdevice d; CUcontext c; CUdeviceptr p = 0, q = 0; size_t f, f2, t;
+    cuInit(0); cuDeviceGet(&d, 0); cuDevicePrimaryCtxRetain(&c, d); cuCtxSetCurrent(c);
+    cuMemGetInfo(&f, &t);
+    printf("alloc-all %d\n", (int)cuMemAlloc(&p, f));
+    printf("alloc-all-but-a-granule %d\n", (int)cuMemAlloc(&p, f - G));
+    cuMemGetInfo(&f2, &t);
+    printf("free-left %zu\n", f2);
+    printf("alloc-one-byte-more %d\n", (int)cuMemAlloc(&q, 1));
+    cuMemFree(p);
+    CUmemAllocationProp prop; memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED; prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    CUmemGenericAllocationHandle h;
+    printf("create-all %d\n", (int)cuMemCreate(&h, f, &prop, 0));
+    CUresult r = cuMemCreate(&h, f - G, &prop, 0);
+    printf("create-all-but-a-granule %d\n", (int)r);
+    if (r == CUDA_SUCCESS) cuMemRelease(h);
+    CUstream s; CUmemoryPool pool; cuuint64_t used = 0, reserved = 0;
+    cuStreamCreate(&s, 0); cuDeviceGetDefaultMemPool(&pool, d);
+    unsigned long long sizes[2] = {64ULL << 20, G};
+    for (int i = 0; i < 2; i++) {
+        size_t fa;
+        cuMemGetInfo(&f, &t);
+        cuMemAllocAsync(&p, sizes[i], s); cuStreamSynchronize(s);
+        cuMemGetInfo(&fa, &t);
+        printf("sync-free %d", (int)cuMemFree(p));
+        cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used);
+        cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved);
+        cuMemGetInfo(&f2, &t);
+        printf(" used %llu reserved %llu device-got-back %zu", (unsigned long long)used,
+               (unsigned long long)reserved, f2 - fa);
+        cuStreamSynchronize(s);
+        cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved);
+        cuMemGetInfo(&f2, &t);
+        printf(" after-sync reserved %llu back %d again %d\n", (unsigned long long)reserved, f2 == f,
+               (int)cuMemFree(p));
+    }
+    CUdeviceptr va = 0; CUmemAccessDesc acc; memset(&acc, 0, sizeof acc);
+    acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE; acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    cuMemAddressReserve(&va, G, 0, 0, 0);
+    printf("set-access-nothing-mapped %d\n", (int)cuMemSetAccess(va, G, &acc, 1));
+    printf("unmap-nothing-mapped %d\n", (int)cuMemUnmap(va, G));
+    cuMemAddressFree(va, G);
+    printf("unmap-not-reserved %d\n", (int)cuMemUnmap(va, G));
+    return 0;
+}
+"""
+
+
+def test_the_h200s_edges_of_allocation_and_free(sim, tmp_path):
+    _, stubs, _ = sim
+    src, exe = tmp_path / "edges.c", tmp_path / "edges"
+    src.write_text(EDGES)
+    subprocess.run(["gcc", "-O1", "-o", str(exe), str(src), f"-I{CUDA_INC}", f"-L{stubs}", "-lcuda"], check=True)
+    out = subprocess.run([str(exe)], env={"LD_LIBRARY_PATH": str(stubs)}, capture_output=True, text=True,
+                         check=True).stdout.splitlines()
+    granule, block = 2 << 20, 64 << 20
+    assert out[:7] == [
+        "alloc-all 2",                       # exactly what cuMemGetInfo_v2 reports free: OUT_OF_MEMORY
+        "alloc-all-but-a-granule 0",         # the headroom is one granule, no more
+        f"free-left {granule}",              # and free is reported with it
+        "alloc-one-byte-more 2",
+        "create-all 2",                      # cuMemCreate keeps the same headroom
+        "create-all-but-a-granule 0",
+        # a 64 MiB block (its whole reservation) freed with cuMemFree: the pool still counts it, the
+        # device has it back at once; a second cuMemFree is the driver's INVALID_VALUE (1)
+        f"sync-free 0 used {block} reserved 0 device-got-back {block} after-sync reserved 0 back 1 again 1",
+    ]
+    # a 2 MiB block in a 32 MiB reservation chunk: the block's bytes come back at once, the rest of the
+    # chunk at the next synchronize (release threshold 0); the pool now counts both stale blocks
+    assert out[7] == (f"sync-free 0 used {block + granule} reserved {(32 << 20) - granule} "
+                      f"device-got-back {granule} after-sync reserved 0 back 1 again 1")
+    assert out[8:] == ["set-access-nothing-mapped 1", "unmap-nothing-mapped 0", "unmap-not-reserved 1"]
