@@ -16,7 +16,11 @@
  *     CUDA ordinal and the NVML index of one GPU differ; see fc_setup);
  *   - cuMemGetInfo_v2 writes only the outputs it is given (see fc_cuMemGetInfo_v2);
  *   - managed memory (cuMemAllocManaged) and the pointer-attribute queries (cuPointerGetAttribute,
- *     cuPointerGetAttributes), see the managed-memory section.
+ *     cuPointerGetAttributes), see the managed-memory section;
+ *   - what the H200 showed beyond the documentation (tests/fakecuda/traces): an allocation keeps
+ *     one granule of the reported free memory back (FC_HEADROOM), cuMemFree of pool memory leaves
+ *     the pool counting it (fc_cuMemFree_v2), VMM calls on a range with nothing mapped (fc_cuMemUnmap,
+ *     fc_cuMemSetAccess).
  * Device pointers are fake addresses; nothing is ever dereferenced.
  *
  * Rules: never call dlsym here (libvgpu.so replaces dlsym), and link with -Wl,-Bsymbolic
