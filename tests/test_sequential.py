@@ -184,6 +184,10 @@ def test_settling_gives_every_verdict_with_the_probability_the_old_rule_gives_it
                 spent = {r: sum(w * qb ** fb * (1 - qb) ** (nb - fb) * qp ** fp * (1 - qp) ** (np_ - fp) * (nb + np_)
                                 for nb, fb, np_, fp, w in ref.terminal_paths(r, kind)) for r in (old, new)}
                 assert spent[new] <= spent[old], (kind, qb, qp)
+    # a checked scenario that passes on both sides every time: 14 + 20 runs instead of 20 + 20 (at N = 20)
+    if n == 20:
+        both_pass = [(nb, np_) for nb, fb, np_, fp, w in ref.terminal_paths(new, CHECKED) if fb == fp == 0 and nb > 5]
+        assert both_pass == [(14, 20)]
 
 
 def _nb(need):
@@ -209,6 +213,12 @@ def test_a_settled_scenario_spends_what_decides_and_what_estimates():
     assert not rule.proof_reachable(Side(14, 0)) and rule.proof_reachable(Side(13, 0))
     assert _nb(rule.need(CHECKED, Side(15, 1), Side(15, 0))) == (15, 15, "decided")
     assert _nb(rule.need(CHECKED, Side(15, 1), Side(3, 0))) == (15, 6, "decided")
+    # both pass every run (a checked scenario whose baseline does not reproduce the bug): once the baseline
+    # has passed 14 of 20, proven is out of reach and only a patched failure can still change the verdict
+    # (regression): the patched build runs to 20, the baseline waits — until a patched run fails
+    assert _nb(rule.need(CHECKED, Side(13, 0), Side(13, 0))) == (20, 20, "flaky")
+    assert _nb(rule.need(CHECKED, Side(14, 0), Side(14, 0))) == (14, 20, "decided")
+    assert _nb(rule.need(CHECKED, Side(14, 0), Side(15, 1)))[:2] == (20, 15)
     # while proven is still reachable, flaky mode runs to the maximum as before
     assert _nb(rule.need(CHECKED, Side(3, 2), Side(3, 0))) == (20, 20, "flaky")
     # a guard whose baseline passes is what it expects: it is not settled by that

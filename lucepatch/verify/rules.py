@@ -19,7 +19,11 @@ sequential  spend runs only while the verdict is open (issue 13, settling: issue
                                 fails: the baseline runs until its first failure (then not-proven is
                                 settled) or `max_runs` (regression), and the patched build only until its
                                 failure rate's two-sided `estimate_confidence` (95 %) Clopper-Pearson
-                                interval is at most `estimate_width` (0.5) wide, or `max_runs`. Every
+                                interval is at most `estimate_width` (0.5) wide, or `max_runs`. A checked
+                                scenario that passed on both sides so far (its baseline does not reproduce
+                                the bug) can still end regression once proven is out of reach — only
+                                through a patched failure: the patched build runs to `max_runs`, the
+                                baseline waits until one comes (14 + 20 runs at N = 20, not 20 + 20). Every
                                 outcome sequence thus gets the verdict the flaky run to `max_runs` gives
                                 it, so every error probability is the old rule's (tests/test_sequential.py
                                 proves it by enumeration); `settle=False` is that old rule;
@@ -182,8 +186,18 @@ class SequentialRule(_Rule):
     def _decided(self, base: Side, pat: Side) -> Need | None:
         """The Need of a scenario whose verdict can no longer be `proven` (None while it still can)."""
         n = self.max_runs
-        if not pat.failures and (not base.failures or self.proof_reachable(base)):
+        if not pat.failures and self.proof_reachable(base):
             return None
+        if not pat.failures and not base.failures:
+            # both passed every run and proven is out of reach: the verdict is not-proven unless a patched run
+            # still fails (regression, if the baseline then never fails). Only the patched build's runs can
+            # show that, so it runs to N; the baseline's runs matter only once a patched run has failed (the
+            # branch below), so it waits — the 6 baseline runs the flaky run to N spent after its 14th pass at
+            # N = 20 decided nothing
+            return Need(base.runs, n, DECIDED,
+                        f"settled: the baseline passed {base.runs}/{base.runs}, so proven is impossible; the patched "
+                        f"build runs to {n} (a failure there is a regression if the baseline then never fails), the "
+                        f"baseline waits until one does")
         est = self.estimate_runs(pat)
         rate = self.estimate_text(pat, est)
         if pat.failures and not base.failures:
