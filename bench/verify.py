@@ -2,8 +2,8 @@
 """Seconds from `lucepatch verify` to a verdict: the sequential rule against an old rule, same run.
 
     python3 bench/verify.py [--source HAMI-CORE] [--driver auto|real|fake] [--runs 20] [--rounds 1]
-                            [--reproducer async-sched | --all [--target T]] [--baseline-ref A --patched-ref B]
-                            [--jobs J] [--old fixed | --old TREE] [--json FILE]
+                            [--reproducer R ... [--exclude "R:S ..."] | --all [--target T]]
+                            [--baseline-ref A --patched-ref B] [--jobs J] [--old fixed | --old TREE] [--json FILE]
 
 The main job is `verify --reproducer async-sched` (every scenario: the control and the three
 checked ones). One cold run fills the build cache; then `rounds` warm rounds each run the old rule
@@ -16,6 +16,14 @@ processes, the runs spent, the theta the sequential evidence records and where i
 The old rule: `--old fixed` (default) is this lucepatch's `--fixed --runs N`; `--old TREE` is the
 sequential rule of another lucepatch checkout (e.g. `git worktree add /tmp/old <commit>` before issue
 29's settling), run with the same arguments and the same build cache.
+
+Where the runs go: every scenario is put in one class by its verdict and how its runs ended (control,
+guard both passing, proven, settled not-proven, regression, flaky, skipped, ...), and each class's
+scenarios, runs under both rules and process-seconds (the sum of its runs' durations: what it costs
+the machine) are printed — on the real driver that names what a verify's wall time is made of.
+The like-for-like PR #188 set of issue 29 (the 50 scenarios of the 474 s run) is
+`--reproducer async-accounting ... --reproducer zero-limit --exclude llama-vmm:main-device`
+(tools/gpu_session.sh pr188-all spells it as PR188_REPROS=old50).
 
 Goals: issue 13, the main job's sequential run warm on one H200 < 25 s, theta <= 0.37; issue 29,
 `--all --baseline-ref e3c3477 --patched-ref <PR #188 on e3c3477>` (the ref-vs-ref check of a
@@ -85,7 +93,7 @@ def one(ws: Path | None, source: Path, cache: Path, args, fixed: bool, tree: Pat
     """One whole `lucepatch verify` process of the lucepatch in `tree`: (wall seconds, its evidence)."""
     # this checkout's workspace for both sides (the same reproducers and series), whichever code runs
     cmd = [sys.executable, "-m", "lucepatch", "--workspace", str(ws or ROOT)]
-    what = (["--all"] + (["--target", args.target] if args.target else [])) if args.all else ["--reproducer", args.reproducer]
+    what = (["--all"] + (["--target", args.target] if args.target else [])) if args.all else args.selection
     refs = ["--baseline-ref", args.baseline_ref, "--patched-ref", args.patched_ref] if args.baseline_ref else []
     jobs = ["--jobs", str(args.jobs)] if args.jobs else []
     cmd += ["--cache-dir", str(cache), "verify", *what, "--source", str(source), *refs, *jobs,
@@ -112,6 +120,38 @@ def check_spawned(doc: dict) -> int:
     return len(started)
 
 
+def run_class(s: dict) -> str:
+    """The class a scenario's runs are counted in (see the module's docstring)."""
+    v, mode = s["verdict"], s.get("mode", "")
+    if v in ("skipped", "not-applicable", "invalid"):
+        return v
+    if s.get("control"):
+        return "control"
+    if v == "guarded":
+        return "guard, both pass"
+    if v == "proven":
+        return "proven" + (" (flaky)" if mode == "flaky" else "")
+    if mode == "settled":
+        return f"settled {v}"
+    if mode == "flaky":
+        return f"flaky {v}"
+    return v
+
+
+def where_runs_go(doc: dict) -> dict:
+    """class -> {"scenarios", "runs", "process_s"} of one evidence document."""
+    dur: dict = {}
+    for r in doc["runs"]:
+        dur[r["scenario"]] = dur.get(r["scenario"], 0.0) + (r.get("duration_s") or 0.0)
+    out: dict = {}
+    for s in doc["scenarios"]:
+        c = out.setdefault(run_class(s), {"scenarios": 0, "runs": 0, "process_s": 0.0})
+        c["scenarios"] += 1
+        c["runs"] += sum((s.get("runs_spent") or {}).values())
+        c["process_s"] = round(c["process_s"] + dur.get(s["scenario"], 0.0), 3)
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]["runs"]))
+
+
 def verdicts(doc: dict) -> dict:
     return {s["scenario"]: s["verdict"] for s in doc["scenarios"]} | {"(overall)": doc["verdict"]}
 
@@ -122,7 +162,8 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=20, help="the fixed N, and the sequential rule's maximum")
     ap.add_argument("--rounds", type=int, default=1, help="warm rounds (each: the old rule and the sequential one)")
     ap.add_argument("--driver", choices=["auto", "real", "fake"], default="auto")
-    ap.add_argument("--reproducer", default="async-sched")
+    ap.add_argument("--reproducer", action="append", default=None, help="repeatable (default: async-sched)")
+    ap.add_argument("--exclude", default="", help="reproducer:scenario keys left out, space-separated")
     ap.add_argument("--all", action="store_true", help="every reproducer of the target (needs --source)")
     ap.add_argument("--target", default=None)
     ap.add_argument("--baseline-ref", default=None)
@@ -133,6 +174,16 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if (args.all or args.baseline_ref) and not args.source:
         ap.error("--all and --baseline-ref need --source (a HAMi-core checkout)")
+    args.reproducer = args.reproducer or ["async-sched"]
+    if not args.source and (len(args.reproducer) > 1 or args.exclude):
+        ap.error("several reproducers and --exclude need --source (a HAMi-core checkout)")
+    if args.source:
+        sys.path.insert(0, str(ROOT / "tools"))
+        from scenario_set import selection
+
+        args.selection = selection(args.reproducer, args.exclude.split())[0]
+    else:
+        args.selection = ["--reproducer", args.reproducer[0]]
     if bool(args.baseline_ref) != bool(args.patched_ref):
         ap.error("--baseline-ref and --patched-ref go together")
     old_tree = None if args.old == "fixed" else Path(args.old).resolve()
@@ -144,7 +195,7 @@ def main(argv=None) -> int:
         if args.source:
             ws, source, upstream = None, args.source.resolve(), "hami-core"
         else:
-            ws, source = fakehami_workspace(tmp, args.reproducer)
+            ws, source = fakehami_workspace(tmp, args.reproducer[0])
             upstream = "fakehami fixture"
         cache = Path(os.environ.get("LUCEPATCH_BENCH_CACHE") or tmp / "cache")
         cold_s, cold = one(ws, source, cache, args, fixed=False)
@@ -170,7 +221,8 @@ def main(argv=None) -> int:
     where = "simulated driver" if simulated else f"{drv.get('gpu')}, driver {drv.get('version')}"
     ex = s_doc["execution"]
     o_med, s_med = statistics.median(old_s), statistics.median(seq_s)
-    what = ("--all" + (f" --target {args.target}" if args.target else "")) if args.all else f"--reproducer {args.reproducer}"
+    what = ("--all" + (f" --target {args.target}" if args.target else "")) if args.all else " ".join(
+        f"--reproducer {r}" for r in args.reproducer) + (f" --exclude {args.exclude!r}" if args.exclude else "")
     refs = f" --baseline-ref {args.baseline_ref} --patched-ref {args.patched_ref}" if args.baseline_ref else ""
     print(f"verify {what}{refs} ({len(s_doc['scenarios'])} scenarios, 2 variants; {upstream}; "
           f"{where}; {os.cpu_count()} CPUs; {ex['mode']}" + (f" x{ex['jobs']}" if ex["mode"] == "parallel" else "")
@@ -183,6 +235,13 @@ def main(argv=None) -> int:
     for s in s_doc["scenarios"]:
         print(f"    {s['scenario']:<44} {s['verdict']:<10} spent {s['runs_spent']['baseline']:>2}+"
               f"{s['runs_spent'].get('patched', 0):<2} {s['mode']:<10} {s['stop_reason'][:70]}")
+    go_old, go_new = where_runs_go(o_doc), where_runs_go(s_doc)
+    print("  where the runs go (class: scenarios, runs old -> sequential, process-seconds old -> sequential):")
+    for c in dict.fromkeys([*go_new, *go_old]):
+        o, n = go_old.get(c, {"scenarios": 0, "runs": 0, "process_s": 0}), go_new.get(c, {"scenarios": 0, "runs": 0,
+                                                                                             "process_s": 0})
+        print(f"    {c:<24} {max(o['scenarios'], n['scenarios']):3d}   runs {o['runs']:4d} -> {n['runs']:4d}   "
+              f"process-s {o['process_s']:8.1f} -> {n['process_s']:8.1f}")
     ph = ex.get("phases", {})
     print(f"  where the sequential run's time went: " + ", ".join(f"{k} {v:.2f} s" for k, v in ph.items())
           + f"; {ex['wall_s'] / max(1, n_seq):.3f} s per process of runs wall; cold (first) run {cold_s:.2f} s")
@@ -192,7 +251,9 @@ def main(argv=None) -> int:
         print(f"  goal: sequential warm <= {goal:.0f} s" + ("" if args.all else " with theta <= 0.37")
               + f": {'met' if goal_met else 'MISSED'}")
     doc = {"schema_version": 3, "kind": "lucepatch-bench-verify", "simulated": simulated, "upstream": upstream,
-           "what": what + refs, "reproducer": None if args.all else args.reproducer, "runs": args.runs,
+           "what": what + refs, "reproducer": None if args.all or len(args.reproducer) > 1 else args.reproducer[0],
+           "reproducers": None if args.all else args.reproducer, "exclude": args.exclude.split(), "runs": args.runs,
+           "where_runs_go": {"old": go_old, "sequential": go_new},
            "rounds": args.rounds, "old_rule": old_name,
            "old": {"wall_s": old_s, "median_s": round(o_med, 3), "processes": n_old, "verdicts": verdicts(o_doc)},
            "sequential": {"wall_s": seq_s, "median_s": round(s_med, 3), "processes": n_seq,

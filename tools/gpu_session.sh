@@ -40,6 +40,8 @@
 #   .upstream/pr188-on-e3c3477.bundle); then on the GPU `env pr188-all main-job bench-verify`, carrying
 #   .whl, .upstream/hami-core and .upstream/pr188-on-e3c3477.bundle (pr188-all ~15 s of builds + ~3-4 min
 #   of runs, goal <= 240 s; main-job ~35 s cold; bench-verify ~1.5 min warm: fixed 20 vs sequential).
+#   The like-for-like comparison with the 474 s run is `PR188_REPROS=old50 ... pr188-all` (its 50 scenarios,
+#   see the step); the 86 of every reproducer today did not finish in 300 s (docs/evidence/hami-core-pr188-all.cut.h200.log).
 # verify runs in parallel (private mount namespace + tmpfs /tmp/vgpulock per run) when root and
 # unshare(1) works, serially otherwise; the evidence's execution.mode says which.
 # Everything it writes goes under $OUT (or ./gpu-out when OUT is unset).
@@ -173,7 +175,8 @@ for step in "$@"; do
       # cherry-picked onto e3c3477 in a private clone (the committer fixed, as tests/test_rebase_real_moves.py
       # does, so the commits are the same everywhere), saved as .upstream/pr188-on-e3c3477.bundle (git-ignored,
       # a few KB; its prerequisite e3c3477 is in every HAMi-core clone) for `pr188-all` to fetch
-      PRH=${PR188_HEAD:-69ed0029b2ebfe2238ab6ab4b62c723a9e536320}; B=$PWD/.upstream/pr188-on-e3c3477.bundle; C=/tmp/lp-pr188-pick
+      PRH=${PR188_HEAD:-69ed0029b2ebfe2238ab6ab4b62c723a9e536320}; B=${PR188_BUNDLE:-$PWD/.upstream/pr188-on-e3c3477.bundle}
+      C=${PR188_CLONE:-/tmp/lp-hc-pr188}-pick
       git -C $SRC cat-file -e "$PRH^{commit}" 2>/dev/null || { echo "pr188-bundle: $SRC lacks PR #188's head $PRH; fetch it:" \
         "git -C $SRC fetch <HAMi-core remote or bundle> +refs/pull/188/head:refs/pull/188/head" >&2; exit 3; }
       rm -rf $C && git clone -q --shared --no-checkout $SRC $C && git -C $C checkout -q -b pr188-on-e3c3477 e3c3477 &&
@@ -187,17 +190,35 @@ for step in "$@"; do
       # Goal <= 240 s with the 50 verdicts of the run before settling (474 s, 960 processes on one H200).
       # Needs .upstream/pr188-on-e3c3477.bundle (step pr188-bundle); fetched into a private clone of $SRC
       # (objects borrowed), so $SRC is not written. Two cold HAMi-core builds (~15 s) + the runs.
-      B=.upstream/pr188-on-e3c3477.bundle; C=/tmp/lp-hc-pr188; mkdir -p "$OUT/commit"
+      # PR188_BUNDLE / PR188_CLONE move the bundle and the private clone (the tests put both under their tmp)
+      B=${PR188_BUNDLE:-$PWD/.upstream/pr188-on-e3c3477.bundle}; C=${PR188_CLONE:-/tmp/lp-hc-pr188}; mkdir -p "$OUT/commit"
       [ -f $B ] || { echo "pr188-all: no $B; run \`bash tools/gpu_session.sh pr188-bundle\` where PR #188 is" >&2; exit 3; }
       rm -rf $C && git clone -q --shared --no-checkout $SRC $C &&
-      git -C $C fetch -q "$PWD/$B" +refs/heads/pr188-on-e3c3477:refs/heads/pr188-on-e3c3477 || exit 3
+      git -C $C fetch -q "$B" +refs/heads/pr188-on-e3c3477:refs/heads/pr188-on-e3c3477 || exit 3
+      # PR188_REPROS (reproducer names, space-separated) runs a subset instead of --all, less the scenarios in
+      # PR188_EXCLUDE (reproducer:scenario, space-separated); controls always run. PR188_REPROS=old50 is the
+      # like-for-like set of the 474 s run: the 11 reproducers that existed before issue 28's commits
+      # (`git show e6a7d8f^:reproducers`, before e6a7d8f..8ceb488 added ctypes-meminfo, device-index,
+      # ggml-vmm-pool, meminfo-null, pointer-attrs, untracked-free, vmm-release): async-accounting 3,
+      # async-sched 4, ctypes-clients 4, ggml-client 3, llama-vmm 4, multi-device 3, pool-alloc 6, pr188-guard 3,
+      # shared-region 3, torch-clients 14, zero-limit 3 = 50 scenarios (controls counted), less llama-vmm's
+      # main-device, which issue 28 added (ab041ad; the other ten reproducers' scenarios are unchanged since).
+      # Its evidence and log are named hami-core-pr188-<PR188_NAME, default old50 or subset>.
+      what="--all --target hami-core"; name=all
+      if [ -n "${PR188_REPROS:-}" ]; then
+        if [ "$PR188_REPROS" = old50 ]; then name=${PR188_NAME:-old50}; PR188_EXCLUDE=${PR188_EXCLUDE-llama-vmm:main-device}
+          PR188_REPROS="async-accounting async-sched ctypes-clients ggml-client llama-vmm multi-device pool-alloc pr188-guard \
+            shared-region torch-clients zero-limit"
+        else name=${PR188_NAME:-subset}; fi
+        what=$(python3 tools/scenario_set.py --exclude "${PR188_EXCLUDE:-}" $PR188_REPROS) || exit 3
+      fi
       s0=$(now)
-      lp verify --all --target hami-core --source $C --baseline-ref e3c3477 --patched-ref pr188-on-e3c3477 \
-        --driver $DRIVER --jobs ${PR188_JOBS:-6} --evidence "$OUT/commit/hami-core-pr188-all.$TAG.json" 2>&1 \
-        | tee "$OUT/verify-pr188-all.log"
-      python3 -c "import sys; print(f'pr188-all wall: {float(sys.argv[2]) - float(sys.argv[1]):.2f} s')" "$s0" "$(now)" \
-        | tee -a "$OUT/verify-pr188-all.log"
-      cp "$OUT/verify-pr188-all.log" "$OUT/commit/hami-core-pr188-all.$TAG.log" ;;
+      lp verify $what --source $C --baseline-ref e3c3477 --patched-ref pr188-on-e3c3477 \
+        --driver $DRIVER --jobs ${PR188_JOBS:-6} --evidence "$OUT/commit/hami-core-pr188-$name.$TAG.json" 2>&1 \
+        | tee "$OUT/verify-pr188-$name.log"
+      python3 -c "import sys; print(f'pr188-$name wall: {float(sys.argv[2]) - float(sys.argv[1]):.2f} s')" "$s0" "$(now)" \
+        | tee -a "$OUT/verify-pr188-$name.log"
+      cp "$OUT/verify-pr188-$name.log" "$OUT/commit/hami-core-pr188-$name.$TAG.log" ;;
     main-job)
       # the main job as a user runs it (sequential rule, default --runs 20 as the maximum), timed
       s0=$(now)
