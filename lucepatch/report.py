@@ -50,12 +50,42 @@ def _rich_wanted() -> bool:
         return False
 
 
+class _TrimmedLines:
+    """stdout for a result that is not going to a terminal (a pipe, a log, a file): every line
+    without the spaces rich pads table cells and titles with, so the text diffs, greps and reads
+    back as it looks; nothing else is changed (no colour is written there)."""
+
+    def __init__(self, f):
+        self.f, self._line = f, ""
+
+    def write(self, text: str) -> int:
+        *done, self._line = (self._line + text).split("\n")
+        if done:
+            self.f.write("".join(line.rstrip() + "\n" for line in done))
+        return len(text)
+
+    def flush(self) -> None:
+        if self._line:  # a print that did not end its line: the rest of the line may follow
+            self.f.write(self._line)
+            self._line = ""
+        self.f.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+
+
 def out():
-    """The console for results on stdout: the terminal's width, $COLUMNS, else 200 (logs, pipes)."""
+    """The console for results on stdout: the terminal's width, $COLUMNS, else 200 (logs, pipes);
+    off a terminal its lines carry no trailing spaces."""
     from rich.console import Console
 
-    tty = sys.stdout.isatty() or bool(os.environ.get("COLUMNS"))
-    return Console(highlight=False, width=None if tty else 200)
+    term = sys.stdout.isatty()
+    tty = term or bool(os.environ.get("COLUMNS"))
+    return Console(file=sys.stdout if term else _TrimmedLines(sys.stdout), highlight=False,
+                   width=None if tty else 200)
 
 
 QUIET = False  # --quiet: progress and notes are not printed, only a verb's final line and errors
@@ -286,14 +316,15 @@ def layout(columns: list, rows: list[list], total: int) -> tuple[list[Col], list
     return cols, widths, shown, below
 
 
-def wrap(text: str, width: int, indent: str = "    ") -> str:
-    """Prose at `width` with a hanging indent; a word wider than the line (a path, a command) is
-    never broken."""
+def wrap(text: str, width: int, indent: str = "    ", first: str = "") -> str:
+    """Prose at `width` (the whole line: `first` and `indent` included) with a hanging indent; a word
+    wider than the line (a path, a command) is never broken."""
     import textwrap
 
     return "\n".join(textwrap.fill(" ".join(para.split()), width=max(20, width), subsequent_indent=indent,
-                                    break_long_words=False, break_on_hyphens=False)
-                      for para in text.split("\n"))
+                                    initial_indent=first if i == 0 else "", break_long_words=False,
+                                    break_on_hyphens=False)
+                      for i, para in enumerate(text.split("\n")))
 
 
 def table(title: str, columns: list, rows: list[list], *, as_json: bool = False, notes: list[str] = ()) -> None:
@@ -324,8 +355,8 @@ def _records(console, cols: list[Col], cells: list[list[str]]) -> None:
     for r in cells:
         console.print(Text(f"{cols[0].name} {r[0]}".strip(), style="bold"), soft_wrap=True)
         for c, v in zip(cols[1:], r[1:]):
-            if v:
-                console.print(Text(f"  {c.name:<{kw}}  " + wrap(v, console.width - kw - 4, " " * (kw + 4))),
+            if v:  # continued under itself; the line is the console's width, the key included
+                console.print(Text(wrap(v, console.width, " " * (kw + 4), first=f"  {c.name:<{kw}}  ")),
                               soft_wrap=True)
 
 
@@ -340,8 +371,8 @@ def _grid(console, cols: list[Col], widths: list[int], cells: list[list[str]], b
     for r in cells:
         t.add_row(*[Text(v) for v in r])  # cells are text, not markup
     console.print(t)
-    for mark, text in below:  # whole, on one line each: a sha256 or a path is copied as printed
-        console.print(Text(f"{mark} {text}"), soft_wrap=True)
+    for mark, text in below:  # prose wraps at spaces under itself; a sha256 or a path is never broken
+        console.print(Text(wrap(text, console.width, " " * (len(mark) + 1), first=f"{mark} ")), soft_wrap=True)
 
 
 def result(msg: str, *, as_json: bool = False) -> None:

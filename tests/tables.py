@@ -47,6 +47,10 @@ def read_tables(out: str) -> list[dict]:
         while j < len(lines) and (m := re.match(r"^(↓\d+) (.*)$", lines[j])):
             below[m.group(1)] = m.group(2)
             j += 1
+            # prose wrapped at spaces under itself (a path or a sha256 is never broken)
+            while j < len(lines) and lines[j].startswith(" " * (len(m.group(1)) + 1)) and lines[j].strip():
+                below[m.group(1)] += " " + lines[j].strip()
+                j += 1
         resolved = []
         for r in rows:
             row = {}
@@ -60,9 +64,9 @@ def read_tables(out: str) -> list[dict]:
 
 
 def table_lines(out: str) -> list[str]:
-    """The lines of `out` that must fit the width: all but a whole value printed under a table
-    (`↓N column: value`) or alone on its line (a path, a sha256 wider than the console)."""
-    return [l for l in out.splitlines() if not re.match(r"^↓\d+ ", l) and len(l.split()) > 1]
+    """The lines of `out` that must fit the width: all but a whole value alone on its line (a path,
+    a sha256 wider than the console); what goes under a table (`↓N column: value`) wraps at spaces."""
+    return [l for l in out.splitlines() if len(l.split()) > 1]
 
 
 def read_records(out: str, first: str) -> list[dict]:

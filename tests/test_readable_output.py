@@ -261,3 +261,132 @@ def test_verify_progress_names_no_reproducer_and_quiet_leaves_the_verdict_line(c
     assert q.out == r.out  # the result is the same
     assert len(q.err.splitlines()) == 1 and q.err.startswith("lucepatch: verdict:"), q.err
     assert cli("--quiet", *args).err.startswith("lucepatch: verdict:")
+
+
+# ---- issue 30 audit: what was still cut, padded or squeezed ---------------------------------------
+
+V25 = REPO / "docs" / "evidence" / "hami-core-v2.5-all.h200.json"  # proven, guarded, skipped, not-applicable rows
+
+
+def test_a_reason_under_the_table_wraps_at_spaces_and_keeps_its_path_whole(capsys, monkeypatch):
+    """rebase --dry-run, show of a coverage map: prose with a path goes under the table; it wraps at
+    spaces to the console (it was one line of 100-240 characters), and the path is never broken."""
+    from lucepatch import report
+
+    at(monkeypatch, 60)
+    path = "/srv/upstream/hami-core/src/multiprocess/multiprocess_memory_limit.c"
+    detail = (f"Applied patch to {path} with conflicts; the hunk at line 281 no longer matches the new "
+              "accounting code, rebase it by hand")
+    report.table("rebase", ["patch", "detail"], [["fix-a.patch", detail], ["fix-b.patch", "applies"]])
+    out = capsys.readouterr().out
+    assert [l for l in out.splitlines() if len(l) > 60] == [f"   {path}"]  # only the path, alone, whole
+    fits(out, 60)
+    (t,) = read_tables(out)
+    assert t["rows"][0]["detail"] == detail
+
+
+def test_a_record_continues_its_value_at_the_full_width(capsys, monkeypatch):
+    """Too many columns for 60: one record per row; a value continued under itself used the width
+    less its key twice (lines of ~25 characters in 60)."""
+    from lucepatch import report
+
+    at(monkeypatch, 60)
+    words = " ".join(f"word{i}" for i in range(60))
+    cols = ["patch", "status", "decided by", "why", "upstream", "reproducer", "more", "again"]
+    report.table("t", cols, [["fix-a.patch", "still-needed", "r:s", words, "x" * 30, "y" * 30, "z" * 30, "w" * 30]])
+    lines = capsys.readouterr().out.splitlines()
+    start = next(i for i, l in enumerate(lines) if l.startswith("  why"))
+    block = [lines[start]]
+    for l in lines[start + 1:]:
+        if not l.startswith("    "):
+            break
+        block.append(l)
+    assert all(len(l) <= 60 for l in block)
+    for a, b in zip(block, block[1:]):  # no line ends where the next word would still have fit
+        assert len(a) + 1 + len(b.split()[0]) > 60, (a, b)
+    assert " ".join(" ".join(block).split()[1:]) == words
+
+
+@pytest.mark.parametrize("args", [["list"], ["show", str(V25)], ["lint"]], ids=["list", "show", "lint"])
+def test_piped_output_has_no_trailing_spaces(cli, monkeypatch, args):
+    """rich pads every cell and title to its width: piped, each table row ended in spaces (grep,
+    diff and a log reader see them)."""
+    for width in (80, None):
+        at(monkeypatch, width)
+        r = cli("--workspace", REPO, *args)
+        assert r.code == 0, r.err
+        padded = [l for l in r.out.splitlines() if l != l.rstrip()]
+        assert not padded, padded[:5]
+
+
+def test_verdict_table_title_wraps_at_the_console_not_the_table(cli, monkeypatch):
+    at(monkeypatch, None)
+    r = cli("--workspace", REPO, "show", str(V25))
+    doc = json.loads(V25.read_text())
+    first = r.out.splitlines()[0]
+    assert first.startswith("verify ") and doc["driver"]["gpu"] in first and first.endswith(")"), first
+
+
+@pytest.mark.parametrize("width", [60, 80, None])
+def test_verdict_table_names_and_reasons_share_the_room(cli, monkeypatch, width):
+    """At 80 the reason took its longest text's width first and names broke into 6-letter pieces
+    ("async-" / "accounting" as a heading); now names keep their width up to what the reason needs
+    at least, and below that the p column makes room (p is then said in the reason)."""
+    w = at(monkeypatch, width)
+    doc = json.loads(V25.read_text())
+    r = cli("--workspace", REPO, "show", str(V25))
+    lines = r.out.splitlines()
+    assert all(len(l) <= w for l in lines if len(l.split()) > 1), [l for l in lines if len(l) > w]
+    table = lines[:next(i for i, l in enumerate(lines) if l.startswith("provenance"))]
+    reps = {s["scenario"].split(":")[0] for s in doc["scenarios"]}
+    if w >= 80:  # every heading on one line
+        assert all(any(l.strip() == rep for l in table) for rep in reps)
+    for s in doc["scenarios"]:
+        name = s["scenario"].split(":", 1)[1]
+        if len(name) <= (11 if w < 80 else 22):  # a name that short is never wrapped
+            assert any(re.match(rf"^  {re.escape(name)}\s", l) for l in table), name
+    proven = [s for s in doc["scenarios"] if s["verdict"] == "proven"]
+    assert "0.00033" in "\n".join(table) and proven
+    if w < 80:
+        assert "p=0.00033" in "\n".join(table)
+
+
+@pytest.mark.parametrize("width", [60, 80, None])
+def test_not_applicable_and_skipped_rows_show_no_counts(cli, monkeypatch, width):
+    at(monkeypatch, width)
+    doc = json.loads(V25.read_text())
+    r = cli("--workspace", REPO, "show", str(V25))
+    lines = r.out.splitlines()
+    quiet = [s for s in doc["scenarios"] if s["verdict"] in ("skipped", "not-applicable")]
+    assert {s["verdict"] for s in quiet} == {"skipped", "not-applicable"}
+    for s in quiet:
+        rep, name = s["scenario"].split(":", 1)
+        start = next(i for i, l in enumerate(lines) if l.strip() == rep)
+        row = next(l for l in lines[start:] if re.match(rf"^  {re.escape(name[:12])}", l))
+        assert not re.search(r"\d+/\d+", row), row
+    # each reason once, whole, under the table
+    flat = " ".join(r.out.split())
+    for s in quiet:
+        assert " ".join(s["reason"].split()) in flat
+
+
+def test_pr_table_and_html_page_give_a_skipped_row_its_reason_not_counts(tmp_path):
+    """The PR body's before/after table printed "1 0 0.00" for a scenario that never ran (and a
+    skipped scenario with no patched run, as the sequential rule leaves it, crashed `pr`)."""
+    from lucepatch.show.model import build_view
+    from lucepatch.show.page import html
+    from lucepatch.upstream.pr import verdict_rows
+    from lucepatch.verify.evidence import Evidence
+
+    doc = json.loads(V25.read_text())
+    sk = next(s for s in doc["scenarios"] if s["verdict"] == "skipped")
+    sk["patched"] = {**sk["patched"], "runs": 0, "passed": 0, "skipped": 0, "failure_rate": None, "outcomes": {}}
+    ev = Evidence.from_json(doc)
+    rows = [r for r in verdict_rows(ev) if r["scenario"] == sk["scenario"]]
+    assert len(rows) == 1 and rows[0]["runs"] == rows[0]["failures"] == rows[0]["failure rate"] == ""
+    assert rows[0]["verdict"].startswith("skipped (needs 2")
+    na = [r for r in verdict_rows(ev) if r["verdict"].startswith("not-applicable")]
+    assert na and all(r["runs"] == "" for r in na)
+    page = html(build_view(ev))
+    row = re.search(rf'<tr class="scenario" data-scenario="{re.escape(sk["scenario"])}".*?</tr>', page, re.S).group(0)
+    assert not re.search(r">\d+/\d+<", row), row

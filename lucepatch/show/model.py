@@ -204,6 +204,8 @@ def short_reason(s: ScenarioResult) -> str:
     if v == "skipped":  # the first thing it needs, in whole words; the table prints the full reason under it
         first = re.split(r" \(|[;,] ", re.sub(r"^not run on this machine:\s*", "", s.reason), maxsplit=1)[0]
         return _words(first, 28)
+    if v == "not-applicable":  # the target's sentence is long: it prints whole under the table
+        return "by target.toml"
     if v == "invalid":
         if s.reason.startswith("cannot load: "):  # the loader's line is the whole story: keep it
             return s.reason.split(" (cause:", 1)[0]

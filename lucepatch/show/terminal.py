@@ -17,58 +17,102 @@ VERDICT_STYLE = {"proven": "bold green", "pass": "green", "guarded": "cyan", "no
                  "regression": "bold red", "invalid": "bold red", "skipped": "dim"}
 
 
+NAME_MIN, WHY_MIN = 20, 14  # below these the p column gives its room to them (its value moves into "why")
+_NO_COUNTS = ("skipped", "not-applicable")  # nothing ran: no counts, only the reason
+
+
+def _name_lines(name: str, first: int, rest: int) -> list[str]:
+    """`name` broken after - _ . / , : — the first line at most `first` wide, the others `rest`."""
+    from lucepatch.report import _BREAKS
+
+    lines, cur, width = [], "", first
+    for part in _BREAKS.findall(name) or [name]:
+        while len(cur) + len(part) > width:
+            if cur:
+                lines.append(cur)
+                cur, width = "", rest
+                continue
+            lines.append(part[:width])  # a piece wider than the line: folded
+            part, width = part[width:], rest
+        cur += part
+    return lines + [cur] if cur or not lines else lines
+
+
+def _why(r, with_p: bool) -> str:
+    if not with_p or not r.p_text or r.verdict in _NO_COUNTS or r.p_text == "1":
+        return r.short
+    return f"{r.short}; p={r.p_text}" if r.short else f"p={r.p_text}"
+
+
 def _title(view: View) -> str:
     d = view.driver
     return f"verify {view.title} — driver {d['kind']} ({d['gpu']}, {d['driver']})"
 
 
 def _rows_table(view: View, width: int) -> Table:
-    """The verdict table. The reason column gets the width its longest short reason needs; when
-    the table is wider than the console, scenario names wrap after hyphens first, then the
-    reason wraps at spaces. A skipped row has no counts (nothing ran), only the reason."""
-    from lucepatch.report import _break_name, _wrap_text
-
+    """The verdict table. Scenario names and the short reasons share what the counts leave: both at
+    their full width when they fit; else the reason keeps WHY_MIN (it wraps at spaces) and names
+    wrap after hyphens; when even that does not fit, the p column goes and p is said in the reason.
+    A skipped or not-applicable row has no counts (nothing ran), only the reason."""
     indent = "  " if view.grouped else ""
-    keys = 8 + 7 + max([len(r.p_text) for r in view.rows] + [1]) + max([len(r.verdict) for r in view.rows] + [7])
+    verdict_w = max([len(r.verdict) for r in view.rows] + [7])
+    fixed = 8 + 7 + verdict_w  # "baseline", "patched" and the verdict: never narrower
+    p_w = max([len(r.p_text) for r in view.rows] + [1])
     names = max([len(indent + r.name) for r in view.rows] + [len(x) for x, _ in view.groups()] + [8])
-    why = max([len(r.short) for r in view.rows] + [3])
-    room = width - keys - 5  # five one-space gaps
-    name_w = max(min(names, room - why), min(names, 12))
-    why_w = max(room - name_w, 3)
-    t = Table(title=_title(view), box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 0), title_justify="left")
+    show_p = True
+    room = width - fixed - p_w - 5  # six columns, five one-space gaps
+    why = max([len(_why(r, False)) for r in view.rows] + [3])
+    if names + why > room and min(names, NAME_MIN) + min(why, WHY_MIN) > room:
+        show_p, room = False, width - fixed - 4
+        why = max([len(_why(r, True)) for r in view.rows] + [3])
+    if names + why <= room:
+        name_w, why_w = names, why
+    else:
+        name_w = max(min(names, room - min(why, WHY_MIN)), min(names, 12))
+        why_w = max(room - name_w, 3)
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 0))
     t.add_column("scenario", no_wrap=True, width=name_w)
     t.add_column("baseline\nfail", justify="right", no_wrap=True)
     t.add_column("patched\nfail", justify="right", no_wrap=True)
-    t.add_column("p", justify="right", no_wrap=True)
+    if show_p:
+        t.add_column("p", justify="right", no_wrap=True)
     t.add_column("verdict", no_wrap=True)
-    t.add_column("why", overflow="fold", width=min(why, why_w) if why <= why_w else why_w)
+    t.add_column("why", overflow="fold", width=why_w)
     for rep, rows in view.groups():
         if view.grouped:
-            t.add_row(Text("\n".join(_break_name(rep, name_w)), style="bold"), "", "", "", "", "")
+            t.add_row(Text("\n".join(_name_lines(rep, name_w, name_w)), style="bold"), *[""] * (4 + show_p))
         for r in rows:
             name = indent + r.name
             if len(name) > name_w:  # wraps after hyphens, continued under itself
-                first, *rest = _wrap_text(r.name, name_w - len(indent), names=True)
-                rest = _wrap_text(" ".join(rest), name_w - len(indent) - 2, names=True) if rest else []
+                first, *rest = _name_lines(r.name, name_w - len(indent), name_w - len(indent) - 2)
                 name = "\n".join([indent + first] + [indent + "  " + x for x in rest])
-            ran = r.verdict != "skipped"  # a skipped row shows no counts: no baseline run happened
-            t.add_row(name, r.frac("baseline") if ran else "", r.frac("patched") if ran else "",
-                      r.p_text if ran else "", Text(r.verdict, style=VERDICT_STYLE.get(r.verdict, "")), r.short)
+            ran = r.verdict not in _NO_COUNTS
+            cells = [name, r.frac("baseline") if ran else "", r.frac("patched") if ran else ""]
+            if show_p:
+                cells.append(r.p_text if ran else "")
+            t.add_row(*cells, Text(r.verdict, style=VERDICT_STYLE.get(r.verdict, "")),
+                      Text("\n".join(_wrap_why(_why(r, not show_p), why_w))))
     return t
+
+
+def _wrap_why(text: str, width: int) -> list[str]:
+    from lucepatch.report import _wrap_text
+
+    return _wrap_text(text, width, names=True) or [text]
 
 
 def _below(view: View, width: int, *, wide: bool) -> list[Text]:
     """What the table's short reasons leave out, whole, under it: every skip reason once (with the
     scenarios it applies to), and with `wide` every scenario's full reason."""
     out: list[Text] = []
-    skipped: dict[str, list[str]] = {}
+    skipped: dict[tuple[str, str], list[str]] = {}
     for r in view.rows:
-        if r.verdict == "skipped" and not wide:
-            skipped.setdefault(r.reason, []).append(r.scenario)
-    for reason, scs in skipped.items():
+        if r.verdict in _NO_COUNTS and not wide:
+            skipped.setdefault((r.verdict, r.reason), []).append(r.scenario)
+    for (verdict, reason), scs in skipped.items():
         reps = sorted({sc.partition(":")[0] for sc in scs})
         what = (f"{', '.join(reps)}: {len(scs)} scenario(s)" if len(reps) == 1 and len(scs) > 1 else ", ".join(scs))
-        out.append(Text(wrap(f"skipped {what}: {reason}", width), style="dim", no_wrap=True))
+        out.append(Text(wrap(f"{verdict.replace('-', ' ')} {what}: {reason}", width), style="dim", no_wrap=True))
     if wide:
         for r in view.rows:
             if r.reason:
@@ -77,8 +121,10 @@ def _below(view: View, width: int, *, wide: bool) -> list[Text]:
 
 
 def verdict_parts(view: View, width: int, *, wide: bool = False) -> list:
-    """The verdict table at `width`, then (whole) what its short reasons leave out."""
-    return [_rows_table(view, width), *_below(view, width, wide=wide)]
+    """The title (wrapped at `width`, not at the table's), the verdict table at `width`, then (whole)
+    what its short reasons leave out."""
+    return [Text(wrap(_title(view), width), style="bold", no_wrap=True), _rows_table(view, width),
+            *_below(view, width, wide=wide)]
 
 
 class _VerdictTable:

@@ -18,7 +18,7 @@ from lucepatch import __version__, git, trailers
 from lucepatch.engine.apply import WorkArea, apply_series
 from lucepatch.errors import CheckFailed, UsageError
 from lucepatch.series import Patch
-from lucepatch.show.model import build_view, driver_display
+from lucepatch.show.model import build_view, driver_display, short_reason
 from lucepatch.show.page import html
 from lucepatch.target import Target
 from lucepatch.upstream.checks import CheckResult, run_checks
@@ -92,6 +92,12 @@ def verdict_rows(ev: Evidence) -> list[dict]:
         # combined evidence: each scenario carries the driver of the run it came from
         own = s.extra.get("driver")
         d = driver_display({"driver": own} if own else ev)
+        if s.verdict in ("skipped", "not-applicable"):  # nothing ran: no counts, only why (a "0/1" reads as a run)
+            why = short_reason(s).replace("|", "/")
+            rows.append({"scenario": s.scenario, "variant": "", "upstream commit": "", "GPU": d["gpu"],
+                         "driver": d["driver"], "runs": "", "failures": "", "failure rate": "", "p-value": "",
+                         "verdict": f"{s.verdict} ({why})" if why else s.verdict})
+            continue
         for v in ("baseline", "patched"):
             var = ev.variants.get(v)
             commit = (var.base if var is not None else None) or ev.upstream.get("base") or ""
