@@ -66,12 +66,24 @@ def test_the_docs_show_combinations_to_check():
     assert _docs_lines("lucepatch render helm lucebox --out charts")
 
 
+def _sets(line: str) -> list[str]:
+    args = shlex.split(line)
+    return [x for i, a in enumerate(args) if a == "--set" for x in ("--set", args[i + 1])]
+
+
 def test_helm_lint_strict(charts):
+    """`helm lint --strict` as the docs show it, then with every value combination the docs show."""
     helm = needs.tool("helm")
     for cmd in _docs_lines("helm lint"):
         args = shlex.split(cmd)[1:]
         r = _run([helm, *args[:-1], str(charts["helm"])])
         assert r.returncode == 0 and "0 chart(s) failed" in r.stdout, r.stdout + r.stderr
+    for line in _docs_lines("helm template lucebox charts/lucebox"):
+        r = _run([helm, "lint", "--strict", str(charts["helm"]), *_sets(line)])
+        assert r.returncode == 0 and "0 chart(s) failed" in r.stdout, (line, r.stdout + r.stderr)
+    # the lint does check the values: one the schema refuses fails it
+    r = _run([helm, "lint", "--strict", str(charts["helm"]), "--set", "gpu_mem=1"])
+    assert r.returncode != 0 and "gpu_mem" in r.stdout + r.stderr
     r = _run([helm, "lint", "--strict", str(charts["olares"]), "-f", str(charts["injected"])])
     assert r.returncode == 0 and "0 chart(s) failed" in r.stdout, r.stdout + r.stderr
 
@@ -210,6 +222,25 @@ LINT_BREAKS = {
     "workloads": (lambda t: t.replace("workloadReplicas:\n  lucebox: 1\n", "workloadReplicas: {}\n"), None,
                   "workloadReplicas must list"),
     "envelope": (lambda t: t.replace("limitedCpu: '8'", "limitedCpu: '4'"), None, "limits.cpu must be <="),
+    # 0.12.0's deprecated fields (manifest.md: apps carrying them may be rejected)
+    "appid": (lambda t: t.replace("  name: lucebox\n", "  name: lucebox\n  appid: lucebox\n", 1), None,
+              "metadata.appid is deprecated"),
+    "subcharts": (lambda t: t.replace("  supportArch:", "  subCharts:\n  - name: lucebox\n    shared: true\n  supportArch:"),
+                  None, "spec.subCharts is deprecated"),
+    "app-scope": (lambda t: t.replace("  shared: true\n", "  shared: true\n  appScope:\n    clusterScoped: true\n"), None,
+                  "options.appScope is deprecated"),
+    # framework/oac validate.go
+    "semver": (lambda t: t.replace("  version: 1.0.0\n", "  version: one\n"), lambda t: t.replace('version: "1.0.0"', 'version: "one"'),
+               "must be a valid semantic version"),
+    "icon": (lambda t: t.replace("  icon: https://app.cdn", "  icon: ftp://app.cdn", 1), None, "icon must be a valid http(s) URL"),
+    "auth-level": (lambda t: t.replace("authLevel: internal", "authLevel: secret"), None, "authLevel"),
+    "shared-admin": (lambda t: t.replace("  onlyAdmin: true\n", "  onlyAdmin: false\n"), None, "spec.onlyAdmin"),
+    "olares-user-env": (lambda t: t.replace("- envName: HF_TOKEN", "- envName: OLARES_USER_HF_TOKEN"), None,
+                        "must not start with OLARES_USER"),
+    "arch-twice": (lambda t: t.replace("  supportArch:\n  - amd64\n", "  supportArch:\n  - amd64\n  - amd64\n"), None,
+                   "lists an architecture twice"),
+    "replicas-unknown": (lambda t: t.replace("workloadReplicas:\n  lucebox: 1\n", "workloadReplicas:\n  lucebox: 1\n  server: 1\n"),
+                         None, "entry 'server' does not match any rendered"),
 }
 
 
@@ -219,6 +250,51 @@ def test_olares_lint_catches_each_broken_rule(charts, tmp_path, case):
     pkg = _broken(charts, tmp_path, em, ec)
     problems = olares.lint(pkg, objects=_olares_objects(charts))
     assert any(want in p for p in problems), problems
+
+
+def test_the_manifest_carries_no_deprecated_field(charts):
+    m = yaml.safe_load((charts["olares"] / "OlaresManifest.yaml").read_text())
+    assert "appid" not in m["metadata"]  # 0.12.0 derives it from metadata.name; carrying it may be rejected
+    for path in olares.DEPRECATED:
+        assert olares._get(m, path) is None, path
+
+
+def _deployment(objs):
+    return next(o for o in objs if o["kind"] == "Deployment")
+
+
+def test_olares_lint_checks_the_pods_as_olares_does(charts):
+    """framework/oac internal/resources: hostpath.go, securitycontext.go, subpathexpr.go."""
+    objs = _olares_objects(charts)
+    dep = _deployment(objs)
+    assert dep["spec"]["strategy"] == {"type": "Recreate"} and "hostPath" in dep["spec"]["template"]["spec"]["volumes"][0]
+    # a hostPath volume on a rolling update: the new pod may start on a node that does not have the folder
+    for strategy in ({"type": "RollingUpdate"}, None):
+        rolling = copy.deepcopy(objs)
+        if strategy:
+            _deployment(rolling)["spec"]["strategy"] = strategy
+        else:
+            del _deployment(rolling)["spec"]["strategy"]
+        assert any("can not enable rolling update with hostPath" in p for p in olares.lint(charts["olares"], objects=rolling))
+    # root-equivalent settings only on beclab images: prepare-cache (beclab/aboveos-busybox, root) passes
+    pod = dep["spec"]["template"]["spec"]
+    prep = next(c for c in pod["initContainers"] if c["name"] == "prepare-cache")
+    assert prep["securityContext"]["runAsUser"] == 0 and olares._is_beclab(prep["image"])
+    for edit in ("init-image", "privileged", "pod-root"):
+        bad = copy.deepcopy(objs)
+        bpod = _deployment(bad)["spec"]["template"]["spec"]
+        if edit == "init-image":
+            bpod["initContainers"][0]["image"] = "docker.io/library/busybox:1.37"
+        elif edit == "privileged":
+            bpod["containers"][0]["securityContext"] = {"privileged": True}
+        else:
+            bpod["securityContext"]["runAsUser"] = 0
+        problems = olares.lint(charts["olares"], objects=bad)
+        assert any("non-beclab image" in p and "root-equivalent" in p for p in problems), (edit, problems)
+    sub = copy.deepcopy(objs)
+    _deployment(sub)["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][0]["subPathExpr"] = "$(POD_NAME)"
+    assert any("subPathExpr is not supported" in p for p in olares.lint(charts["olares"], objects=sub))
+    assert not [o["metadata"]["name"] for o in objs if o["kind"] not in ("Deployment", "Service")]
 
 
 def test_olares_lint_checks_the_objects(charts):

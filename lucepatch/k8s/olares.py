@@ -2,17 +2,28 @@
 and the rules Olares' own app lint applies, checked here (`lint`).
 
 Sources of the rules (docs/cluster.md "Olares app" cites them):
-- beclab/oachecker (checker.go, app.go, manifest.go, folder.go, resource.go): the library behind the
-  beclab/apps PR bot (beclab/check-chart): folder = Chart name = metadata.name ^[a-z0-9]{1,30}$,
-  metadata.version = Chart version, entrances 1..10 with name/host/title patterns, supportArch,
-  dependency types, every container's cpu/memory requests and limits and their sums within the
-  manifest's envelope, a Deployment named like the app, permission.appData when templates use it;
-- beclab/Olares docs/zh/developer/develop/package/manifest.md (OlaresManifest 0.12.0): Olares
-  >= 1.12.6, apiVersion v3, no template rendering in the manifest, spec.accelerator (no flat
-  spec.required* beside it), workloadReplicas for every workload matching values.yaml workloads,
-  the 1.12 categories;
-- the olares-chart accelerator reference of Olares' chart tooling (`olares-cli chart lint`): modes,
-  mode -> supportArch, GPU-memory fields only on discrete-GPU modes;
+- Olares' own checker, `olares-cli chart lint` (beclab/Olares framework/oac): internal/manifest/validate.go
+  (olaresManifest.version required, apiVersion v1|v2|v3, metadata name/title 1..30, icon an http(s) URL,
+  version semver, entrances 1..10 with name/host patterns, title 1..30, authLevel and openMethod enums,
+  unique names; dependency type system|application|middleware; options.shared only with v3; supportArch
+  amd64|arm64, no duplicates; v3 envs not named OLARES_USER*), internal/manifest/resources.go (0.12.0:
+  spec.accelerator entries, mode enum, mode -> supportArch, GPU memory only on discrete modes, complete
+  envelopes, limited >= required, no flat spec.required*/limited* beside them), pipeline.go (0.12.0: no
+  template syntax in the manifest), internal/resources/*.go over the helm-rendered objects: limits.go
+  (every container's cpu/memory requests and limits, requests <= limits, their sums within the
+  envelope; a Deployment/StatefulSet named like the app), workloads.go (workloadReplicas names exactly
+  the rendered workloads; spec.replicas follows workloads.<name>.replicaCount, 0 included),
+  hostpath.go (no hostPath volume on a RollingUpdate workload), securitycontext.go (no root-equivalent
+  securityContext on a non-beclab image), namespace.go (workloads in app-namespace), subpathexpr.go;
+  appdata (permission.appData when templates use .Values.userspace.appData);
+- beclab/oachecker (folder.go, checker.go): the older library behind the beclab/apps PR bot
+  (beclab/check-chart): folder = Chart name = metadata.name ^[a-z0-9]{1,30}$, metadata.version = Chart
+  version, Chart.yaml apiVersion/name/version set;
+- beclab/Olares docs/developer/develop/package/manifest.md (OlaresManifest 0.12.0): Olares >= 1.12.6,
+  apiVersion v3, no template rendering in the manifest, spec.accelerator, workloadReplicas matching
+  values.yaml workloads, the 1.12 categories, and the fields deprecated in 0.12.0 ("may be rejected
+  during installation": metadata.appid, provider, permission.provider, permission.sysData,
+  options.appScope, spec.subCharts, the flat spec resources, OS 1.11 categories);
 - beclab/apps#2036 (0.12.0 + v3 required since 1.12.6), beclab/apps llamacppqwen3827bggufv3 (#3541,
   #3669: a v3 llama.cpp app on server-cuda13 images, gpumem requested, workloads.<name>.replicaCount).
 """
@@ -92,7 +103,7 @@ def manifest(vals: dict) -> dict:
         "apiVersion": API_VERSION,
         "workloadReplicas": {w: int(s["replicaCount"]) for w, s in vals["workloads"].items()},
         "metadata": {
-            "name": name, "appid": name, "title": "Lucebox", "version": chart.CHART_VERSION, "icon": ICON,
+            "name": name, "title": "Lucebox", "version": chart.CHART_VERSION, "icon": ICON,
             "description": "Lucebox DFlash server: Qwen3.6-27B GGUF with a DFlash draft, OpenAI-compatible API",
             "categories": ["AI"],
         },
@@ -199,6 +210,26 @@ def _expand(text: str) -> str:
 
 # ---------------------------------------------------------------------------------- lint
 _QTY = re.compile(r"^(\d+(\.\d+)?)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+_SEMVER = re.compile(r"^v?(0|[1-9]\d*)(\.(0|[1-9]\d*)){0,2}(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$")  # Masterminds' semver
+# 0.12.0's deprecated fields (manifest.md "Deprecated Fields (0.12.0)": apps with them may be rejected)
+DEPRECATED = (("metadata", "appid"), ("provider",), ("permission", "provider"), ("permission", "sysData"),
+              ("options", "appScope"), ("spec", "subCharts"))
+AUTH_LEVELS, OPEN_METHODS = ("", "public", "private", "internal"), ("", "default", "iframe", "window")
+WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet")
+
+
+def _get(d: dict, path: tuple):
+    for k in path:
+        if not isinstance(d, dict) or k not in d:
+            return None
+        d = d[k]
+    return d
+
+
+def _is_beclab(image: str) -> bool:
+    """securitycontext.go isBeclabImage: "beclab/..." or any registry's ".../beclab/..."."""
+    return bool(image) and (image.startswith("beclab/") or "/beclab/" in image)
+
 _SCALE = {None: 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 
@@ -236,6 +267,19 @@ def lint(pkg: Path, *, objects: list[dict]) -> list[str]:
         p.append(f"apiVersion must be '{API_VERSION}' (v2 apps are not listed from 1.12.6), not {m.get('apiVersion')!r}")
     if m.get("olaresManifest.type") != "app":
         p.append("olaresManifest.type must be app")
+    for path in DEPRECATED:
+        if _get(m, path) is not None:
+            p.append(f"{'.'.join(path)} is deprecated in OlaresManifest 0.12.0 (apps carrying it may be rejected): remove it")
+    opts = m.get("options") or {}
+    if opts.get("shared") and m.get("apiVersion") != "v3":
+        p.append("options.shared=true is only supported for apiVersion=v3")
+    if opts.get("shared") and not (m.get("spec") or {}).get("onlyAdmin"):
+        p.append("options.shared=true needs spec.onlyAdmin: true (a shared app is installed by the admin)")
+    for i, e in enumerate(m.get("envs") or []):
+        if str(e.get("envName", "")).startswith("OLARES_USER"):
+            p.append(f"envs[{i}].envName must not start with OLARES_USER (v3: map user variables with valueFrom.envName)")
+        if not e.get("envName"):
+            p.append(f"envs[{i}].envName is required")
     deps = (m.get("options") or {}).get("dependencies") or []
     for d in deps:
         if not d.get("name") or not d.get("version") or d.get("type") not in ("system", "application"):
@@ -257,6 +301,10 @@ def lint(pkg: Path, *, objects: list[dict]) -> list[str]:
     for key in ("icon", "description", "title", "version"):
         if not md.get(key):
             p.append(f"metadata.{key} is empty")
+    if md.get("version") and not _SEMVER.match(str(md["version"])):
+        p.append(f"metadata.version {md['version']!r} must be a valid semantic version (e.g. 1.2.3)")
+    if md.get("icon") and not re.match(r"^https?://[^/\s]+", str(md["icon"])):
+        p.append("metadata.icon must be a valid http(s) URL")
     if len(str(md.get("title", ""))) > 30:
         p.append("metadata.title is longer than 30 characters")
     cats = md.get("categories") or []
@@ -279,12 +327,20 @@ def lint(pkg: Path, *, objects: list[dict]) -> list[str]:
         t = str(e.get("title", ""))
         if not t or len(t) > 30 or not re.fullmatch(r"[a-z0-9A-Z-\s]*", t):
             p.append(f"entrance title {t!r}: 1..30 letters, digits, '-' or spaces")
+        if e.get("authLevel", "") not in AUTH_LEVELS:
+            p.append(f"entrance authLevel {e.get('authLevel')!r} must be one of public, private, internal")
+        if e.get("openMethod", "") not in OPEN_METHODS:
+            p.append(f"entrance openMethod {e.get('openMethod')!r} must be one of default, iframe, window")
+        if e.get("icon") and not re.match(r"^https?://[^/\s]+", str(e["icon"])):
+            p.append(f"entrance {e.get('name')}: icon must be a valid http(s) URL")
         if e.get("port") not in services.get(e.get("host"), []):
             p.append(f"entrance {e.get('name')}: no Service {e.get('host')} with port {e.get('port')} in the chart")
     spec = m.get("spec") or {}
     arch = spec.get("supportArch") or []
     if not arch or not set(arch) <= {"amd64", "arm64"}:
         p.append(f"spec.supportArch {arch} must be a non-empty list of amd64/arm64")
+    if len(set(arch)) != len(arch):
+        p.append(f"spec.supportArch {arch} lists an architecture twice")
     acc = spec.get("accelerator") or []
     if not acc:
         p.append("spec.accelerator: a GPU app declares its accelerator modes (0.12.0)")
@@ -322,11 +378,35 @@ def lint(pkg: Path, *, objects: list[dict]) -> list[str]:
             p.append(f"workloadReplicas must list {w['kind']} {wn}")
         if ((vals.get("workloads") or {}).get(wn) or {}).get("replicaCount") is None:
             p.append(f"values.yaml must hold workloads.{wn}.replicaCount (workloadReplicas)")
+    for wn in sorted(set(wr) - {w["metadata"]["name"] for w in workloads}):
+        p.append(f"workloadReplicas entry {wn!r} does not match any rendered Deployment/StatefulSet")
+    for o in objects:  # hostpath.go, securitycontext.go, subpathexpr.go: every pod template
+        if o["kind"] not in WORKLOAD_KINDS:
+            continue
+        wn, pod = o["metadata"]["name"], o["spec"]["template"]["spec"]
+        strategy = ((o["spec"].get("strategy") or {}).get("type") if o["kind"] == "Deployment"
+                    else (o["spec"].get("updateStrategy") or {}).get("type") if o["kind"] == "StatefulSet" else "OnDelete")
+        for v in pod.get("volumes") or []:
+            if "hostPath" in v and strategy in (None, "", "RollingUpdate"):
+                p.append(f"{o['kind']} {wn} can not enable rolling update with hostPath volume {v['name']} "
+                         f"({v['hostPath'].get('path')}): set strategy Recreate")
+        psc = pod.get("securityContext") or {}
+        pod_root = psc.get("runAsUser") == 0 or psc.get("runAsNonRoot") is False
+        for c in (pod.get("initContainers") or []) + (pod.get("containers") or []):
+            if _is_beclab(c.get("image", "")):
+                continue
+            sc = c.get("securityContext") or {}
+            if pod_root or sc.get("privileged") is True or sc.get("runAsUser") == 0 or sc.get("runAsNonRoot") is False:
+                p.append(f"non-beclab image {c.get('image')!r} runs with root-equivalent securityContext: "
+                         f"{o['kind']} {wn}, container {c['name']}")
+            for vm in c.get("volumeMounts") or []:
+                if vm.get("subPathExpr"):
+                    p.append(f"{o['kind']} {wn}, container {c['name']}: volumeMounts.subPathExpr is not supported")
     if name not in [w["metadata"]["name"] for w in workloads]:
         p.append(f"must have a Deployment/StatefulSet named like the app ({name})")
-    for o in objects:
+    for o in objects:  # namespace.go: workloads in the release's; others there or in user-system-*; none: cluster-scoped
         ns = o["metadata"].get("namespace")
-        if ns != "app-namespace":
+        if ns and ns != "app-namespace" and (o["kind"] in WORKLOAD_KINDS or not ns.startswith("user-system-")):
             p.append(f"{o['kind']}/{o['metadata']['name']} is in namespace {ns!r}, not the release's")
     nvidia = next((a for a in acc if a.get("mode") == "nvidia"), {})
     sums = {"requests.cpu": 0.0, "requests.memory": 0.0, "limits.cpu": 0.0, "limits.memory": 0.0}
