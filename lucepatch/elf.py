@@ -411,14 +411,27 @@ def resolve_closure(roots: list[Path], *, allowed_missing: list[str] = (), ld_li
 GLIBC_DATA = Path(__file__).resolve().parent / "data" / "glibc.toml"
 
 
+# When the loader resolves an undefined symbol: a function reached only through the PLT of a library
+# that does not ask for immediate binding is resolved at its first call ("lazy": a missing one kills
+# the process only if it is called, or at start under LD_BIND_NOW=1); any other reference (a GOT
+# entry, a data or address relocation, a -z now library) is resolved when the library loads ("load");
+# a symbol no relocation uses is never resolved ("unused").
+LOAD, LAZY, UNUSED = "load", "lazy", "unused"
+
+
 @dataclass
 class VersionedRef:
     name: str
     version: str
     file: str  # the library the version is needed from (libc.so.6, libdl.so.2, ...)
+    binding: str = LOAD  # LOAD | LAZY | UNUSED (a report without it: LOAD, the cautious reading)
 
     def __str__(self) -> str:
         return f"{self.name}@{self.version}"
+
+    def fails_at_load(self, *, bind_now: bool = False) -> bool:
+        """Whether an unmet reference stops the process before it runs (bind_now: LD_BIND_NOW=1)."""
+        return self.binding == LOAD or (bind_now and self.binding == LAZY)
 
 
 @dataclass
@@ -431,13 +444,15 @@ class LoaderNeeds:
 
     def to_json(self) -> dict:
         return {"needed": self.needed, "versions": self.versions, "newest_glibc": self.newest_glibc,
-                "private": [{"name": r.name, "version": r.version, "file": r.file} for r in self.private],
+                "private": [{"name": r.name, "version": r.version, "file": r.file, "binding": r.binding}
+                            for r in self.private],
                 "versioned_refs": self.refs}
 
     @classmethod
     def from_json(cls, d: dict) -> "LoaderNeeds":
         return cls(needed=list(d.get("needed") or []), versions={k: list(v) for k, v in (d.get("versions") or {}).items()},
-                   private=[VersionedRef(p["name"], p["version"], p.get("file", "")) for p in d.get("private") or []],
+                   private=[VersionedRef(p["name"], p["version"], p.get("file", ""), p.get("binding", LOAD))
+                            for p in d.get("private") or []],
                    newest_glibc=d.get("newest_glibc"), refs=int(d.get("versioned_refs") or 0))
 
 
@@ -450,9 +465,34 @@ def glibc_str(key: tuple[int, ...]) -> str:
     return ".".join(map(str, key))
 
 
+def _bindings(elf) -> tuple[set[int], set[int], bool]:
+    """(.dynsym indexes used by PLT jump-slot relocations, indexes used by any other dynamic
+    relocation, whether the library asks for immediate binding: DT_BIND_NOW, DF_BIND_NOW, DF_1_NOW)."""
+    from elftools.elf.dynamic import DynamicSection  # lazy: pyelftools 150 ms
+    from elftools.elf.relocation import RelocationSection  # lazy: pyelftools 150 ms
+
+    jmprel, now = None, False
+    for sec in elf.iter_sections():
+        if isinstance(sec, DynamicSection):
+            for tag in sec.iter_tags():
+                t, v = tag.entry.d_tag, tag.entry.d_val
+                if t == "DT_JMPREL":
+                    jmprel = v
+                elif t == "DT_BIND_NOW" or (t == "DT_FLAGS" and v & 0x8) or (t == "DT_FLAGS_1" and v & 0x1):
+                    now = True
+    plt, other = set(), set()
+    for sec in elf.iter_sections():
+        if not isinstance(sec, RelocationSection) or not sec["sh_flags"] & 0x2:
+            continue  # SHF_ALLOC: the relocations the loader applies (not a debug section's)
+        used = {r["r_info_sym"] for r in sec.iter_relocations()}
+        (plt if jmprel is not None and sec["sh_addr"] == jmprel else other).update(used)
+    return plt, other, now
+
+
 def loader_needs(path: str | os.PathLike) -> LoaderNeeds:
-    """NEEDED, the symbol versions referenced per needed file, the GLIBC_PRIVATE references, and the
-    newest GLIBC_x.y referenced (read from .dynsym, .gnu.version and .gnu.version_r)."""
+    """NEEDED, the symbol versions referenced per needed file, the GLIBC_PRIVATE references (each with
+    when the loader resolves it: LOAD, LAZY or UNUSED), and the newest GLIBC_x.y referenced (read from
+    .dynsym, .gnu.version, .gnu.version_r, the dynamic relocations and the dynamic section's flags)."""
     from elftools.elf.gnuversions import GNUVerNeedSection, GNUVerSymSection  # lazy: pyelftools 150 ms
     from elftools.elf.sections import SymbolTableSection  # lazy: pyelftools 150 ms
 
@@ -481,7 +521,12 @@ def loader_needs(path: str | os.PathLike) -> LoaderNeeds:
                 refs += 1
                 ver, file = index_file[ndx]
                 if ver == "GLIBC_PRIVATE":
-                    private.append(VersionedRef(sym.name, ver, file))
+                    private.append(VersionedRef(sym.name, ver, file, binding=i))  # the index, for now
+        if private:
+            plt, other, now = _bindings(elf)
+            for r in private:
+                i = r.binding
+                r.binding = (LOAD if i in other or (now and i in plt) else LAZY if i in plt else UNUSED)
     glibc = sorted({_glibc_key(v) for vs in versions.values() for v in vs} - {()})
     return LoaderNeeds(needed=needed, versions={k: sorted(set(v), key=_glibc_key) for k, v in versions.items()},
                        private=sorted(private, key=lambda r: r.name), newest_glibc=glibc_str(glibc[-1]) if glibc else None,
@@ -549,12 +594,19 @@ def system_libc(dirs: list[str] | None = None) -> Path | None:
     return None
 
 
-def unmet_needs(needs: LoaderNeeds, libc: LibcProvides) -> list[str]:
-    """What `libc` does not provide of `needs`, one line each (empty: the loader can bind it)."""
+def unmet_private(needs: LoaderNeeds, libc: LibcProvides) -> list[VersionedRef]:
+    """The GLIBC_PRIVATE references `libc` does not export, whatever their binding."""
+    return [r for r in needs.private if r.file.startswith("libc.so") and r.name not in libc.private]
+
+
+def unmet_needs(needs: LoaderNeeds, libc: LibcProvides, *, bind_now: bool = False) -> list[str]:
+    """What `libc` does not provide of `needs` that stops the library loading, one line each (empty:
+    the loader can load it). A lazily bound reference stops it only under LD_BIND_NOW=1 (bind_now):
+    lazy_notes() says what it does otherwise."""
     out = []
     at = f"glibc {libc.glibc}" if libc.glibc else libc.path
-    for r in needs.private:
-        if r.file.startswith("libc.so") and r.name not in libc.private:
+    for r in unmet_private(needs, libc):
+        if r.fails_at_load(bind_now=bind_now):
             out.append(f"{r} is not exported by {at} ({libc.path})")
     for file, vs in needs.versions.items():
         if not file.startswith("libc.so"):
@@ -572,18 +624,40 @@ def private_symbol_limits() -> dict[str, dict]:
         return dict(tomllib.load(f).get("private") or {})
 
 
+def lazy_note(r: VersionedRef) -> str:
+    """What a lazily bound reference the libc lacks does to a process (no LD_BIND_NOW)."""
+    lim = private_symbol_limits().get(r.name) or {}
+    called = f" ({lim['called']})" if lim.get("called") else ""
+    return (f"{r} is bound lazily (a PLT call): the library loads; a process dies (`symbol lookup error`) "
+            f"only if it calls {r.name}{called} or starts with LD_BIND_NOW=1")
+
+
+def lazy_notes(needs: LoaderNeeds, libc: LibcProvides) -> list[str]:
+    """One line per lazily bound reference `libc` lacks: what it does to a process (lazy_note)."""
+    return [lazy_note(r) for r in unmet_private(needs, libc) if r.binding == LAZY]
+
+
 def where_it_cannot_run(needs: LoaderNeeds) -> list[str]:
-    """The glibc releases that cannot load a library with these needs, from the data: one line each."""
+    """The glibc releases that cannot load a library with these needs, from the data: one line each.
+    A lazily bound reference does not stop the load there: the line says when it does."""
     limits = private_symbol_limits()
     out = []
     for r in needs.private:
         lim = limits.get(r.name)
-        if lim:
+        if lim and r.binding == LOAD:
             out.append(f"{r}: libc.so.6 does not export it since glibc {lim['removed_in']} ({lim['why']}): "
                        f"cannot load on glibc >= {lim['removed_in']} (Debian 12, Ubuntu 22.04 and later)")
+        elif lim and r.binding == LAZY:
+            out.append(f"{r}: libc.so.6 does not export it since glibc {lim['removed_in']} ({lim['why']}); "
+                       f"on glibc >= {lim['removed_in']} it " + lazy_note(r).split(f"{r} ", 1)[1])
+        elif lim:
+            out.append(f"{r}: libc.so.6 does not export it since glibc {lim['removed_in']}, but no relocation "
+                       "uses it: the loader never resolves it")
         else:
-            out.append(f"{r}: glibc's internal interface, which changes between glibc releases: it loads only "
-                       "on a glibc that still exports it (check with the target's libc.so.6)")
+            out.append(f"{r}: glibc's internal interface, which changes between glibc releases: "
+                       + ("it loads only on a glibc that still exports it" if r.binding == LOAD else
+                          "bound lazily, it stops a process only when called or under LD_BIND_NOW=1")
+                       + " (check with the target's libc.so.6)")
     return out
 
 

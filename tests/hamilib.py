@@ -38,7 +38,24 @@ def line_names(line: str = "hami-core", *, with_adds: bool = False) -> list[str]
     return sorted(n for n in names if n not in ("shrreg_major_version", "shrreg_minor_version"))
 
 
-def source(names, *, minor: int, env: list[str] = (), dl_sym: bool = False, extra: str = "") -> str:
+# How a library references _dl_sym@GLIBC_PRIVATE (dl_sym=):
+# - "lazy" (True): a PLT call in a fallback, as HAMi-core's dlsym hook has it (upstream 54b1305 and the
+#   beclab v2.5.4 library call _dl_sym only when dlvsym fails): the loader resolves it at the first call,
+#   so the library loads on glibc >= 2.34 unless the process binds at start (LD_BIND_NOW=1, RTLD_NOW);
+# - "load": its address taken (a GOT entry), resolved when the library loads: it cannot load there.
+DL_SYM_SRC = {
+    "lazy": "\nextern void *_dl_sym(void *, const char *, void *);\n"
+            "__attribute__((used)) static void *lp_dlsym_fallback(void *h, const char *n) { return _dl_sym(h, n, 0); }\n",
+    "load": "\nextern void *_dl_sym(void *, const char *, void *);\n"
+            "__attribute__((used)) static void *lp_dl_sym_ref = (void *)&_dl_sym;\n",
+}
+
+
+def _dl_sym_kind(dl_sym) -> str | None:
+    return None if not dl_sym else "lazy" if dl_sym is True else dl_sym
+
+
+def source(names, *, minor: int, env: list[str] = (), dl_sym: bool | str = False, extra: str = "") -> str:
     body = [f"int {n}(void) {{ return 0; }}" for n in names if n not in ("shrreg_major_version", "shrreg_minor_version")]
     env_reads = "".join(f'    if (getenv("{e}")) n++;\n' for e in env)
     return textwrap.dedent("""\
@@ -47,8 +64,7 @@ def source(names, *, minor: int, env: list[str] = (), dl_sym: bool = False, extr
         int shrreg_minor_version(void) { return %d; }
         """) % minor + "\n".join(body) + (
         "\n__attribute__((used)) static int lp_env_reader(void) {\n    int n = 0;\n" + env_reads + "    return n;\n}\n" if env else "") + (
-        "\nextern void *_dl_sym(void *, const char *, void *);\n__attribute__((used)) static void *lp_dl_sym_ref = (void *)&_dl_sym;\n"
-        if dl_sym else "") + extra + "\n"
+        DL_SYM_SRC[_dl_sym_kind(dl_sym)] if dl_sym else "") + extra + "\n"
 
 
 def glibc_private_stub(tmp: Path) -> Path:
@@ -65,7 +81,7 @@ def glibc_private_stub(tmp: Path) -> Path:
     return out
 
 
-def build(tmp: Path, name: str, names, *, minor: int = 2, env: list[str] = (), dl_sym: bool = False,
+def build(tmp: Path, name: str, names, *, minor: int = 2, env: list[str] = (), dl_sym: bool | str = False,
           flags=(), extra: str = "") -> Path:
     c = tmp / f"{name}.c"
     c.write_text(source(names, minor=minor, env=env, dl_sym=dl_sym, extra=extra))
@@ -89,7 +105,7 @@ def line_build_like(tmp: Path, name: str, line: str = "hami-core", **kw) -> Path
     return build(tmp, name, line_names(line, with_adds=True), minor=kw.pop("minor", minor), **kw)
 
 
-def fork_like(tmp: Path, name: str, line: str = "hami-core-v2.5", *, dl_sym: bool = True, renamed: bool = True,
+def fork_like(tmp: Path, name: str, line: str = "hami-core-v2.5", *, dl_sym: bool | str = True, renamed: bool = True,
               **kw) -> Path:
     """The line base's names with the vendor's extras, CUDA 12 hook names and the vendor's variables."""
     names = set(line_names(line))

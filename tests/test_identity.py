@@ -37,7 +37,9 @@ def libs(tmp_path_factory):
         "up": hamilib.upstream_like(d, "up"),
         "up25": hamilib.upstream_like(d, "up25", line="hami-core-v2.5"),
         "line25": hamilib.line_build_like(d, "line25", line="hami-core-v2.5"),
-        "fork": hamilib.fork_like(d, "fork"),
+        "fork": hamilib.fork_like(d, "fork"),  # _dl_sym in a PLT call, as the real fork has it: bound lazily
+        "fork_load": hamilib.fork_like(d, "fork-load", dl_sym="load"),  # its address taken: bound at load
+        "fork_now": hamilib.fork_like(d, "fork-now", flags=["-Wl,-z,now"]),  # a PLT call in a -z now library
         "fork_o2": hamilib.fork_like(d, "fork-o2", flags=["-O2"], dl_sym=False),
         "fork_noplt": hamilib.fork_like(d, "fork-noplt", flags=["-O2", "-fno-plt"], dl_sym=False),
         # the vendor's library with the line's fixes carried in: every vendor name kept
@@ -105,16 +107,35 @@ def test_a_fork_names_its_extra_symbols_and_environment_grouped(libs):
     assert sorted(i.lacks) == sorted(line_builds()["hami-core-v2.5"].patched_only)  # the line's fixes are not in it
 
 
+def _preload(lib, **env) -> subprocess.CompletedProcess:
+    """A process of this machine started with `lib` preloaded (how HAMi injects it into a pod)."""
+    return subprocess.run(["/bin/true"], env={"PATH": "/usr/bin:/bin", "LD_PRELOAD": str(lib), **env},
+                          capture_output=True, text=True)
+
+
 def test_a_forks_loader_needs_and_where_it_cannot_run(libs):
+    """The real fork (beclab v2.5.4) calls _dl_sym through its PLT, only where dlvsym failed: bound
+    lazily, it loads on glibc >= 2.34 and a process dies only under LD_BIND_NOW=1 (or at the call).
+    A library resolving _dl_sym when it loads (its address taken, or -z now) cannot load there."""
     i = identify(libs["fork"])
     assert [str(r) for r in i.loader.private] == ["_dl_sym@GLIBC_PRIVATE"] and i.loader.private[0].file == "libc.so.6"
     assert i.loader.needed == ["libc.so.6"] and i.loader.newest_glibc == "2.2.5"
-    assert any("since glibc 2.34" in c and "cannot load on glibc >= 2.34" in c for c in i.cannot_run)
-    if _here_glibc() >= (2, 34):  # this machine's libc.so.6 is asked, not assumed
-        assert any("_dl_sym@GLIBC_PRIVATE is not exported by glibc" in h for h in i.here)
-        r = subprocess.run([sys.executable, "-c", f"import ctypes; ctypes.CDLL({str(libs['fork'])!r})"],
-                           capture_output=True, text=True)
+    assert [r.binding for r in i.loader.private] == [elf.LAZY]
+    assert any("since glibc 2.34" in c and "bound lazily" in c and "LD_BIND_NOW=1" in c and "cannot load" not in c
+               for c in i.cannot_run)
+    for which in ("fork_load", "fork_now"):
+        j = identify(libs[which])
+        assert [r.binding for r in j.loader.private] == [elf.LOAD], which
+        assert any("cannot load on glibc >= 2.34" in c for c in j.cannot_run), which
+    if _here_glibc() >= (2, 34):  # this machine's libc.so.6 is asked, not assumed, and a process says the same
+        assert i.here == [] and any(h.startswith("_dl_sym@GLIBC_PRIVATE is bound lazily") for h in i.here_lazy)
+        assert _preload(libs["fork"]).returncode == 0
+        r = _preload(libs["fork"], LD_BIND_NOW="1")
         assert r.returncode != 0 and "undefined symbol: _dl_sym, version GLIBC_PRIVATE" in r.stderr
+        for which in ("fork_load", "fork_now"):
+            assert any("_dl_sym@GLIBC_PRIVATE is not exported by glibc" in h for h in identify(libs[which]).here)
+            r = _preload(libs[which])
+            assert r.returncode != 0 and "undefined symbol: _dl_sym, version GLIBC_PRIVATE" in r.stderr, which
     assert identify(libs["up"]).here == [] and identify(libs["up"]).cannot_run == []
 
 
@@ -193,21 +214,29 @@ def test_deploy_refuses_a_fork_node_by_default(libs, capsys):
     assert g["identity"]["ok"] is False and "a fork of HAMi-core" in g["identity"]["message"]
     assert "no flag accepts" in g["identity"]["message"] and f"doctor --lib {libs['fork']}" in g["identity"]["message"]
     assert g["symbols"]["ok"] is False and g["env"]["ok"] is False
-    # loader: the fork loads only below glibc 2.34; the line build here references GLIBC_2.2.5 only (a fixture),
-    # so that part passes, and with a real line build (GLIBC_2.34) it fails: measured on the real pair below
+    # loader: the fork binds _dl_sym lazily, so it sets no glibc ceiling, and the line build here references
+    # GLIBC_2.2.5 only (a fixture): that part passes (test_loader_gate_with_the_pods_glibc has the refusals)
     assert "DaemonSet" not in out
 
 
 def test_loader_gate_with_the_pods_glibc(libs):
-    fork = Side.of(identify(libs["fork"]), "node")
     cand = Side.of(identify(libs["line25"]), "cand")
     cand.glibc_newest = "2.34"  # what a build on this machine references (data/line_builds.toml newest_glibc)
-    f = judge(fork, cand).part("loader")
+    # a node library that resolves _dl_sym when it loads runs only below 2.34: no pod loads both
+    fork_load = Side.of(identify(libs["fork_load"]), "node")
+    f = judge(fork_load, cand).part("loader")
     assert not f.ok and "glibc < 2.34" in f.message and "no pod loads both" in f.message
-    assert not judge(fork, cand, pod_glibc="2.31").part("loader").ok  # 2.31 < 2.34: the candidate cannot load
-    assert judge(fork, cand, pod_glibc="2.35").part("loader").ok
-    back = Side.of(identify(libs["fork"]), "cand")  # the fork as a candidate on a 2.35 pod: _dl_sym is gone there
+    assert not judge(fork_load, cand, pod_glibc="2.31").part("loader").ok  # 2.31 < 2.34: the candidate cannot load
+    assert judge(fork_load, cand, pod_glibc="2.35").part("loader").ok
+    back = Side.of(identify(libs["fork_load"]), "cand")  # as a candidate on a 2.35 pod: _dl_sym is gone there
     assert not judge(cand, back, pod_glibc="2.35").part("loader").ok
+    # the real fork's shape: bound lazily, it loads on any glibc, so the pair is no loader conflict, said why
+    fork = Side.of(identify(libs["fork"]), "node")
+    f = judge(fork, cand).part("loader")
+    assert f.ok and "lazily" in f.message and "LD_BIND_NOW=1" in f.message
+    lazy_cand = Side.of(identify(libs["fork"]), "cand")
+    f = judge(cand, lazy_cand, pod_glibc="2.35").part("loader")
+    assert f.ok and "bound lazily" in f.message
 
 
 # ---- doctor --lib: no drop-in heading for a fork, the routes in order -------------------------------------
@@ -343,17 +372,37 @@ def test_line_builds_data_matches_real_builds_and_the_scan(tmp_path):
 FORK_LIB = os.environ.get("LUCEPATCH_FORK_LIB")
 
 
+def _fakecuda_dir(tmp: Path) -> Path:
+    """The simulated driver's libcuda.so.1 (the real fork needs one to load at all)."""
+    from lucepatch.verify.fakecuda import build_fakecuda
+
+    return build_fakecuda(tmp / "fakecuda")
+
+
 @pytest.mark.skipif(not FORK_LIB, reason="no-upstream: set LUCEPATCH_FORK_LIB to beclab/HAMi v2.5.4's lib/nvidia/libvgpu.so")
-def test_the_real_2025_07_fork_library(capsys):
+def test_the_real_2025_07_fork_library(capsys, tmp_path):
     i = identify(FORK_LIB)
     assert i.kind == FORK and i.line == "hami-core-v2.5" and len(i.exports) == 723
     assert {g.group: len(g.names) for g in i.foreign} == {"scheduler client": 13, "websocket client": 24,
                                                            "event loop": 97, "logging": 4}
     assert [str(r) for r in i.loader.private] == ["_dl_sym@GLIBC_PRIVATE"] and i.shrreg == "1.1"
+    assert [r.binding for r in i.loader.private] == [elf.LAZY]  # one PLT slot: loads where dlvsym works
+    if _here_glibc() >= (2, 34):
+        assert i.here == [] and _preload(FORK_LIB, LD_LIBRARY_PATH=str(_fakecuda_dir(tmp_path))).returncode == 0
+        r = _preload(FORK_LIB, LD_LIBRARY_PATH=str(_fakecuda_dir(tmp_path)), LD_BIND_NOW="1")
+        assert r.returncode != 0 and "undefined symbol: _dl_sym, version GLIBC_PRIVATE" in r.stderr
     assert "SCHEDULER_WEBSOCKET_URL" in {n for g in i.env_extra for n in g.names}
     assert len(i.renamed) == 10
     rc, out, err = _cli(capsys, "doctor", "--lib", FORK_LIB)
     assert rc == 1 and "\ndrop-in" not in out and "1. exclusive mode" in out
+    # a workload reproducer binds lazily: its runs load the fork (proven by the preload report) on any glibc
+    ev = tmp_path / "ev.json"
+    rc, out, err = _cli(capsys, "--cache-dir", tmp_path / "cache", "verify", "--target", "hami-core-v2.5", "--reproducer",
+                        "ctypes-meminfo", "--scenario", "null-total", "--baseline-lib", FORK_LIB, "--lib", FORK_LIB,
+                        "--driver", "fake", "--fixed", "--runs", "1", "--evidence", ev)
+    runs = json.loads(ev.read_text())["runs"]
+    assert runs and not any(r["reason"].startswith("cannot load") for r in runs)
+    assert all(any(p["path"] == FORK_LIB for p in r["preload"]) for r in runs), [r["reason"] for r in runs]
 
 
 @pytest.mark.skipif(not SRC_HAMI, reason="no-upstream: set LUCEPATCH_SRC_HAMI_CORE to a HAMi-core checkout")
@@ -368,7 +417,8 @@ def test_gpu_session_fork_lib_step_on_the_simulated_driver(libs, tmp_path):
     r = subprocess.run(["bash", str(REPO_ROOT / "tools" / "gpu_session.sh"), "fork-lib"], cwd=REPO_ROOT, env=env,
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
-    for f in ("fork-lib.host.txt", "fork-lib.doctor.txt", "fork-lib.doctor.json", "fork-lib.fake.json", "fork-lib.fake.html"):
+    for f in ("fork-lib.host.txt", "fork-lib.doctor.txt", "fork-lib.doctor.json", "fork-lib.fake.json", "fork-lib.fake.html",
+              "fork-lib-workloads.fake.json", "fork-lib-workloads.fake.html"):
         assert (out / f).is_file(), f
     assert json.loads((out / "fork-lib.doctor.json").read_text())["node_library"]["identity"]["kind"] == FORK
     ev = json.loads((out / "fork-lib.fake.json").read_text())
@@ -376,3 +426,9 @@ def test_gpu_session_fork_lib_step_on_the_simulated_driver(libs, tmp_path):
     assert base and all(x["reason"].startswith("cannot load: symbol lookup error: fork.so: undefined symbol: _dl_sym")
                         for x in base)
     assert "cannot load: symbol lookup error" in (out / "fork-lib.fake.html").read_text()
+    assert all("LD_BIND_NOW=1" in x["reason"] for x in base)  # the C reproducers' binding, named as the cause
+    # the workload reproducers bind lazily, as a pod does: the loader takes the fork (its _dl_sym in a PLT call);
+    # this stand-in exports stub dlsym/dlopen hooks, so Python cannot run on it (the real one does, below)
+    wl = json.loads((out / "fork-lib-workloads.fake.json").read_text())
+    wbase = [x for x in wl["runs"] if x["variant"] == "baseline"]
+    assert wbase and not any(x["reason"].startswith("cannot load") for x in wbase)

@@ -58,7 +58,8 @@ BASE_ENV = {"PATH": "/usr/bin", "NVIDIA_VISIBLE_DEVICES": "GPU-0", "CUDA_DEVICE_
 def pods(tmp_path_factory):
     d = tmp_path_factory.mktemp("pods")
     up = hamilib.upstream_like(d, "up25", line="hami-core-v2.5")
-    fork = hamilib.fork_like(d, "fork")
+    fork = hamilib.fork_like(d, "fork")  # _dl_sym bound lazily, as the real fork has it
+    fork_load = hamilib.fork_like(d, "fork-load", dl_sym="load")  # resolved when it loads
     return {
         "upstream": make_pod(d / "upstream", env={**BASE_ENV, "CUDA_DEVICE_MEMORY_LIMIT_0": "4096m",
                                                    "CUDA_DEVICE_SM_LIMIT": "50"},
@@ -67,12 +68,15 @@ def pods(tmp_path_factory):
                                           "CUDA_DEVICE_MEMORY_LIMIT_0": "0m", "CUDA_DEVICE_GPU_MODE_0": "1",
                                           "CUDA_DEVICE_REAL_MEMORY_LIMIT_0": "24564m", "CUDA_DEVICE_SM_LIMIT": "100",
                                           "SCHEDULER_WEBSOCKET_URL": "ws://gpu-scheduler.os-gpu:6000"}, lib=fork),
+        "fork_load": make_pod(d / "fork-load", env={**BASE_ENV, "LD_PRELOAD": "/usr/local/vgpu/libvgpu.so",
+                                                    "SCHEDULER_WEBSOCKET_URL": "ws://gpu-scheduler.os-gpu:6000"},
+                              lib=fork_load),
         "exclusive": make_pod(d / "exclusive", env={**BASE_ENV, "CUDA_DEVICE_GPU_MODE_0": "0",
                                                     "SCHEDULER_WEBSOCKET_URL": "ws://gpu-scheduler.os-gpu:6000"}),
         "none": make_pod(d / "none", env={"PATH": "/usr/bin"}, driver=False),
         "broken": make_pod(d / "broken", env=BASE_ENV, preload="/usr/local/vgpu/libvgpu.so\n"),
         "disabled": make_pod(d / "disabled", env={**BASE_ENV, "CUDA_DISABLE_CONTROL": "true"}, lib=up),
-        "libs": {"up": up, "fork": fork}, "dir": d,
+        "libs": {"up": up, "fork": fork, "fork_load": fork_load}, "dir": d,
     }
 
 
@@ -126,10 +130,20 @@ def test_fork_pod(pods, capsys, tmp_path):
     assert any("0m" in n for n in doc["notes"])
     assert doc["hami"] == {"value": "v2.6.8", "source": "--hami-version", "note": ""}
     glibc = tuple(int(x) for x in doc["glibc"]["value"].split("."))
-    if glibc >= (2, 34):  # the pod's own libc.so.6 was read: the fork cannot load in it
-        assert doc["loads"]["ok"] is False and "_dl_sym@GLIBC_PRIVATE" in doc["loads"]["problems"][0]
-        assert "loads          NO" in out
+    if glibc >= (2, 34):  # the pod's own libc.so.6 was read: the fork binds _dl_sym lazily, so it loads there
+        assert doc["loads"]["ok"] is True and doc["loads"]["problems"] == []
+        assert doc["loads"]["lazy"][0].startswith("_dl_sym@GLIBC_PRIVATE is bound lazily")
+        assert "loads          yes" in out and "LD_BIND_NOW=1" in out
     assert "1. exclusive mode" in out
+
+
+def test_a_library_that_resolves_a_gone_symbol_at_load_does_not_load_in_the_pod(pods, capsys, tmp_path):
+    rc, out, err, path, doc = _report(capsys, pods["fork_load"], tmp_path)
+    glibc = tuple(int(x) for x in doc["glibc"]["value"].split("."))
+    if glibc < (2, 34):
+        pytest.skip(f"no-tool: this machine's glibc {doc['glibc']['value']} still exports _dl_sym")
+    assert doc["loads"]["ok"] is False and "_dl_sym@GLIBC_PRIVATE" in doc["loads"]["problems"][0]
+    assert "loads          NO" in out
 
 
 def test_exclusive_pod_is_not_injected_and_says_why(pods, capsys, tmp_path):
@@ -306,7 +320,8 @@ def test_build_image_says_whether_the_image_can_run_the_nodes_library(pods, caps
     tag = f"lucepatch-test/glibc-base:{uuid.uuid4().hex[:8]}"
     subprocess.run(["docker", "import", "-", tag], input=buf.getvalue(), check=True, capture_output=True)
     try:
-        _, _, _, fork_report, _ = _report(capsys, pods["fork"], tmp_path, "fork.json")
+        _, _, _, fork_report, _ = _report(capsys, pods["fork_load"], tmp_path, "fork.json")
+        _, _, _, lazy_report, _ = _report(capsys, pods["fork"], tmp_path, "lazy.json")
         _, _, _, up_report, _ = _report(capsys, pods["upstream"], tmp_path, "up.json")
         from lucepatch.builders import image as img
 
@@ -314,6 +329,8 @@ def test_build_image_says_whether_the_image_can_run_the_nodes_library(pods, caps
         res = img.node_library_check(client, tag, load_node_report(fork_report))
         if tuple(int(x) for x in here.split(".")) >= (2, 34):
             assert res["ok"] is False and "_dl_sym@GLIBC_PRIVATE" in res["message"] and "exclusive mode" in res["message"]
+            lazy = img.node_library_check(client, tag, load_node_report(lazy_report))
+            assert lazy["ok"] is True and "bound lazily" in lazy["message"] and "LD_BIND_NOW" in lazy["message"]
         assert img.node_library_check(client, tag, load_node_report(up_report))["ok"] is True
         # the verb: the dry run checks the runtime base (present locally) before any build
         rc, out, err = _cli(capsys, "build", "lucebox", "--image", "--dry-run", "--profile", "sm120-cuda13-hami",

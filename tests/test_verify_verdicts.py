@@ -246,10 +246,13 @@ def test_lib_that_does_not_prove_itself_is_invalid(cli, fh, libs, which, why):
     assert doc["variants"]["patched"]["from"] == "file"
 
 
-def test_a_library_the_loader_refuses_is_cannot_load_with_the_loaders_line(cli, fh, libs, tmp_path):
+@pytest.mark.parametrize("binding", ["lazy", "load"])
+def test_a_library_the_loader_refuses_is_cannot_load_with_the_loaders_line(cli, fh, libs, tmp_path, binding):
     """A node library built for glibc < 2.34 (it references _dl_sym@GLIBC_PRIVATE, as the beclab fork's
     does) as the baseline: every run is `invalid (cannot load: <the loader's line>)`, with the cause, in the
-    evidence, the table and the page (issue 27 item 3)."""
+    evidence, the table and the page (issue 27 item 3). The cause says why: the fork's PLT call is bound
+    lazily, so it is the C reproducers' LD_BIND_NOW=1 that stops it (a pod's process loads it); a
+    reference resolved at load stops any process."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -259,7 +262,7 @@ def test_a_library_the_loader_refuses_is_cannot_load_with_the_loaders_line(cli, 
     here = elf.libc_provides(elf.system_libc()).glibc
     if tuple(int(x) for x in here.split(".")) < (2, 34):
         pytest.skip(f"no-tool: this machine's glibc {here} still exports _dl_sym: the library loads here")
-    old = hamilib.build(tmp_path, "libvgpu-oldglibc", ["cuMemAlloc_v2"], dl_sym=True)
+    old = hamilib.build(tmp_path, "libvgpu-oldglibc", ["cuMemAlloc_v2"], dl_sym=binding)
     ev_path = tmp_path / "ev.json"
     res = cli("--workspace", libs["ws"], "--cache-dir", fh["cache"], "verify", "--reproducer", "async-sched",
               "--driver", "fake", "--fixed", "--runs", "2", "--scenario", "ctxless-async-alloc", "--evidence", ev_path,
@@ -272,9 +275,20 @@ def test_a_library_the_loader_refuses_is_cannot_load_with_the_loaders_line(cli, 
     assert all(r["reason"].startswith(want) for r in base)
     assert all(f"(cause: _dl_sym@GLIBC_PRIVATE is not exported by libc.so.6 since glibc 2.34; this machine has glibc "
                f"{here}" in r["reason"] for r in base)
+    if binding == "lazy":
+        assert all("binds _dl_sym lazily" in r["reason"] and "LD_BIND_NOW=1" in r["reason"] for r in base)
+    else:
+        assert all("built for an older glibc" in r["reason"] for r in base)
     control = by_name(doc)["control"]
     assert control["verdict"] == "invalid" and control["reason"].startswith(want) and "the baseline build" in control["reason"]
     assert want in res.out  # the table's why column
+    # and under the table, once, with its cause (the row keeps the loader's line only)
+    lines = res.out.splitlines()
+    under = [i for i, l in enumerate(lines) if "scenario(s), the baseline build: cannot load:" in l]
+    assert len(under) == 1, res.out
+    below = " ".join(x.strip() for x in lines[under[0]:under[0] + 6])  # wrapped at spaces under the table
+    assert "(cause: _dl_sym@GLIBC_PRIVATE is not exported" in below
+    assert ("LD_BIND_NOW=1" if binding == "lazy" else "built for an older glibc") in below
     page = tmp_path / "ev.html"
     shown = cli("show", ev_path, "--html", page)
     assert shown.code in (0, 1) and want in page.read_text()

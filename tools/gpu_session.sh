@@ -35,7 +35,8 @@
 #   issue 27: `fork-lib` (< 2 min: one cold v2.5-line build, then a few processes): the beclab fork's library
 #   (2025-07, beclab/HAMi v2.5.4, carried git-ignored as .upstream/beclab-v2.5.4-libvgpu.so; FORK_LIB overrides)
 #   is the node's baseline and the v2.5 line's build the candidate, on the real driver: `doctor --lib` on it,
-#   the host's glibc, and `verify --baseline-lib <fork> --lib <line build>` with its evidence and page.
+#   the host's glibc, and `verify --baseline-lib <fork> --lib <line build>` with its evidence and page: the C
+#   reproducers, then the workload ones (ctypes-clients, ctypes-meminfo: bound lazily, they run the fork).
 #   issue 29 (1 GPU, one call, < 8 min): first, where PR #188 is, `pr188-bundle` (writes
 #   .upstream/pr188-on-e3c3477.bundle); then on the GPU `env pr188-all main-job bench-verify`, carrying
 #   .whl, .upstream/hami-core and .upstream/pr188-on-e3c3477.bundle (pr188-all ~15 s of builds + ~3-4 min
@@ -449,8 +450,9 @@ print(f'main job x{sys.argv[3]}: {float(sys.argv[2]) - float(sys.argv[1]):.2f} s
       python3 -c "import sys; print(f'i28-ggml wall: {float(sys.argv[2]) - float(sys.argv[1]):.1f} s')" "$s0" "$(now)" | tee -a "$OUT/i28-timing.log" ;;
     fork-lib)
       # the black-box check of a vendor's library (README "Olares"): which scenarios does the node's own library
-      # fail? The fork needs _dl_sym@GLIBC_PRIVATE: on glibc >= 2.34 its runs are `invalid (cannot load: ...)`
-      # with the loader's line; on an older glibc they measure the fork itself
+      # fail? The fork binds _dl_sym@GLIBC_PRIVATE lazily: the C reproducers (LD_BIND_NOW=1) are `invalid
+      # (cannot load: ...)` on glibc >= 2.34, with the loader's line and that cause; the workload reproducers
+      # bind lazily, as a pod does, and measure the fork itself (fork-lib-workloads.*)
       F=${FORK_LIB:-.upstream/beclab-v2.5.4-libvgpu.so}
       if [ ! -f "$F" ]; then echo "fork-lib: $F is missing: carry .upstream/beclab-v2.5.4-libvgpu.so" >&2; continue; fi
       { ldd --version 2>&1 | head -1; sha256sum "$F"; } | tee "$OUT/fork-lib.host.txt"
@@ -461,7 +463,11 @@ print(f'main job x{sys.argv[3]}: {float(sys.argv[2]) - float(sys.argv[1]):.2f} s
         "$OUT/fork-lib.build.json") || { echo "fork-lib: the v2.5 line did not build (fork-lib.build.log)" >&2; continue; }
       lp verify --target hami-core-v2.5 $C_REPROS --baseline-lib "$F" --lib "$LIB" --driver $DRIVER --runs 5 --jobs $JOBS \
         --evidence "$OUT/fork-lib.$TAG.json" 2>&1 | tee "$OUT/verify-fork-lib.log"
-      lp show "$OUT/fork-lib.$TAG.json" --html "$OUT/fork-lib.$TAG.html" > /dev/null ;;
+      lp show "$OUT/fork-lib.$TAG.json" --html "$OUT/fork-lib.$TAG.html" > /dev/null
+      lp verify --target hami-core-v2.5 --reproducer ctypes-clients --reproducer ctypes-meminfo --baseline-lib "$F" \
+        --lib "$LIB" --driver $DRIVER --runs 5 --jobs $JOBS --evidence "$OUT/fork-lib-workloads.$TAG.json" 2>&1 \
+        | tee "$OUT/verify-fork-lib-workloads.log"
+      lp show "$OUT/fork-lib-workloads.$TAG.json" --html "$OUT/fork-lib-workloads.$TAG.html" > /dev/null ;;
     *)
       echo "unknown step $step" >&2 ;;
   esac

@@ -629,7 +629,7 @@ def node_library_check(client, image: str, report) -> dict:
             return {"ok": None, "image": image, "problems": [], "library": lib.path,
                     "message": f"{image} has no libc.so.6 at {', '.join(LIBC_IN_IMAGE)}: its glibc is unknown"}
         lp = elf.libc_provides(libc)
-        problems = elf.unmet_needs(needs, lp)
+        problems, lazy = elf.unmet_needs(needs, lp), elf.lazy_notes(needs, lp)
     kind = lib.identity.get("kind", "unknown")
     where = f"the node's {kind} library {lib.path} (sha256 {lib.sha256[:12]})"
     if problems:
@@ -637,6 +637,7 @@ def node_library_check(client, image: str, report) -> dict:
                + ". HAMi injects it into every GPU container of the node, so the app would not start: give the pod a "
                  "GPU in exclusive mode (no injection, Olares 1.12.6+) or use a base image with an older glibc")
     else:
-        msg = f"{image} (glibc {lp.glibc}) can load {where}"
+        msg = f"{image} (glibc {lp.glibc}) can load {where}" + (
+            f"; {'; '.join(lazy)}: keep LD_BIND_NOW out of the image's environment" if lazy else "")
     return {"ok": not problems, "image": image, "glibc": lp.glibc, "library": lib.path, "library_sha256": lib.sha256,
-            "problems": problems, "message": msg}
+            "problems": problems, "lazy": lazy, "message": msg}

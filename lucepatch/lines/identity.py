@@ -129,12 +129,13 @@ class Identity:
     env_lacks: list[str]
     loader: elf.LoaderNeeds
     cannot_run: list[str]  # where it cannot run (data/glibc.toml)
-    here: list[str]  # what this machine's libc.so.6 does not provide (empty: it can load here)
+    here: list[str]  # what this machine's libc.so.6 does not provide that stops the load (empty: it loads here)
     here_glibc: str | None
     exports: list[str]
     env: list[str]
     facts: LibFacts | None = None
     compared_with: str = ""  # the line build it was compared with
+    here_lazy: list[str] = field(default_factory=list)  # lazily bound references this libc lacks (elf.lazy_notes)
 
     @property
     def is_vendor(self) -> bool:
@@ -150,7 +151,7 @@ class Identity:
              "summary": self.summary, "shrreg": self.shrreg, "commits": self.commits, "decided_by": self.decided_by,
              "foreign": [g.to_json() for g in self.foreign], "renamed": self.renamed, "lacks": self.lacks,
              "env_extra": [g.to_json() for g in self.env_extra], "env_lacks": self.env_lacks,
-             "loader": self.loader.to_json(), "cannot_run": self.cannot_run, "here": self.here,
+             "loader": self.loader.to_json(), "cannot_run": self.cannot_run, "here": self.here, "here_lazy": self.here_lazy,
              "here_glibc": self.here_glibc, "compared_with": self.compared_with}
         if self.facts is not None:
             d["facts"] = self.facts.to_json()
@@ -167,6 +168,7 @@ class Identity:
                    lacks=list(d.get("lacks", [])), env_extra=[Group.from_json(g) for g in d.get("env_extra", [])],
                    env_lacks=list(d.get("env_lacks", [])), loader=elf.LoaderNeeds.from_json(d.get("loader") or {}),
                    cannot_run=list(d.get("cannot_run", [])), here=list(d.get("here", [])), here_glibc=d.get("here_glibc"),
+                   here_lazy=list(d.get("here_lazy", [])),
                    exports=list(d.get("exports", [])), env=list(d.get("env", [])), compared_with=d.get("compared_with", ""),
                    facts=LibFacts(**d["facts"]) if d.get("facts") else None)
 
@@ -190,14 +192,15 @@ def identify(path: str | Path, *, lines: list[Line] | None = None, hami_versions
     envn = elf.env_names(path)
     loader = elf.loader_needs(path)
     libc_path = libc or elf.system_libc()
-    here, here_glibc = [], None
+    here, here_glibc, here_lazy = [], None, []
     if libc_path is not None:
         lp = elf.libc_provides(libc_path)
-        here, here_glibc = elf.unmet_needs(loader, lp), lp.glibc
+        here, here_glibc, here_lazy = elf.unmet_needs(loader, lp), lp.glibc, elf.lazy_notes(loader, lp)
     ident = Identity(path=str(path), sha256=facts.sha256, size=facts.size, kind=UNKNOWN, line=None, summary="",
                      shrreg=facts.shrreg, commits=[], decided_by=[], foreign=[], renamed=[], lacks=[], env_extra=[],
                      env_lacks=[], loader=loader, cannot_run=elf.where_it_cannot_run(loader), here=here,
-                     here_glibc=here_glibc, exports=sorted(exports), env=sorted(envn.all), facts=facts)
+                     here_glibc=here_glibc, exports=sorted(exports), env=sorted(envn.all), facts=facts,
+                     here_lazy=here_lazy)
     if not facts.is_hami_core:
         ident.summary = "not a HAMi-core libvgpu.so: it exports none of HAMi-core's driver hooks"
         ident.decided_by.append("no cuMemAlloc_v2 hook with HAMi-core's region accessors or NVML/cuGetProcAddress hooks")

@@ -282,21 +282,27 @@ def _identify_bytes(data: bytes, name: str, libc: Path | None) -> Identity:
 
 
 def _loads(ident: Identity, glibc: Fact, lp: elf.LibcProvides | None) -> dict:
+    """Whether the pod's processes can load the library (they bind lazily: no LD_BIND_NOW in a pod's
+    environment is assumed); `lazy` says what a lazily bound reference the pod's glibc lacks costs."""
     if lp is not None:
         problems = elf.unmet_needs(ident.loader, lp)
-        return {"ok": not problems, "problems": problems, "against": f"the pod's libc.so.6 (glibc {lp.glibc})"}
+        return {"ok": not problems, "problems": problems, "lazy": elf.lazy_notes(ident.loader, lp),
+                "against": f"the pod's libc.so.6 (glibc {lp.glibc})"}
     if not glibc.value:
-        return {"ok": None, "problems": [], "against": "the pod's glibc is not known"}
+        return {"ok": None, "problems": [], "lazy": [], "against": "the pod's glibc is not known"}
     have = tuple(int(x) for x in glibc.value.split("."))
-    problems = []
+    problems, lazy = [], []
     if ident.loader.newest_glibc and tuple(int(x) for x in ident.loader.newest_glibc.split(".")) > have:
         problems.append(f"needs GLIBC_{ident.loader.newest_glibc}, the pod has glibc {glibc.value}")
     limits = elf.private_symbol_limits()
     for r in ident.loader.private:
         lim = limits.get(r.name)
         if lim and have >= tuple(int(x) for x in lim["removed_in"].split(".")):
-            problems.append(f"needs {r}, which glibc {glibc.value} does not export (gone since {lim['removed_in']})")
-    return {"ok": not problems, "problems": problems, "against": f"glibc {glibc.value} ({glibc.source})"}
+            if r.fails_at_load():
+                problems.append(f"needs {r}, which glibc {glibc.value} does not export (gone since {lim['removed_in']})")
+            elif r.binding == elf.LAZY:
+                lazy.append(elf.lazy_note(r))
+    return {"ok": not problems, "problems": problems, "lazy": lazy, "against": f"glibc {glibc.value} ({glibc.source})"}
 
 
 def _driver_version(driver: Fact) -> DriverVersion | None:
@@ -347,7 +353,7 @@ def report_of(snap: Snapshot, *, hami_versions=(), now: str | None = None) -> No
         if mounted:
             lib_path = HAMI_LIB
     library = None
-    loads: dict = {"ok": None, "problems": [], "against": "no library"}
+    loads: dict = {"ok": None, "problems": [], "lazy": [], "against": "no library"}
     if lib_path and snap.file(lib_path):
         data = snap.file(lib_path)
         ident = _identify_bytes(data, lib_path, snap.libc if lp is not None else None)

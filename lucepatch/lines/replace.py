@@ -12,8 +12,10 @@ the node's library loads:
   candidate ignores;
 - shared region: a different MAJOR.MINOR cannot share the node's region file;
 - loader: the candidate's glibc needs against the pods' glibc (a node report says it) or against
-  where the node's library loads (a library that needs _dl_sym@GLIBC_PRIVATE runs only on
-  glibc < 2.34; a candidate that needs GLIBC_2.34 runs only on >= 2.34: no pod runs both).
+  where the node's library loads (a library that resolves _dl_sym@GLIBC_PRIVATE when it loads runs
+  only on glibc < 2.34; a candidate that needs GLIBC_2.34 runs only on >= 2.34: no pod runs both).
+  A reference bound lazily (a PLT call, as the beclab fork's _dl_sym is) does not stop a pod's
+  process from loading the library: it is named, not counted against it.
 A fork on the node gets the routes instead (`routes`), in order.
 """
 
@@ -155,30 +157,38 @@ def judge(node: Side, cand: Side, *, pod_glibc: str | None = None) -> Judgement:
 def _loader(node: Side, cand: Side, pod_glibc: str | None) -> Finding:
     need = _glibc(cand.glibc_newest)
     cand_private = [r for r in (cand.loader.private if cand.loader else [])]
+    limits = elf.private_symbol_limits()
     if pod_glibc:
-        problems = []
+        problems, lazy = [], []
         if need and _glibc(pod_glibc) < need:
             problems.append(f"{cand.name} needs GLIBC_{cand.glibc_newest}, the pods have glibc {pod_glibc}")
-        limits = elf.private_symbol_limits()
         for r in cand_private:
             lim = limits.get(r.name)
             if lim and _glibc(pod_glibc) >= _glibc(lim["removed_in"]):
-                problems.append(f"{cand.name} needs {r}, which glibc {pod_glibc} does not export")
+                if r.fails_at_load():
+                    problems.append(f"{cand.name} needs {r}, which glibc {pod_glibc} does not export")
+                elif r.binding == elf.LAZY:
+                    lazy.append(f"{cand.name}'s {elf.lazy_note(r)}")
         if problems:
             return Finding("loader", False, False, "; ".join(problems) + ": it cannot load in the pods")
-        return Finding("loader", True, False, f"{cand.name} can load on the pods' glibc {pod_glibc}")
-    # no pod glibc known: compare with where the node's library loads
-    limits = elf.private_symbol_limits()
-    ceilings = [_glibc(limits[r.name]["removed_in"]) for r in (node.loader.private if node.loader else [])
-                if r.name in limits]
+        return Finding("loader", True, False, f"{cand.name} can load on the pods' glibc {pod_glibc}"
+                       + (f" ({'; '.join(lazy)})" if lazy else ""))
+    # no pod glibc known: compare with where the node's library loads (a lazily bound reference sets no
+    # ceiling: the pods' processes bind lazily and load it on any glibc)
+    node_private = node.loader.private if node.loader else []
+    at_load = [r for r in node_private if r.name in limits and r.fails_at_load()]
+    ceilings = [_glibc(limits[r.name]["removed_in"]) for r in at_load]
     if ceilings and need and need >= min(ceilings):
         below = elf.glibc_str(min(ceilings))
         return Finding("loader", False, False,
-                       f"{node.name} loads only on glibc < {below} ({', '.join(str(r) for r in node.loader.private)}), "
+                       f"{node.name} loads only on glibc < {below} ({', '.join(str(r) for r in at_load)}), "
                        f"{cand.name} only on glibc >= {cand.glibc_newest} (GLIBC_{cand.glibc_newest}): no pod loads both; "
                        "build the candidate on the pods' glibc or pass a node report with the pods' glibc")
+    lazy = [r for r in node_private if r.name in limits and r.binding == elf.LAZY]
     return Finding("loader", True, False, "no glibc conflict between the two libraries' needs"
-                   + ("" if need else " (the candidate's needs are not known)"))
+                   + ("" if need else " (the candidate's needs are not known)")
+                   + (f"; {node.name} binds {', '.join(str(r) for r in lazy)} lazily, so it loads on any glibc "
+                      "(a process dies only if it calls it or runs with LD_BIND_NOW=1)" if lazy else ""))
 
 
 # ----------------------------------------------------------------------------------- routes

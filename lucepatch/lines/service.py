@@ -244,6 +244,10 @@ def identity_lines(ident: Identity, *, here: bool = True) -> list[str]:
         out.append(f"cannot run     {c}")
     if ident.here and here:
         out.append(f"here           cannot load on this machine: {'; '.join(ident.here)}")
+    elif ident.here_lazy and here:
+        out.append(f"here           loads on this machine (glibc {ident.here_glibc}); "
+                   + "; ".join(n.split(" (a PLT call)")[0] for n in ident.here_lazy)  # "<ref> is bound lazily"
+                   + " (see cannot run)")
     return out
 
 
@@ -273,7 +277,8 @@ def report_lines(node: NodeLibrary) -> list[str]:
         if r.loads.get("ok") is False:
             out.append(f"loads          NO, in this pod: {'; '.join(r.loads['problems'])}")
         elif r.loads.get("ok"):
-            out.append(f"loads          yes ({r.loads.get('against')})")
+            out.append(f"loads          yes ({r.loads.get('against')})"
+                       + "".join(f"; {n}" for n in r.loads.get("lazy") or []))
         for n in r.notes:
             out.append(f"note           {n}")
         if node.identity is None:

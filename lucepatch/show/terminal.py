@@ -106,13 +106,19 @@ def _below(view: View, width: int, *, wide: bool) -> list[Text]:
     scenarios it applies to), and with `wide` every scenario's full reason."""
     out: list[Text] = []
     skipped: dict[tuple[str, str], list[str]] = {}
+    unloadable: dict[str, list[str]] = {}  # the loader's line with its cause (the row keeps the line only)
     for r in view.rows:
         if r.verdict in _NO_COUNTS and not wide:
             skipped.setdefault((r.verdict, r.reason), []).append(r.scenario)
+        elif r.verdict == "invalid" and r.reason.startswith("cannot load: ") and " (cause: " in r.reason and not wide:
+            reason, _, which = r.reason.partition(" — ")  # "... — the baseline build"
+            unloadable.setdefault(f"{which}: {reason}" if which else reason, []).append(r.scenario)
     for (verdict, reason), scs in skipped.items():
         reps = sorted({sc.partition(":")[0] for sc in scs})
         what = (f"{', '.join(reps)}: {len(scs)} scenario(s)" if len(reps) == 1 and len(scs) > 1 else ", ".join(scs))
         out.append(Text(wrap(f"{verdict.replace('-', ' ')} {what}: {reason}", width), style="dim", no_wrap=True))
+    for reason, scs in unloadable.items():
+        out.append(Text(wrap(f"{len(scs)} scenario(s), {reason}", width), no_wrap=True))
     if wide:
         for r in view.rows:
             if r.reason:

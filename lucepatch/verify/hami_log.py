@@ -16,6 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from lucepatch import elf
+from lucepatch.errors import UsageError
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "hami_log.toml"
 EFFECTS = ("fail", "invalid", "note")
@@ -69,9 +70,11 @@ _OPEN = re.compile(r"error while loading shared libraries: (?P<lib>[^:]+): (?P<w
 _PRELOAD = re.compile(r"object '(?P<obj>[^']+)' from (?P<via>\S+) cannot be preloaded \((?P<why>[^)]*)\)")
 
 
-def loader_reason(line: str) -> str:
+def loader_reason(line: str, *, bind_now: bool = False) -> str:
     """`cannot load: <the loader's line>` with the cause named, for a run whose log has glibc's
-    loader refusing a library (the line from the loader's own words on, paths shortened to names)."""
+    loader refusing a library (the line from the loader's own words on, paths shortened to names).
+    bind_now: the run started with LD_BIND_NOW=1 (the C reproducers): a reference the library binds
+    lazily then fails at start, where a process bound lazily (a pod's) would load it."""
     m = re.search(r"(symbol lookup error: .*|error while loading shared libraries: .*|ERROR: ld\.so: .*|"
                   r"[^\s:]+: version .GLIBC_.*)", line)
     said = m.group(1) if m else line.strip()
@@ -83,7 +86,16 @@ def loader_reason(line: str) -> str:
         lim = elf.private_symbol_limits().get(s["sym"]) if s["ver"] == "GLIBC_PRIVATE" else None
         if lim:
             cause = (f"{s['sym']}@GLIBC_PRIVATE is not exported by libc.so.6 since glibc {lim['removed_in']}"
-                     + (f"; this machine has glibc {here}" if here else "") + ": the library was built for an older glibc")
+                     + (f"; this machine has glibc {here}" if here else ""))
+            binding = _binding_of(s["obj"], s["sym"])
+            if binding == elf.LAZY and bind_now:
+                cause += (f". The library binds {s['sym']} lazily (a PLT call): this run binds every symbol at start "
+                          "(LD_BIND_NOW=1, as the C reproducers must), so it stops here, where a process bound lazily "
+                          f"(a pod's) loads it and dies only if it calls {s['sym']}")
+            elif binding == elf.LAZY:
+                cause += f": the library called {s['sym']}, which a process bound lazily resolves at that call"
+            else:
+                cause += ": the library was built for an older glibc"
         elif s["ver"]:
             cause = f"no library here exports {s['sym']} at version {s['ver']}" + (f" (glibc {here})" if here else "")
         else:
@@ -95,6 +107,15 @@ def loader_reason(line: str) -> str:
     elif (p := _PRELOAD.search(line)) is not None:
         cause = f"the preload was ignored ({p['why']}): the program ran without the library"
     return f"cannot load: {said}" + (f" (cause: {cause})" if cause else "")
+
+
+@lru_cache(maxsize=32)  # every baseline run of a verify names the same library
+def _binding_of(obj: str, sym: str) -> str | None:
+    """How the library the loader named binds `sym` (elf.LOAD/LAZY/UNUSED), when it can be read."""
+    try:
+        return next((r.binding for r in elf.loader_needs(obj).private if r.name == sym), None)
+    except (OSError, UsageError):
+        return None
 
 
 def classify_log(text: str) -> list[dict]:

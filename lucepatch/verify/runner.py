@@ -322,7 +322,8 @@ def classify(repro: Reproducer, scenario: Scenario, variant: str, index: int, re
     # 0. The loader refused a library of the run: nothing ran as asked, and the loader's own line says why.
     loader = next((c for c in classified if c["class"] == "loader"), None)
     if loader is not None:
-        rec.outcome, rec.reason = INVALID, hami_log.loader_reason(loader["line"])
+        # C reproducers always run bound at start (LD_BIND_NOW=1 from the runner, or lp_bind_now's re-exec)
+        rec.outcome, rec.reason = INVALID, hami_log.loader_reason(loader["line"], bind_now=not repro.is_workload)
         rec.first_error = rec.reason[:300]
         return rec
     # 1. Proof of what ran. Without it nothing else about the run means anything.
