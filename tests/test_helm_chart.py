@@ -57,7 +57,7 @@ def charts(tmp_path_factory):
     base = tmp_path_factory.mktemp("charts")
     helm_chart = chart.render_helm(base / "charts", {})
     pkg = olares.render_olares(base / "olares", {})
-    injected = olares.injected_values_file(base / "injected.json")
+    injected = pkg.injected
     return {"base": base, "helm": helm_chart.path, "olares": pkg.path, "injected": injected, "manifest": pkg.manifest}
 
 
@@ -74,9 +74,13 @@ def _sets(line: str) -> list[str]:
 def test_helm_lint_strict(charts):
     """`helm lint --strict` as the docs show it, then with every value combination the docs show."""
     helm = needs.tool("helm")
-    for cmd in _docs_lines("helm lint"):
-        args = shlex.split(cmd)[1:]
-        r = _run([helm, *args[:-1], str(charts["helm"])])
+    where = {"charts/lucebox": charts["helm"], "olares/lucebox": charts["olares"],
+             "olares/lucebox.olares-values.json": charts["injected"]}
+    lines = _docs_lines("helm lint")
+    assert {shlex.split(c)[3] for c in lines} == {"charts/lucebox", "olares/lucebox"}  # both packages, as shown
+    for cmd in lines:
+        args = [str(where.get(a, a)) for a in shlex.split(cmd)[1:]]
+        r = _run([helm, *args])
         assert r.returncode == 0 and "0 chart(s) failed" in r.stdout, r.stdout + r.stderr
     for line in _docs_lines("helm template lucebox charts/lucebox"):
         r = _run([helm, "lint", "--strict", str(charts["helm"]), *_sets(line)])
@@ -138,9 +142,23 @@ def test_cli_verbs_write_the_packages(tmp_path, cli):
     doc = json.loads(r.out)
     assert doc["path"] == str(tmp_path / "h" / "lucebox") and "values.schema.json" in doc["files"]
     assert yaml.safe_load((tmp_path / "h" / "lucebox" / "values.yaml").read_text())["port"] == 9000
-    r = cli("render", "olares", "lucebox", "--out", str(tmp_path / "o"))
+    import jsonschema
+
+    schema = json.loads((REPO / "docs" / "schema" / "render.schema.json").read_text())
+    jsonschema.validate(doc, schema)
+    r = cli("render", "olares", "lucebox", "--out", str(tmp_path / "o"), "--json")
     assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    jsonschema.validate(doc, schema)
     assert (tmp_path / "o" / "lucebox" / "OlaresManifest.yaml").is_file()
+    # what Olares injects at install, beside the package (not in it): the chart lints only with it
+    assert doc["injected_values"] == str(tmp_path / "o" / "lucebox.olares-values.json")
+    assert doc["manifest"]["apiVersion"] == "v3" and "lucebox.olares-values.json" not in " ".join(doc["files"])
+    helm = needs.tool("helm")
+    assert _run([helm, "lint", "--strict", doc["path"]]).returncode != 0  # olaresEnv, userspace: Olares' values
+    r2 = _run([helm, "lint", "--strict", doc["path"], "-f", doc["injected_values"]])
+    assert r2.returncode == 0, r2.stdout + r2.stderr
+    assert f"helm lint --strict {doc['path']} -f {doc['injected_values']}" in r.err
     # the Olares nodes' oldest driver (590.44.01) cannot start a CUDA 13.2 image
     r = cli("render", "olares", "lucebox", "--out", str(tmp_path / "o2"), "--set", "image_cuda=13.2")
     assert r.code == 1 and "595.45.04" in r.err and not (tmp_path / "o2").exists()

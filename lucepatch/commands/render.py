@@ -176,4 +176,7 @@ def olares(app, out, values_file, sets, node_driver, node_report, as_json):
     vals = ol.package_values(overrides)
     _driver_gate(vals, node_driver, node_report, lucebox=True, default=min(drv.platform_drivers("olares")))
     pkg = ol.render_olares(Path(out), overrides)
-    _emit("olares", "Olares app", pkg.path, pkg.files, as_json, {"manifest": pkg.manifest})
+    report.progress(f"the chart renders with what Olares injects at install: helm lint --strict {pkg.path} "
+                    f"-f {pkg.injected}")
+    _emit("olares", "Olares app", pkg.path, pkg.files, as_json,
+          {"manifest": pkg.manifest, "injected_values": str(pkg.injected)})

@@ -164,6 +164,7 @@ class OlaresPackage:
     files: list[str]
     values: dict
     manifest: dict
+    injected: Path | None = None  # OUT/<app>.olares-values.json: Olares' install-time values, for helm -f
 
 
 def render_olares(out: Path, overrides: dict) -> OlaresPackage:
@@ -182,7 +183,9 @@ def render_olares(out: Path, overrides: dict) -> OlaresPackage:
     problems = lint(written.path, objects=objects_for(vals))
     if problems:
         raise UsageError(f"the Olares package breaks {len(problems)} Olares lint rule(s), first: {problems[0]}")
-    return OlaresPackage(written.path, files, vals, doc)
+    # beside the package, not in it: the chart renders only with what Olares injects (userspace, olaresEnv)
+    injected = injected_values_file(written.path.parent / f"{written.path.name}.olares-values.json")
+    return OlaresPackage(written.path, files, vals, doc, injected)
 
 
 def objects_for(vals: dict, namespace: str = "app-namespace") -> list[dict]:
@@ -441,6 +444,7 @@ def lint(pkg: Path, *, objects: list[dict]) -> list[str]:
 
 
 def injected_values_file(path: Path) -> Path:
-    """Olares' injected values as a file for `helm template -f` (what oachecker renders with)."""
-    Path(path).write_text(json.dumps(INJECTED))
+    """Olares' injected values as a file for `helm lint/template -f` (stand-ins, as Olares' checkers render
+    with: beclab/oachecker resource.go, framework/oac helmrender)."""
+    Path(path).write_text(json.dumps(INJECTED, indent=2) + "\n")
     return Path(path)
