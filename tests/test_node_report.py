@@ -342,3 +342,13 @@ def test_build_image_says_whether_the_image_can_run_the_nodes_library(pods, caps
         assert rc == 0 and "not present locally" in err
     finally:
         client.images.remove(tag, force=True)
+
+
+def test_the_cuda_driver_gate_reads_the_report_doctor_pod_writes(pods, capsys, tmp_path):
+    """issue 25 item 4 with issue 27's report: the pod's driver (580.95.05 here) gates the image's CUDA."""
+    _, _, _, path, doc = _report(capsys, pods["upstream"], tmp_path)
+    assert doc["driver_version"] == "580.95.05"
+    rc, out, err = _cli(capsys, "render", "k8s", "lucebox", "--node-report", path, "--set", "image_cuda=13.1")
+    assert rc == 1 and "needs driver >= 590.44.01" in err and "580.95.05" in err and out == ""
+    rc, out, err = _cli(capsys, "render", "k8s", "lucebox", "--node-report", path)  # the profiles' CUDA 13.0
+    assert rc == 0 and "kind: Deployment" in out, err
