@@ -187,7 +187,7 @@ def _loader(node: Side, cand: Side, pod_glibc: str | None) -> Finding:
     lazy = [r for r in node_private if r.name in limits and r.binding == elf.LAZY]
     return Finding("loader", True, False, "no glibc conflict between the two libraries' needs"
                    + ("" if need else " (the candidate's needs are not known)")
-                   + (f"; {node.name} binds {', '.join(str(r) for r in lazy)} lazily, so it loads on any glibc "
+                   + (f"; {node.name} binds {', '.join(str(r) for r in lazy)} lazily, which sets no glibc ceiling "
                       "(a process dies only if it calls it or runs with LD_BIND_NOW=1)" if lazy else ""))
 
 
