@@ -246,13 +246,12 @@ def test_lib_that_does_not_prove_itself_is_invalid(cli, fh, libs, which, why):
     assert doc["variants"]["patched"]["from"] == "file"
 
 
-@pytest.mark.parametrize("binding", ["lazy", "load"])
-def test_a_library_the_loader_refuses_is_cannot_load_with_the_loaders_line(cli, fh, libs, tmp_path, binding):
-    """A node library built for glibc < 2.34 (it references _dl_sym@GLIBC_PRIVATE, as the beclab fork's
-    does) as the baseline: every run is `invalid (cannot load: <the loader's line>)`, with the cause, in the
-    evidence, the table and the page (issue 27 item 3). The cause says why: the fork's PLT call is bound
-    lazily, so it is the C reproducers' LD_BIND_NOW=1 that stops it (a pod's process loads it); a
-    reference resolved at load stops any process."""
+# the beclab fork's shape: _dl_sym bound lazily (a PLT call), here called from a constructor as HAMi-core's
+# preInit calls it when a program's first CUDA call precedes any dlsym; and a reference bound at load
+CALLS_DL_SYM = '__attribute__((constructor)) static void lp_init(void) { _dl_sym(0, "dlsym", 0); }\n'
+
+
+def _old_glibc_lib(tmp_path, binding):
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -262,7 +261,20 @@ def test_a_library_the_loader_refuses_is_cannot_load_with_the_loaders_line(cli, 
     here = elf.libc_provides(elf.system_libc()).glibc
     if tuple(int(x) for x in here.split(".")) < (2, 34):
         pytest.skip(f"no-tool: this machine's glibc {here} still exports _dl_sym: the library loads here")
-    old = hamilib.build(tmp_path, "libvgpu-oldglibc", ["cuMemAlloc_v2"], dl_sym=binding)
+    if binding == "called":
+        return here, hamilib.build(tmp_path, "libvgpu-oldglibc", ["cuMemAlloc_v2"], dl_sym="lazy", extra=CALLS_DL_SYM)
+    return here, hamilib.build(tmp_path, "libvgpu-oldglibc", ["cuMemAlloc_v2"], dl_sym=binding)
+
+
+@pytest.mark.parametrize("binding", ["called", "load"])
+def test_a_library_the_loader_refuses_is_cannot_load_with_the_loaders_line(cli, fh, libs, tmp_path, binding):
+    """A node library built for glibc < 2.34 (it references _dl_sym@GLIBC_PRIVATE, as the beclab fork's
+    does) as the baseline: every run is `invalid (cannot load: <the loader's line>)`, with the cause, in the
+    evidence, the table (and whole under it) and the page (issue 27 item 3). The cause says which: a
+    reference resolved at load stops any process; one bound lazily loads (the bind shim stands in for it
+    under the C reproducers' LD_BIND_NOW=1) and stops the process where the library calls it - as it would
+    a pod's."""
+    here, old = _old_glibc_lib(tmp_path, binding)
     ev_path = tmp_path / "ev.json"
     res = cli("--workspace", libs["ws"], "--cache-dir", fh["cache"], "verify", "--reproducer", "async-sched",
               "--driver", "fake", "--fixed", "--runs", "2", "--scenario", "ctxless-async-alloc", "--evidence", ev_path,
@@ -275,10 +287,9 @@ def test_a_library_the_loader_refuses_is_cannot_load_with_the_loaders_line(cli, 
     assert all(r["reason"].startswith(want) for r in base)
     assert all(f"(cause: _dl_sym@GLIBC_PRIVATE is not exported by libc.so.6 since glibc 2.34; this machine has glibc "
                f"{here}" in r["reason"] for r in base)
-    if binding == "lazy":
-        assert all("binds _dl_sym lazily" in r["reason"] and "LD_BIND_NOW=1" in r["reason"] for r in base)
-    else:
-        assert all("built for an older glibc" in r["reason"] for r in base)
+    why = "a pod's, dies at that same call" if binding == "called" else "built for an older glibc"
+    assert all(why in r["reason"] for r in base)
+    assert ("liblp_bindshim.so" in res.err) is (binding == "called")  # verify says when it stands in
     control = by_name(doc)["control"]
     assert control["verdict"] == "invalid" and control["reason"].startswith(want) and "the baseline build" in control["reason"]
     assert want in res.out  # the table's why column
@@ -286,12 +297,30 @@ def test_a_library_the_loader_refuses_is_cannot_load_with_the_loaders_line(cli, 
     lines = res.out.splitlines()
     under = [i for i, l in enumerate(lines) if "scenario(s), the baseline build: cannot load:" in l]
     assert len(under) == 1, res.out
-    below = " ".join(x.strip() for x in lines[under[0]:under[0] + 6])  # wrapped at spaces under the table
-    assert "(cause: _dl_sym@GLIBC_PRIVATE is not exported" in below
-    assert ("LD_BIND_NOW=1" if binding == "lazy" else "built for an older glibc") in below
+    below = " ".join(x.strip() for x in lines[under[0]:under[0] + 8])  # wrapped at spaces under the table
+    assert "(cause: _dl_sym@GLIBC_PRIVATE is not exported" in below and why in below
     page = tmp_path / "ev.html"
     shown = cli("show", ev_path, "--html", page)
     assert shown.code in (0, 1) and want in page.read_text()
+
+
+def test_a_lazily_bound_gone_symbol_does_not_stop_the_c_reproducers(cli, fh, libs, tmp_path):
+    """Bound lazily and never called, _dl_sym would not stop a pod's process: under the C reproducers'
+    LD_BIND_NOW=1 the bind shim resolves it (listed in each run's preload), so the run goes on to what
+    the library does (this one is no HAMi-core: its runs lack the load marker, nothing about the loader)."""
+    _, lazy = _old_glibc_lib(tmp_path, "lazy")
+    ev_path = tmp_path / "ev.json"
+    res = cli("--workspace", libs["ws"], "--cache-dir", fh["cache"], "verify", "--reproducer", "async-sched",
+              "--driver", "fake", "--fixed", "--runs", "1", "--scenario", "ctxless-async-alloc", "--evidence", ev_path,
+              "--baseline-lib", lazy, "--lib", libs["good"])
+    doc = json.loads(ev_path.read_text())
+    base = [r for r in doc["runs"] if r["variant"] == "baseline"]
+    assert base and not any(r["reason"].startswith("cannot load") for r in base), [r["reason"] for r in base]
+    assert all("load marker" in r["reason"] for r in base)
+    assert all(any(p["path"].endswith("liblp_bindshim.so") for p in r["preload"]) for r in base)
+    assert all(not any(p["path"].endswith("liblp_bindshim.so") for p in r["preload"])
+               for r in doc["runs"] if r["variant"] == "patched")  # the good library needs none
+    assert "binds _dl_sym@GLIBC_PRIVATE lazily" in res.err and "liblp_bindshim.so" in res.err
 
 
 def test_lib_that_is_not_elf_is_a_usage_error(cli, fh, libs, tmp_path):

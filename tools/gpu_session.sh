@@ -450,9 +450,10 @@ print(f'main job x{sys.argv[3]}: {float(sys.argv[2]) - float(sys.argv[1]):.2f} s
       python3 -c "import sys; print(f'i28-ggml wall: {float(sys.argv[2]) - float(sys.argv[1]):.1f} s')" "$s0" "$(now)" | tee -a "$OUT/i28-timing.log" ;;
     fork-lib)
       # the black-box check of a vendor's library (README "Olares"): which scenarios does the node's own library
-      # fail? The fork binds _dl_sym@GLIBC_PRIVATE lazily: the C reproducers (LD_BIND_NOW=1) are `invalid
-      # (cannot load: ...)` on glibc >= 2.34, with the loader's line and that cause; the workload reproducers
-      # bind lazily, as a pod does, and measure the fork itself (fork-lib-workloads.*)
+      # fail? The fork binds _dl_sym@GLIBC_PRIVATE lazily and its preInit calls it when the first CUDA call
+      # precedes any dlsym: on glibc >= 2.34 the C reproducers (verify's bind shim standing in at start) end
+      # `invalid (cannot load: ... (called))` at that call; the workload reproducers reach CUDA through dlsym
+      # first, as libcudart does, and measure the fork itself (fork-lib-workloads.*)
       F=${FORK_LIB:-.upstream/beclab-v2.5.4-libvgpu.so}
       if [ ! -f "$F" ]; then echo "fork-lib: $F is missing: carry .upstream/beclab-v2.5.4-libvgpu.so" >&2; continue; fi
       { ldd --version 2>&1 | head -1; sha256sum "$F"; } | tee "$OUT/fork-lib.host.txt"

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from lucepatch import elf
 from lucepatch.errors import UsageError
+from lucepatch.verify.bindshim import MARK
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "hami_log.toml"
 EFFECTS = ("fail", "invalid", "note")
@@ -88,7 +89,13 @@ def loader_reason(line: str, *, bind_now: bool = False) -> str:
             cause = (f"{s['sym']}@GLIBC_PRIVATE is not exported by libc.so.6 since glibc {lim['removed_in']}"
                      + (f"; this machine has glibc {here}" if here else ""))
             binding = _binding_of(s["obj"], s["sym"])
-            if binding == elf.LAZY and bind_now:
+            if MARK in line:  # the bind shim stood in for it at start, and the library called it
+                cause += (f". The library called {s['sym']} while running (lucepatch's bind shim let it load under "
+                          f"LD_BIND_NOW=1): a process bound lazily, a pod's, dies at that same call")
+                lim = {**lim, "called": elf.private_symbol_limits().get(s["sym"], {}).get("called", "")}
+                if lim["called"]:
+                    cause += f" ({lim['called']})"
+            elif binding == elf.LAZY and bind_now:
                 cause += (f". The library binds {s['sym']} lazily (a PLT call): this run binds every symbol at start "
                           "(LD_BIND_NOW=1, as the C reproducers must), so it stops here, where a process bound lazily "
                           f"(a pod's) loads it and dies only if it calls {s['sym']}")

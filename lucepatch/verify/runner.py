@@ -160,7 +160,8 @@ def parse_events(stdout: str) -> list[dict]:
 def run_once(binary: Path | None, repro: Reproducer, scenario: Scenario, variant: str, index: int,
              preload: Path | None, driver_env: dict, scratch: Path, expected_sha256: str | None = None,
              extra_env: dict | None = None, isolate: bool = False, launcher: Path | None = None,
-             bind_now: bool = True, reporter: Path | None = None, params: dict | None = None) -> RunRecord:
+             bind_now: bool = True, reporter: Path | None = None, params: dict | None = None,
+             bind_shim: Path | None = None) -> RunRecord:
     """One fresh process: the compiled `binary` (C) or the workload's command, with `preload` (and
     the `reporter` after it) in LD_PRELOAD. isolate=True: in a private mount namespace with its own
     tmpfs on /tmp/vgpulock (what makes parallel runs under HAMi safe) — through `launcher`
@@ -174,7 +175,10 @@ def run_once(binary: Path | None, repro: Reproducer, scenario: Scenario, variant
     would only cost seconds).
 
     params: values for the scenario's declared parameters (reproducer.toml [params]); every
-    parameter not given runs at its default."""
+    parameter not given runs at its default.
+
+    bind_shim: preloaded last, for a C reproducer, when the library under test binds a function this
+    glibc lacks lazily (lucepatch.verify.bindshim): bound at start, it would otherwise not load."""
     region = scratch / f"region-{uuid.uuid4().hex}.cache"  # never reuse a region file
     events = scratch / f"events-{uuid.uuid4().hex}.jsonl"
     env = scrubbed_environ()
@@ -191,7 +195,8 @@ def run_once(binary: Path | None, repro: Reproducer, scenario: Scenario, variant
     env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = str(region)
     if bind_now and not repro.is_workload:
         env["LD_BIND_NOW"] = "1"
-    libs = [str(p) for p in (preload, reporter) if p is not None]
+    shim = bind_shim if not repro.is_workload else None  # a workload binds lazily, as a pod does
+    libs = [str(p) for p in (preload, reporter, shim) if p is not None]
     if libs:
         env["LD_PRELOAD"] = " ".join(libs)
     if reporter is not None:

@@ -14,6 +14,7 @@ from lucepatch.engine.faults import pause
 from lucepatch.files import sha256_file
 from lucepatch.errors import UsageError
 from lucepatch.target import Target
+from lucepatch.verify import bindshim
 from lucepatch.verify import evidence as ev
 from lucepatch.verify.driver import DriverChoice, classify_driver
 from lucepatch.verify.progress import RunProgress
@@ -118,6 +119,23 @@ def _selected(repros: list[Reproducer], scenario_filter: list[str] | None) -> li
             or s.name in scenario_filter or f"{r.name}:{s.name}" in scenario_filter]
 
 
+def _bind_shims(repros: list[Reproducer], variants: list[Variant], cache: Path) -> dict[str, Path]:
+    """Per variant, the bind shim its library needs under the C reproducers' LD_BIND_NOW=1 (a function it
+    binds lazily that this glibc lacks: lucepatch.verify.bindshim), said once on stderr."""
+    if all(r.is_workload for r in repros):
+        return {}
+    out = {}
+    for v in variants:
+        shim, refs = bindshim.for_library(cache, v.lib)
+        if shim is not None:
+            out[v.name] = shim
+            report.progress(f"{v.name}: {Path(v.lib).name} binds {', '.join(str(r) for r in refs)} lazily and this glibc "
+                            f"does not export it: the C reproducers bind every symbol at start, so their runs preload "
+                            f"{shim.name} after it (in each run's preload list); a call to it ends the run, as it would "
+                            "end a pod's process")
+    return out
+
+
 def run_scenarios(repros: list[Reproducer], variants: list[Variant], rule: Rule, driver: DriverChoice, cache: Path,
                   scenario_filter: list[str] | None = None, jobs: int | None = None,
                   execution: Execution | None = None) -> Runs:
@@ -139,6 +157,7 @@ def run_scenarios(repros: list[Reproducer], variants: list[Variant], rule: Rule,
     sched = Scheduler(rule, [(k, kind_of(s), r.name) for k, (r, s) in by_key.items()], [v.name for v in variants])
     libs = {v.name: v for v in variants}
     shas = {v.name: v.sha256 for v in variants}
+    shims = _bind_shims(repros, variants, cache)
     slots = ex.jobs if ex.mode == "parallel" else 1
     launcher = None
     if ex.isolation == "namespace" and ex.launcher != "unshare+sh+mount":
@@ -164,7 +183,7 @@ def run_scenarios(repros: list[Reproducer], variants: list[Variant], rule: Rule,
             else:
                 rec = run_once(binaries[r.name], r, s, v.name, job.index, v.lib, driver.env, Path(scratch),
                                expected_sha256=shas[v.name], isolate=ex.isolation == "namespace", launcher=launcher,
-                               bind_now=ex.bind_now, reporter=reporter)
+                               bind_now=ex.bind_now, reporter=reporter, bind_shim=shims.get(v.name))
             rec.scenario, rec.launch = job.key, job.launch
             return rec
 
