@@ -126,3 +126,16 @@ def test_a_failing_control_names_the_build_and_the_runs_never_a_guess():
     assert "environment" not in one.reason
     both = scenario_verdict("r:control", True, {"baseline": _recs(["crash"] * 5), "patched": _recs(["crash"] * 5)}, True)
     assert both.reason.startswith("control failed on both builds (baseline 5 failed")
+
+
+def test_a_control_settled_on_one_build_never_claims_it_passed_on_the_other():
+    """The sequential rule settles a control at its first failure: the other build may never have
+    run it, and the reason must say that rather than "it passes on the patched build" (issue 26)."""
+    early = scenario_verdict("r:control", True, {"baseline": _recs(["crash"]), "patched": []}, True)
+    assert early.verdict == "invalid" and early.reason.startswith("control failed on the baseline build only")
+    assert "passes on the patched build" not in early.reason
+    assert "the patched build never ran it" in early.reason
+    some = scenario_verdict("r:control", True, {"baseline": _recs(["crash"]), "patched": _recs(["pass"] * 2)}, True)
+    assert "it passes on the patched build (2/2 runs)" in some.reason
+    other_way = scenario_verdict("r:control", True, {"baseline": [], "patched": _recs(["fail"])}, True)
+    assert "the baseline build never ran it" in other_way.reason

@@ -68,8 +68,9 @@ def judge(base: Tally, pat: Tally, *, control: bool, control_ok: bool, guard: bo
                          + (f" (first error: {t.first_error[:120]})" if t.first_error else "") for n, t in bad)
         if len(bad) == 1:
             other = "patched" if bad[0][0] == "baseline" else "baseline"
-            return INVALID_V, (f"control failed on the {bad[0][0]} build only ({what}; it passes on the {other} "
-                               f"build): the reproducer's assumptions do not hold on that build"), None
+            return INVALID_V, (f"control failed on the {bad[0][0]} build only ({what}; "
+                               f"{_other_side(other, pat if other == 'patched' else base)}): the reproducer's "
+                               "assumptions do not hold on that build"), None
         return INVALID_V, f"control failed on both builds ({what}): nothing can be proven with this harness here", None
     p = fisher_one_sided(base.failures, base.passed, pat.failures, pat.passed)
     if base.invalid or pat.invalid:
@@ -90,6 +91,14 @@ def judge(base: Tally, pat: Tally, *, control: bool, control_ok: bool, guard: bo
     if p >= alpha:
         return NOT_PROVEN, f"baseline failures not significant (p={p:.3g} >= {alpha})", p
     return PROVEN, f"baseline failed {base.failures}/{base.runs}, patched 0/{pat.runs}, p={p:.3g}; {bound}", p
+
+
+def _other_side(name: str, t: Tally) -> str:
+    """What the control did on the build it did not fail on — measured, never assumed: under the
+    sequential rule the first failure settles a control, so the other build may not have run it."""
+    if not t.runs:
+        return f"the {name} build never ran it: the first failure settled the control"
+    return f"it passes on the {name} build ({t.passed}/{t.runs} runs)"
 
 
 def scenario_verdict(name: str, control: bool, recs: dict[str, list], control_ok: bool,
