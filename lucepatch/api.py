@@ -172,13 +172,15 @@ def verify(ws: Workspace, t: Target, reproducer_names: list[str] | None = None, 
 
 
 def retire(ws: Workspace, t: Target, src: Path, cache: Path, ref: str, *, driver: str = "auto",
-           runs: int | None = None) -> dict:
-    """Every patch judged at upstream `ref` by the retirement rule (superseded / still-needed /
-    untestable / inconclusive, with the scenario and the builds that decided; docs/design.md
-    "Retirement"); the lucepatch-retire report (lucepatch.upstream.retire.RETIRE_SCHEMA)."""
+           runs: int | None = None, reproducers: list[str] | None = None) -> dict:
+    """Every patch judged at upstream `ref` by the retirement rule (superseded — only with a code
+    signal that upstream has the change — / retire-candidate (behaviour alone, needs review) /
+    still-needed / untestable / inconclusive, with the scenario and the builds that decided;
+    docs/design.md "Retirement"); the lucepatch-retire report (lucepatch.upstream.retire.RETIRE_SCHEMA).
+    reproducers: judge with these only (the others' patches read not-judged)."""
     from lucepatch.upstream.retire import retire_report
 
-    return retire_report(t, src, ref, cache, driver, runs, workspace=ws)
+    return retire_report(t, src, ref, cache, driver, runs, workspace=ws, reproducers=reproducers)
 
 
 def write_pr(ws: Workspace, t: Target, src: Path, cache: Path, out_dir: Path, *,

@@ -290,9 +290,14 @@ def test_workspace_edited_during_the_session_is_never_overwritten(carry):
 
 
 # ---------------------------------------------------------------------------- needed: judge
-def _judge(target, source, ref, patches):
+CODE = {"signal": "3-way", "commit": None, "detail": "test judge"}
+
+
+def _judge(target, source, ref, patches, **where):
+    # superseded with a code signal under the invariant (the only kind --drop-superseded drops)
     verdicts = {cf.ADD_CHUNK: needed.SUPERSEDED, cf.FREE: needed.SUPERSEDED, cf.ASYNC: needed.STILL_NEEDED}
-    return {p.name: needed.Judgement(verdicts[p.name], "test judge", f"carry:{p.name[:12]}", "fake")
+    return {p.name: needed.Judgement(verdicts[p.name], "test judge", f"carry:{p.name[:12]}", "fake",
+                                     CODE if verdicts[p.name] == needed.SUPERSEDED else None, 1)
             for p in patches if p.name in verdicts}
 
 
@@ -309,7 +314,7 @@ def test_needed_labels_never_drop_a_patch_by_themselves(carry, judge):
     assert r.code == 1 and r.json["session"]["current"] == cf.ADD_CHUNK  # superseded, still walked
     by = rows(r.json)
     assert by[cf.ADD_CHUNK]["needed"] == {"needed": "superseded", "reason": "test judge", "scenario": "carry:fix-alloc-ad",
-                                         "driver": "fake", "simulated": True}
+                                         "driver": "fake", "simulated": True, "code_signal": CODE, "invariant": 1}
     assert by[cf.BUILD_PATCH]["needed"]["needed"] == "not-judged"
     # the human report (stdout; --json replaces it) says a simulated driver decided
     assert "superseded (simulated driver)" in " ".join(rb("--status").out.split())
@@ -328,7 +333,28 @@ def test_drop_superseded_moves_judged_patches_to_absorbed(carry, judge):
     r = rb("--continue", "--json")
     assert r.code == 0, r.err
     text = (tdir / "absorbed" / cf.FREE).read_text()
-    assert "Applied-Upstream-Signal: superseded (simulated driver)" in text
+    assert "Applied-Upstream-Signal: superseded (simulated driver), code signal 3-way" in text
+
+
+def _behaviour_only(target, source, ref, patches, **where):
+    """What a judge may say without a code signal: a retire-candidate, or superseded from a report
+    made before the invariant (no code signal, no invariant) — neither may drop a patch."""
+    return {cf.ADD_CHUNK: needed.Judgement(needed.RETIRE_CANDIDATE, "behaviour alone", None, "fake"),
+            cf.FREE: needed.Judgement(needed.SUPERSEDED, "an old report", None, "fake")}
+
+
+def test_drop_superseded_never_drops_on_behaviour_alone(carry):
+    up, rb = carry["up"], carry["rb"]
+    needed.register_judge(_behaviour_only)
+    try:
+        r = rb("--source", up, "--onto", "upstream-next", "--drop-superseded", "--json")
+    finally:
+        needed.unregister_judge(_behaviour_only)
+    by = rows(r.json)
+    assert by[cf.ADD_CHUNK]["needed"]["needed"] == "retire-candidate" and by[cf.ADD_CHUNK]["action"] != "dropped"
+    assert by[cf.FREE]["needed"]["needed"] == "superseded" and by[cf.FREE]["action"] != "dropped"
+    assert "dropped" not in {p["action"] for p in r.json["patches"]}
+    assert rb("--abort").code == 0
 
 
 def test_interactive_mode_asks_on_a_terminal(carry, tmp_path):

@@ -3,7 +3,8 @@ fixtures, with the simulated driver (the minihami fixture in test_retire_rule.py
 
 twobugs: an interposer with two independent bugs, each fixed by its own patch owning its own
 scenario. Upstream then fixes bug 1 with a textually different change (no patch-id, no
-content match): exactly the bug-1 patch is superseded, the other is still needed.
+content match): exactly the bug-1 patch is a retire-candidate (behaviour alone, needs review —
+never superseded without a code signal), the other is still needed.
 fakehami + its no-op "fix" (patches/bad): no scenario ever distinguishes it -> untestable.
 """
 
@@ -19,7 +20,7 @@ import pytest
 from conftest import FIXTURES, REPO_ROOT, commit_all, init_repo, make_target
 from lucepatch.errors import EnvironmentMissing
 from lucepatch.target import load_target
-from lucepatch.upstream.retire import (CONFLICT, RETIRE_SCHEMA, STILL_NEEDED, SUPERSEDED, UNTESTABLE,
+from lucepatch.upstream.retire import (CONFLICT, RETIRE_CANDIDATE, RETIRE_SCHEMA, STILL_NEEDED, UNTESTABLE,
                                        format_retire_table, retire_exit_code, retire_report)
 from lucepatch.workspace import resolve_workspace
 
@@ -46,31 +47,42 @@ def _by(doc):
     return {p["name"]: p for p in doc["patches"]}
 
 
-def test_upstream_fixing_one_of_two_behaviours_supersedes_exactly_that_patch(twobugs):
+def test_upstream_fixing_one_of_two_behaviours_makes_exactly_that_patch_a_candidate(twobugs):
+    """Behaviour alone (issue 26): upstream's textually different fix makes the bug-1 patch a
+    retire-candidate that needs review, never superseded — no code signal says upstream has it."""
     base, fixed = twobugs["commits"][:2]
     doc = retire_report(twobugs["target"], twobugs["upstream"], fixed, twobugs["cache"], "fake", 10)
     jsonschema.validate(doc, RETIRE_SCHEMA)
     assert doc["upstream"]["commit"] == fixed and doc["upstream"]["base"] == base and doc["simulated"] is True
-    assert doc["superseded"] == doc["retire_candidates"] == [LIMIT]
+    assert doc["superseded"] == [] and doc["retire_candidates"] == [LIMIT] and doc["invariant"] == 1
     assert doc["no_longer_effective"] == []
     by = _by(doc)
     lim, mem = by[LIMIT], by[MEMINFO]
-    assert lim["status"] == SUPERSEDED and lim["needed"] == "superseded"
+    assert lim["status"] == RETIRE_CANDIDATE and lim["needed"] == "retire-candidate"
+    assert lim["reason"].startswith("behaviour alone — no code signal")
     assert "identical with and without it" in lim["reason"] and "at the base it made a difference on " \
         "twobugs:cumulative-limit" in lim["reason"]
-    # upstream's fix is a different text: no patch-id match, no content match -- only behaviour says so
-    assert lim["textual"] is None and lim["applies"] is True
+    # upstream's fix is a different text: no patch-id match, no content match, no 3-way no-op
+    assert lim["code_signal"] is None and lim["applies"] is True
     assert lim["judged"][0] == "twobugs:cumulative-limit"
     kinds = {(d["at"], d["pair"]) for d in lim["scenarios"] if d["scenario"] == "twobugs:cumulative-limit"}
     assert kinds == {("ref", "add-one"), ("ref", "leave-one-out"), ("base", "add-one"), ("base", "leave-one-out")}
     assert all(d["kind"] == "identical" for d in lim["scenarios"] if d["at"] == "ref")
-    assert mem["status"] == STILL_NEEDED and mem["scenario"] == "twobugs:meminfo-limit"
+    # what the reviewer reads: the hunk, REF's version of the function it changes, the runs
+    rv = lim["review"]
+    assert [(h["file"], h["line"]) for h in rv["hunks"]] == [("src/twobugs.c", 61)]
+    assert "+    return limit != 0 && used + size > limit;" in rv["hunks"][0]["text"]
+    [fn] = rv["ref_functions"]
+    assert "static int over_limit(size_t size) {" in fn["text"] and "return limit != 0 && size > limit;" in fn["text"]
+    assert {r["pair"] for r in rv["runs"]} == {"add-one", "leave-one-out"}
+    assert mem["status"] == STILL_NEEDED and mem["scenario"] == "twobugs:meminfo-limit" and "review" not in mem
     assert "add-one" in mem["reason"] and "-> pass" in mem["reason"]
-    assert doc["summary"] == {SUPERSEDED: 1, STILL_NEEDED: 1}
+    assert doc["summary"] == {RETIRE_CANDIDATE: 1, STILL_NEEDED: 1}
     assert retire_exit_code(doc) == 0
     title, cols, rows = format_retire_table(doc)
     assert fixed[:12] in title and cols == ["patch", "status", "decided by", "why"]
-    assert [r[0] for r in rows] == [LIMIT, MEMINFO] and rows[0][1] == SUPERSEDED and rows[1][1] == STILL_NEEDED
+    assert [r[0] for r in rows] == [LIMIT, MEMINFO] and rows[0][1] == "retire-candidate (needs review)"
+    assert rows[1][1] == STILL_NEEDED
 
 
 def test_at_the_pinned_base_nothing_retires(twobugs):

@@ -1,5 +1,6 @@
 """Retirement by behaviour (issue 11) on the minihami fixture, simulated driver: the verdict of every
-patch at the pin, at an upstream that fixed one behaviour exactly as a patch does, and at an
+patch at the pin, at an upstream that fixed one behaviour as a patch does (behaviour alone: a
+retire-candidate, issue 26), and at an
 upstream with a PR #188-style "fix" (success without doing the work); the coverage map; the wiring
 (verify --retire, --coverage-map, status --behaviour, a rebase session's judge).
 
@@ -99,21 +100,24 @@ def test_the_coverage_map_adds_scenarios_and_never_removes_declared_ones(world):
     assert by[U]["unreached"] == []
 
 
-def test_an_upstream_fix_identical_in_behaviour_supersedes_exactly_that_patch(world, cli):
+def test_an_upstream_fix_identical_in_behaviour_makes_exactly_that_patch_a_candidate(world, cli):
+    """Behaviour alone (issue 26): identical in behaviour is a retire-candidate with what to review,
+    never superseded — upstream's fix is other code (no patch-id, content or 3-way match)."""
     res = cli("--workspace", world["ws"].path, "--cache-dir", world["cache"], "verify", "--retire", world["fixed"],
               "--source", world["repo"], "--driver", "fake", "--runs", "10", "--json")
     assert res.code == 0, res.err
     doc = res.json
     jsonschema.validate(doc, rt.RETIRE_SCHEMA)
     by = _by(doc)
-    assert doc["superseded"] == doc["retire_candidates"] == [U]
+    assert doc["superseded"] == [] and doc["retire_candidates"] == [U]
     u = by[U]
-    assert u["needed"] == "superseded" and u["textual"] is None  # behaviour only: no patch-id, no content match
+    assert u["status"] == rt.RETIRE_CANDIDATE and u["needed"] == "retire-candidate"
+    assert u["code_signal"] is None  # behaviour only: no patch-id, no content match, no 3-way no-op
     assert "identical with and without it" in u["reason"] and "at the base it made a difference" in u["reason"]
-    assert "joint check" in u["reason"]
-    # bisect named the upstream commit for Applied-Upstream: (the fix-total commit)
-    assert u["applied_upstream"]["commit"] == world["fixed"]
-    assert u["applied_upstream"]["record"].endswith(f"--scenario unlimited-total --record {U}")
+    assert "joint check" in u["reason"] and u["reason"].startswith("behaviour alone")
+    # bisect names the upstream commit where the behaviour changed, for the reviewer; nothing to --record
+    assert u["applied_upstream"]["commit"] == world["fixed"] and "record" not in u["applied_upstream"]
+    assert u["review"]["hunks"] and u["review"]["runs"]
     assert {n: p["status"] for n, p in by.items() if n != U} == {
         B: rt.UNTESTABLE, R: rt.STILL_NEEDED, D: rt.STILL_NEEDED, P1: rt.STILL_NEEDED, P2: rt.STILL_NEEDED}
     # every build is named by what it holds, and the table says what decided
@@ -122,9 +126,10 @@ def test_an_upstream_fix_identical_in_behaviour_supersedes_exactly_that_patch(wo
     title, cols, rows = rt.format_retire_table(doc)
     assert cols == ["patch", "status", "decided by", "why"] and rows[-1][:3] == [
         "(no patch)", "still failing", "minihami:ctxless-meminfo"]
-    # the saved report is what a rebase session's `needed` reads
+    # the saved report is what a rebase session's `needed` reads: a candidate, never superseded
     j = rt.judge(world["t"], world["repo"], world["fixed"], world["t"].patches, cache=world["cache"])
-    assert j[U].needed == "superseded" and j[U].driver == "fake" and j[U].simulated is True
+    assert j[U].needed == "retire-candidate" and j[U].driver == "fake" and j[U].simulated is True
+    assert j[U].code_signal is None and j[U].invariant == 1
     assert j[R].needed == "still-needed" and j[B].needed == "untestable"
     other = rt.judge(world["t"], world["repo"], world["base"], world["t"].patches, cache=world["root"] / "nocache")
     assert {x.needed for x in other.values()} == {"not-judged"}
@@ -174,9 +179,10 @@ def test_status_behaviour_reads_the_rule(world, cli):
               "--behaviour", "--json")
     assert res.code == 0, res.err
     rows = {r["name"]: r for r in res.json["patches"]}
-    assert rows[U]["status"] == "already-upstream" and rows[U]["signal"] == "behaviour"
-    assert rows[U]["detail"].startswith(f"superseded at {world['fixed'][:12]}")
-    assert rows[U]["behaviour"]["status"] == rt.SUPERSEDED
+    # a retire-candidate is never already-upstream: behaviour alone names no code upstream has
+    assert rows[U]["status"] == "not-applied" and rows[U]["signal"] is None
+    assert rows[U]["behaviour"]["status"] == rt.RETIRE_CANDIDATE
+    assert "behaviour: retire-candidate (needs review)" in rows[U]["detail"]
     assert rows[R]["status"] == "not-applied" and rows[R]["behaviour"]["needed"] == "still-needed"
 
 
@@ -258,12 +264,12 @@ def test_joint_check_keeps_a_candidate_whose_removal_together_with_another_chang
     full = type("Bd", (), {"name": "ref+series", "patches": ("a", "x", "y")})()
     cx = rt.Context("c" * 40, "cccccccccccc", [], full=full)
     judge = type("J", (), {"order": ["a", "x", "y"]})()
-    rows = [{"name": n, "status": rt.SUPERSEDED if n in "xy" else rt.STILL_NEEDED, "reason": "", "needed": ""}
+    rows = [{"name": n, "status": rt.RETIRE_CANDIDATE if n in "xy" else rt.STILL_NEEDED, "reason": "", "needed": ""}
             for n in ("a", "x", "y")]
     repros = {"r": type("Rp", (), {"checked": [type("S", (), {"name": "s"})()]})()}
     rt._joint(FakeLab(), judge, cx, rows, repros)
     st = {r["name"]: r["status"] for r in rows}
-    assert st == {"a": rt.STILL_NEEDED, "x": rt.SUPERSEDED, "y": rt.STILL_NEEDED}
+    assert st == {"a": rt.STILL_NEEDED, "x": rt.RETIRE_CANDIDATE, "y": rt.STILL_NEEDED}
     y = rows[2]
     assert y["reason"].startswith("joint check at cccccccccccc: removing it with x changes r:s")
     assert y["needed"] == "still-needed"

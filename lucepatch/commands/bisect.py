@@ -32,7 +32,9 @@ from lucepatch.verify.reproducer import load_reproducer
 @click.option("--runs", type=click.IntRange(1, 10000), default=None,
               help="Runs per probed commit (default: the reproducer's default_runs). A commit fails when any run fails.")
 @click.option("--record", "record_patch", default=None, metavar="PATCH",
-              help="Write Applied-Upstream: <commit> (signal: behaviour) into PATCH's trailers when a fix is found.")
+              help="Write Applied-Upstream: <commit> (signal: behaviour + code) into PATCH's trailers when a fix is "
+                   "found and upstream there contains the patch's code (patch-id, reverse-apply, content or 3-way "
+                   "match); behaviour alone is refused.")
 @json_option
 @click.pass_context
 def command(ctx, range_spec, reproducer_name, scenario, target_name, source, driver, runs, record_patch, as_json):
@@ -57,7 +59,7 @@ def command(ctx, range_spec, reproducer_name, scenario, target_name, source, dri
     record_error = None
     if patch is not None and doc["result"] == FOUND:
         try:
-            doc["recorded"] = record_applied_upstream(patch, doc)
+            doc["recorded"] = record_applied_upstream(patch, doc, target=t, source=src, cache=c)
         except LucepatchError as exc:  # reported after the result, which is still worth printing
             record_error = exc
     if as_json:

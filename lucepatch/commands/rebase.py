@@ -29,7 +29,9 @@ from lucepatch.target import list_targets, load_target
 @click.option("--build-only", multiple=True, metavar="REV", help="Mark the --backport of REV Build-Only: yes.")
 @click.option("--no-interactive", is_flag=True, help="Never prompt: stop at the first patch that needs a human (exit 1).")
 @click.option("--no-behaviour", is_flag=True, help="Do not judge `needed` by behaviour (every patch not-judged).")
-@click.option("--drop-superseded", is_flag=True, help="Move patches judged superseded to absorbed/.")
+@click.option("--drop-superseded", is_flag=True,
+              help="Move patches judged superseded (behaviour and a code signal that upstream has the code, by a "
+                   "verify --retire report under that rule) to absorbed/; a retire-candidate is never moved.")
 @click.option("--dry-run", is_flag=True, help="Walk the whole series and report; no session, nothing written.")
 @click.option("--fetch", is_flag=True, help="Allow a `git fetch` when the base commit is not in the checkout.")
 @json_option

@@ -26,7 +26,9 @@ WOULD = {"applied": "exactly", "applied-3way": "with a 3-way merge"}
 @click.option("--fetch", is_flag=True, help="Allow a `git fetch` when the base commit is not in the checkout.")
 @click.option("--behaviour", is_flag=True,
               help="Also judge each patch by behaviour at HEAD with the retirement rule of `verify --retire` "
-                   "(builds and runs the reproducers); a superseded patch reads already-upstream (signal behaviour).")
+                   "(builds and runs the reproducers, or reads the report verify --retire HEAD saved); a patch reads "
+                   "already-upstream (signal behaviour) only when superseded with a code signal, a retire-candidate "
+                   "(behaviour alone) never.")
 @json_option
 @click.pass_context
 def command(ctx, target, source, fetch, behaviour, as_json):

@@ -19,23 +19,30 @@ from lucepatch.verify.node import node_section
 from lucepatch.verify.service import ClusterOptions, VerifyRequest, run_verify, select
 
 
-def _retire(ctx, ws, target_name, source, ref, driver, runs, as_json, coverage_map) -> int:
+def _retire(ctx, ws, target_name, source, ref, driver, runs, as_json, coverage_map, reproducer_names) -> int:
     from lucepatch.upstream import coverage, retire
 
+    if not target_name and reproducer_names:  # the target is the reproducers' (as verify --reproducer R)
+        target_name = select(ws, reproducers=list(reproducer_names))[0].name
     t = load_target(ws, target_name)
     src = require_source(source, t.name, family=t.family)
     git.open_repo(src)
+    names = list(reproducer_names) or None
     if coverage_map:  # the map alone, at REF or at the pinned base
-        m, left_out = coverage.coverage_map_at(t, src, ref or t.base, cache(ctx), driver, workspace=ws)
+        m, left_out = coverage.coverage_map_at(t, src, ref or t.base, cache(ctx), driver, workspace=ws,
+                                               reproducers=names)
         doc = {**m.to_json(), "left_out": left_out, "cached": m.cached}
         kind, (title, columns, rows), rc = "verify-coverage-map", coverage.format_coverage_map(m), 0
     else:
-        doc = retire.retire_report(t, src, ref, cache(ctx), driver, runs, workspace=ws)
+        doc = retire.retire_report(t, src, ref, cache(ctx), driver, runs, workspace=ws, reproducers=names)
         doc["saved"] = str(retire.save_report(doc, t, cache(ctx), ws))  # what a rebase session's `needed` reads
         kind, (title, columns, rows), rc = "verify-retire", retire.format_retire_table(doc), retire.retire_exit_code(doc)
     if as_json:
         report.emit_json(kind, {"workspace": ws.to_json(), **doc})
     report.table(title, columns, rows, as_json=as_json)
+    if not coverage_map and not as_json:
+        for line in retire.review_lines(doc):  # what a reviewer of each candidate reads (all of it in --json)
+            report.progress(line)
     return rc
 
 
@@ -60,7 +67,9 @@ def _retire(ctx, ws, target_name, source, ref, driver, runs, as_json, coverage_m
                    "for /tmp/vgpulock, i.e. as root with unshare; serial otherwise). --jobs 1 forces serial.")
 @click.option("--retire", "retire_ref", default=None, metavar="REF",
               help="Retirement by behaviour at upstream REF: add-one, leave-one-out, a positive control at the base, "
-                   "coverage and a joint check per patch (superseded / still-needed / untestable / inconclusive).")
+                   "coverage, an input sweep and a joint check per patch (superseded only with a code signal that "
+                   "upstream has the change; behaviour alone: retire-candidate, needs review / still-needed / "
+                   "untestable / inconclusive). --reproducer R judges with R only.")
 @click.option("--coverage-map", is_flag=True,
               help="Show which scenarios execute which patch hunks (gcc --coverage on the configured driver), at "
                    "--retire REF or at the pinned base.")
@@ -90,7 +99,7 @@ def command(ctx, reproducer_names, run_all, scenarios, target_name, source, driv
         report.set_quiet(True)
     ws = workspace(ctx)
     if retire_ref or coverage_map:
-        return _retire(ctx, ws, target_name, source, retire_ref, driver, runs, as_json, coverage_map)
+        return _retire(ctx, ws, target_name, source, retire_ref, driver, runs, as_json, coverage_map, reproducer_names)
     t, repros = select(ws, target=target_name, reproducers=list(reproducer_names), run_all=run_all)
     cluster = None
     if in_cluster or from_logs:

@@ -7,11 +7,15 @@ never computes `needed` itself; it calls the judge registered here once, at sess
 
     judge(target, source, ref, patches) -> {patch name: Judgement}
 
-A judge may leave patches out of its answer (they read as `not-judged`), must not write into
-`source`, and returns `Judgement.driver` = "fake" / "real" so the report can say whether a
-simulated driver decided. Until a judge is registered, and always with `rebase --no-behaviour`,
-every patch is `not-judged`. A label never drops a patch by itself: the session moves a
-`superseded` patch to absorbed/ only with `--drop-superseded`.
+The session also hands the judge where to look (keywords): `cache` (the session's cache dir,
+`--cache-dir` honoured) and `reproducers` (the workspace's reproducers folder: the session's
+staged copy of the target has none). A judge may leave patches out of its answer (they read as
+`not-judged`), must not write into `source`, and returns `Judgement.driver` = "fake" / "real" so
+the report can say whether a simulated driver decided. Until a judge is registered, and always
+with `rebase --no-behaviour`, every patch is `not-judged`. A label never drops a patch by itself:
+the session moves a `superseded` patch to absorbed/ only with `--drop-superseded`, and only when
+the judgement names a code signal and was made under the invariant (engine/retirement.py); a
+`retire-candidate` (behaviour alone) is never dropped.
 
 To wire a judge in:  ``needed.register_judge(fn)`` from the module that implements it, and add
 that module's name to ``JUDGE_MODULES`` so the session imports it.
@@ -30,10 +34,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 STILL_NEEDED = "still-needed"
 SUPERSEDED = "superseded"
+RETIRE_CANDIDATE = "retire-candidate"  # behaviour alone: needs a reviewer, never dropped
 UNTESTABLE = "untestable"
 INCONCLUSIVE = "inconclusive"
 NOT_JUDGED = "not-judged"
-VERDICTS = (STILL_NEEDED, SUPERSEDED, UNTESTABLE, INCONCLUSIVE, NOT_JUDGED)
+VERDICTS = (STILL_NEEDED, SUPERSEDED, RETIRE_CANDIDATE, UNTESTABLE, INCONCLUSIVE, NOT_JUDGED)
 
 # Modules that register a judge when imported (the retirement rule adds its own here).
 JUDGE_MODULES: tuple[str, ...] = ("lucepatch.upstream.retire",)  # the retirement rule (issue 11)
@@ -45,6 +50,8 @@ class Judgement:
     reason: str = ""
     scenario: str | None = None  # the reproducer:scenario that decided, when one did
     driver: str | None = None  # "fake" (simulated driver) / "real" / None (nothing ran)
+    code_signal: dict | None = None  # that upstream contains the code (engine/retirement.py), when one was found
+    invariant: int | None = None  # the rule the judgement was made under (retirement.INVARIANT; None: before it)
 
     def __post_init__(self):
         if self.needed not in VERDICTS:
@@ -60,7 +67,8 @@ class Judgement:
     @classmethod
     def from_json(cls, doc: dict | None) -> "Judgement":
         doc = doc or {}
-        return cls(doc.get("needed", NOT_JUDGED), doc.get("reason", ""), doc.get("scenario"), doc.get("driver"))
+        return cls(doc.get("needed", NOT_JUDGED), doc.get("reason", ""), doc.get("scenario"), doc.get("driver"),
+                   doc.get("code_signal"), doc.get("invariant"))
 
 
 Judge = Callable[["Target", Path, str, Sequence["Patch"]], dict]
@@ -86,18 +94,25 @@ def unregister_judge(fn: Judge) -> None:
 
 
 def _load() -> None:
+    # a module registers its judge when first imported: that must not displace a judge registered
+    # explicitly before (the last registered wins, whatever was imported when)
+    before = list(_judges)
     for mod in JUDGE_MODULES:
         importlib.import_module(mod)
+    for fn in before:
+        register_judge(fn)
 
 
-def judge(target, source: Path, ref: str, patches: Sequence, *, no_behaviour: bool = False) -> dict[str, Judgement]:
-    """{name: Judgement} for every patch; `not-judged` where no judge answers."""
+def judge(target, source: Path, ref: str, patches: Sequence, *, no_behaviour: bool = False,
+          **where) -> dict[str, Judgement]:
+    """{name: Judgement} for every patch; `not-judged` where no judge answers. `where`: the
+    keywords handed to the judge (cache, reproducers)."""
     if no_behaviour:
         return not_judged(target, source, ref, patches, reason="--no-behaviour")
     _load()
     if not _judges:
         return not_judged(target, source, ref, patches)
-    answer = _judges[-1](target, source, ref, patches) or {}
+    answer = _judges[-1](target, source, ref, patches, **where) or {}
     out = {}
     for p in patches:
         j = answer.get(p.name)

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Callable
 
 from lucepatch import git, trailers
-from lucepatch.engine import needed as needed_mod
+from lucepatch.engine import needed as needed_mod, retirement
 from lucepatch.engine import transaction, upstreamed
 from lucepatch.engine.apply import (FORMAT_PATCH_ARGS, PURE_ENV, apply_loop, clone_private, commit_message, format_commits, pause_at,
                                     patch_author, resolve_base, series_trailers, with_trailers)
@@ -333,6 +333,9 @@ class Session:
             sess = cls.__new__(cls)
             sess.store, sess.st, sess.cache, sess._engine = store, st, cache, None
             sess.t = tt
+            # the judge keys its saved report by the target's content and the workspace's reproducers:
+            # the staged copy (tt) has no reproducers/ beside it
+            sess._reproducers = t.dir.resolve().parent.parent / "reproducers"
             sess._root = tmp
             sess._prepare(source, opts)
             store.write(st, tmp)
@@ -390,13 +393,16 @@ class Session:
             if hit:
                 commit = hit.commit or attribute(repo, st.base, st.onto, self.root, p, f, hit.signal) or st.onto
                 ps.action, ps.applies, ps.signal, ps.upstream_commit, ps.detail = ABSORBED, "absorbed", hit.signal, commit, hit.detail
-        judged = needed_mod.judge(self.t, source, st.onto, patches, no_behaviour=opts.no_behaviour)
+        judged = needed_mod.judge(self.t, source, st.onto, patches, no_behaviour=opts.no_behaviour, cache=self.cache,
+                                  reproducers=getattr(self, "_reproducers", None))
         for ps in st.patches:
             j = judged[ps.name]
             ps.needed = j.to_json()
-            if ps.action == PENDING and opts.drop_superseded and j.needed == needed_mod.SUPERSEDED:
+            # only a judgement under the invariant with a code signal drops (never behaviour alone)
+            if ps.action == PENDING and opts.drop_superseded and retirement.may_drop(j):
                 ps.action, ps.signal = DROPPED, "superseded"
-                ps.upstream_commit, ps.detail = st.onto, f"judged superseded ({j.reason}); --drop-superseded"
+                ps.upstream_commit = (j.code_signal or {}).get("commit") or st.onto
+                ps.detail = f"judged superseded ({j.reason}); code signal {j.code_signal['signal']}; --drop-superseded"
 
     # ---- the walk
     @property
@@ -558,7 +564,8 @@ class Session:
             elif ps.action in LEFT:
                 sig = ps.signal if ps.action == ABSORBED else (
                     "skipped (rebase --skip by a human; not verified)" if ps.action == SKIPPED else
-                    f"superseded ({'simulated driver' if ps.needed.get('simulated') else ps.needed.get('driver') or 'judge'})")
+                    f"superseded ({'simulated driver' if ps.needed.get('simulated') else ps.needed.get('driver') or 'judge'})"
+                    f", code signal {(ps.needed.get('code_signal') or {}).get('signal')}")
                 absorbed[p.name] = with_trailers(p, [f"Applied-Upstream: {ps.upstream_commit or st.onto}",
                                                      f"Applied-Upstream-Signal: {sig}"])
                 kinds.add("minor")

@@ -93,8 +93,11 @@ def judged_by_behaviour(t, src: Path, cache: Path, ws):
 
 
 def annotate_behaviour(rows: list[dict], judged: dict | None) -> None:
-    """Each row's behaviour verdict from the retire report (in `behaviour` and the detail)."""
+    """Each row's behaviour verdict from the retire report (in `behaviour` and the detail). A
+    retire-candidate stays as the engine found it (not-applied, ...): behaviour alone never makes a
+    patch already-upstream (engine/retirement.py)."""
     for r in rows if judged else []:
         b = next(p for p in judged["patches"] if p["name"] == r["name"])
-        r["behaviour"] = {k: b[k] for k in ("status", "needed", "scenario", "reason")}
-        r["detail"] = (r["detail"] + "; " if r["detail"] else "") + f"behaviour: {b['status']} ({b['scenario'] or '-'})"
+        r["behaviour"] = {k: b.get(k) for k in ("status", "needed", "scenario", "reason", "code_signal")}
+        shown = "retire-candidate (needs review)" if b["status"] == "retire-candidate" else b["status"]
+        r["detail"] = (r["detail"] + "; " if r["detail"] else "") + f"behaviour: {shown} ({b['scenario'] or '-'})"

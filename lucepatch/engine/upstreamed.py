@@ -11,7 +11,11 @@
   trivial lines (braces, `return 0;`, blank) are not evidence on their own; a patch with no
   significant run never matches this way.
 - ``behaviour``: hooks registered by the verify side (`register_behaviour_hook`); a hook answers
-  True/False/None (unknown) for (target, patch, ref) — e.g. a reproducer passing on unpatched REF.
+  True/False/None (unknown) for (target, patch, ref). Behaviour alone never says a patch is upstream
+  (the invariant, lucepatch.engine.retirement): a hook's True counts only with the code signal it
+  names through ``hook.code_signal(patch, ref)``.
+
+The first three (and the 3-way no-op of the series engine) are *code signals* (CODE_SIGNALS).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from lucepatch import git
 from lucepatch.series import Patch
 
 SIGNALS = ("patch-id", "reverse-apply", "content-match", "behaviour")
+CODE_SIGNALS = ("patch-id", "reverse-apply", "content-match", "3-way")  # evidence that upstream has the code
 
 _behaviour_hooks: list[Callable] = []
 
@@ -188,12 +193,15 @@ def detect(patch: Patch, patch_file: Path, *, repo: Path, ref: str, upstream_ids
     for hook in _behaviour_hooks:
         try:
             verdict = hook(target, patch, source, ref)
+            code = getattr(hook, "code_signal", lambda p, r: None)(patch, ref) if verdict else None
         except Exception as exc:  # a hook's failure is not ours to crash on
-            verdict = None
+            verdict = code = None
             del exc
-        if verdict:
-            return Upstreamed("behaviour", None, getattr(hook, "detail", lambda p, r: None)(patch, ref)
-                              or f"behavioural check {getattr(hook, '__name__', 'hook')} passes on {ref[:12]}")
+        # behaviour alone is never "upstream has it": only with the code signal the hook names
+        if verdict and isinstance(code, dict) and code.get("signal") in CODE_SIGNALS:
+            return Upstreamed("behaviour", code.get("commit"), getattr(hook, "detail", lambda p, r: None)(patch, ref)
+                              or f"behavioural check {getattr(hook, '__name__', 'hook')} passes on {ref[:12]} "
+                                 f"(code signal {code['signal']})")
     return None
 
 

@@ -244,12 +244,51 @@ class Lab:
                     if b not in per[key]:
                         continue
                     recs = [r for r in res.records if r.variant == b.name and r.scenario == key]
-                    ob = OnBuild(b.name, key, runs=len(recs), signatures=Counter(
-                        signature(r) for r in recs if r.outcome not in (INVALID, SKIPPED)),
-                        invalid=sum(r.outcome == INVALID for r in recs), skipped=sum(r.outcome == SKIPPED for r in recs),
-                        first_error=tally(recs).first_error[:200],
-                        why=next((r.reason for r in recs if r.outcome in (SKIPPED, INVALID)), "")[:200])
-                    self.results[(self._id(b), key)] = ob
+                    self.results[(self._id(b), key)] = self._on_build(b, key, recs)
+
+    def measure_point(self, builds: list[Build], scenario: str, param: str, value) -> str:
+        """Run `scenario` (reproducer:scenario) with its declared parameter `param` at `value` (the
+        others at their defaults) N times on every build that has not run it; returns the key its
+        results are kept under (`reproducer:scenario@param=value`) for compare(). An input sweep."""
+        from dataclasses import replace
+
+        from lucepatch.verify.service import VariantSpec  # noqa: F401  (import cycle, as in __init__)
+
+        rname, sname = scenario.split(":", 1)
+        repro = self.repros[rname]
+        s = repro.scenario(sname)
+        v = s.params[param].check(value, f"{scenario} parameter {param}")
+        key = f"{scenario}@{param}={v}"
+        # the same program and scenario name, the parameter's default moved to the point: the runner
+        # sets every declared parameter, so the program reads the point (nothing else changes)
+        moved = replace(s, params={**s.params, param: replace(s.params[param], default=v)})
+        at_point = replace(repro, scenarios=[moved if x is s else x for x in repro.scenarios])
+        todo = []
+        for b in builds:
+            if (self._id(b), key) in self.results:
+                continue
+            if b.variant is None:
+                self.results[(self._id(b), key)] = OnBuild(b.name, key, built=False, why=b.error[:200])
+                continue
+            todo.append(b)
+        if not todo:
+            return key
+        report.progress(f"sweep {key}: on {len(todo)} build(s), {self.runs} runs each")
+        ex = Execution(self.execution.mode, self.execution.jobs, self.execution.isolation, self.execution.why)
+        res = run_scenarios([at_point], [Variant(b.name, b.variant.lib, b.variant.provenance) for b in todo],
+                            FixedRule(self.runs), self.driver, self.cache, [sname], execution=ex)
+        self.records += res.records
+        for b in todo:
+            recs = [r for r in res.records if r.variant == b.name and r.scenario == scenario]
+            self.results[(self._id(b), key)] = self._on_build(b, key, recs)
+        return key
+
+    def _on_build(self, b: Build, key: str, recs: list[RunRecord]) -> OnBuild:
+        return OnBuild(b.name, key, runs=len(recs), signatures=Counter(
+            signature(r) for r in recs if r.outcome not in (INVALID, SKIPPED)),
+            invalid=sum(r.outcome == INVALID for r in recs), skipped=sum(r.outcome == SKIPPED for r in recs),
+            first_error=tally(recs).first_error[:200],
+            why=next((r.reason for r in recs if r.outcome in (SKIPPED, INVALID)), "")[:200])
 
     def on(self, b: Build, scenario: str) -> OnBuild:
         if (self._id(b), scenario) not in self.results:
@@ -258,7 +297,7 @@ class Lab:
 
     def controls_ok(self, b: Build, scenario: str) -> tuple[bool, str]:
         """Do the controls of `scenario`'s reproducer pass uniformly on b? (and why not)"""
-        repro = self.repros[scenario.split(":", 1)[0]]
+        repro = self.repros[scenario.split(":", 1)[0]]  # a sweep key (r:s@p=v) is judged by r's controls
         for c in repro.controls:
             ob = self.on(b, f"{repro.name}:{c.name}")
             if ob.state == B_SKIPPED:

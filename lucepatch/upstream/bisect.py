@@ -15,7 +15,11 @@ fails and B passes, "broke" when A passes and B fails. When skipped commits hide
 the result is "inconclusive" with the candidate commits.
 
 `record_applied_upstream` writes the finding into a patch's trailers (`Applied-Upstream: <commit>`
-plus `Applied-Upstream-Signal: behaviour ...`), leaving its diff, hence its patch id, unchanged.
+plus `Applied-Upstream-Signal: behaviour ... + code <signal>`), leaving its diff, hence its patch id,
+unchanged — only when upstream at that commit contains the patch's *code* (a patch-id, reverse-apply,
+content or 3-way match: lucepatch.engine.retirement). A behaviour flip alone proves that the
+bisected scenario behaves differently there, not that upstream fixed what the patch fixes; it is
+refused with what to review.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucepatch import git, report, trailers
+from lucepatch.engine import retirement
 from lucepatch.errors import CheckFailed, UsageError
 from lucepatch.series import Patch
 from lucepatch.target import Target
@@ -254,18 +259,28 @@ def find_patch(target: Target, name: str) -> Patch:
     return trailers.find_patch(target.patches, name, where=f"{target.name}'s series", flag="--record")
 
 
-def record_applied_upstream(patch: Patch, doc: dict) -> dict:
-    """Write `Applied-Upstream: <commit>` and `Applied-Upstream-Signal: behaviour (...)` into the
-    patch file; the patch id must not change (else the file is restored and UsageError raised)."""
+def record_applied_upstream(patch: Patch, doc: dict, *, target: Target, source: Path, cache: Path) -> dict:
+    """Write `Applied-Upstream: <commit>` and `Applied-Upstream-Signal: behaviour (...) + code
+    <signal>` into the patch file, once upstream at the found commit is shown to contain the patch's
+    code (engine.retirement.code_signal_at; else CheckFailed, nothing written); the patch id must not
+    change (else the file is restored and UsageError raised)."""
     if doc["result"] != FOUND or doc["direction"] != "fixed":
         raise CheckFailed(f"nothing recorded in {patch.name}: the bisect found no commit that fixed the behaviour "
                           f"({doc['reason']})")
     commit = doc["first"]["commit"]
-    signal = f"{SIGNAL} (bisect {'+'.join(doc['scenarios'])} over {doc['range']['spec']})"
+    code = retirement.code_signal_at(target, source, patch, commit, cache)
+    if not retirement.is_code_signal(code):
+        raise CheckFailed(
+            f"nothing recorded in {patch.name}: {'+'.join(doc['scenarios'])} behaves fixed from {commit[:12]} on, but "
+            f"{commit[:12]} has none of the patch's code (no patch-id, reverse-apply, content or 3-way match): "
+            f"behaviour alone makes it a retire-candidate at most — review its hunks against {commit[:12]}'s code "
+            f"(lucepatch verify --retire {commit[:12]} --target {target.name} lists what to read)")
+    signal = f"{SIGNAL} (bisect {'+'.join(doc['scenarios'])} over {doc['range']['spec']}) + code {code['signal']}"
     after = trailers.rewrite_patch_file(
         patch, set_trailers(patch.raw, [("Applied-Upstream", commit), ("Applied-Upstream-Signal", signal)]),
         check={"Applied-Upstream": commit})
     return {"patch": patch.name, "file": str(patch.path), "applied_upstream": commit, "signal": SIGNAL,
+            "code_signal": code,
             "trailers": {"Applied-Upstream": commit, "Applied-Upstream-Signal": signal}, "patch_id": after.patch_id}
 
 

@@ -13,7 +13,12 @@ the code lines of its range, context included; a hunk with none at all travels w
 other hunks. Coverage is *complete* for retirement only when every added code line ran in some
 scenario: a bounds check whose early return never ran has not been shown unnecessary. A scenario whose
 run crashed or hung wrote no coverage: it is recorded as incomplete and conservatively *reaches
-every patch* (the map adds scenarios to judge, it never hides one).
+every patch* (the map adds scenarios to judge, it never hides one). Workload reproducers (PyTorch,
+ggml, ctypes clients) run as verify runs them — their command, their [build], the preloaded
+reporter — or, where the machine lacks what they require, are recorded `skipped` with the reason:
+a skipped scenario ran nothing, so it reaches nothing (its comparisons are inconclusive, never a
+pass). The map also says whose hunks a scenario executed (`executed_by`): what a failure of that
+scenario is attributed to (blame by coverage, lucepatch.upstream.retire).
 
 The map is cached under <cache>/coverage/<key>.json, key = the coverage build's tree + the patch
 ids + the reproducers' hashes.
@@ -33,7 +38,9 @@ from pathlib import Path
 from lucepatch import git, report
 from lucepatch.engine.apply import WorkArea, apply_series
 from lucepatch.errors import EnvironmentMissing
-from lucepatch.verify.runner import CRASH, TIMEOUT, compile_reproducer, run_once
+from lucepatch.verify.runner import CRASH, SKIPPED, TIMEOUT, compile_reproducer, run_once
+from lucepatch.verify.session import workload_requirements
+from lucepatch.verify.workload import build_program, build_reporter
 
 VERSION = 2
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
@@ -68,9 +75,19 @@ class CoverageMap:
     cached: bool = False
 
     def reaching(self, patch: str) -> list[str]:
-        """Scenarios that executed a hunk of `patch`, plus every incomplete one (conservatively)."""
+        """Scenarios that executed a hunk of `patch`, plus every incomplete one (conservatively); a
+        scenario skipped here (its requirements unmet) ran nothing and reaches nothing."""
         ids = {f"{patch}#{h.index}" for h in self.hunks.get(patch, [])}
-        return [s for s, d in self.scenarios.items() if not d["complete"] or ids & set(d["hunks"])]
+        return [s for s, d in self.scenarios.items() if not d.get("skipped")
+                and (not d["complete"] or ids & set(d["hunks"]))]
+
+    def executed_by(self, scenario: str) -> list[str] | None:
+        """The patches whose hunks `scenario`'s run executed; None when its coverage is unknown
+        (it crashed, hung or was skipped): who a failure of it is attributed to (blame by coverage)."""
+        d = self.scenarios.get(scenario)
+        if d is None or not d["complete"]:
+            return None
+        return list(dict.fromkeys(h.rsplit("#", 1)[0] for h in d["hunks"]))
 
     def unreached(self, patch: str) -> list[str]:
         """file:line (in REF + series) of every line `patch` added that compiled to code and that no
@@ -86,7 +103,11 @@ class CoverageMap:
 
     @property
     def incomplete(self) -> list[str]:
-        return [s for s, d in self.scenarios.items() if not d["complete"]]
+        return [s for s, d in self.scenarios.items() if not d["complete"] and not d.get("skipped")]
+
+    @property
+    def skipped(self) -> list[str]:
+        return [s for s, d in self.scenarios.items() if d.get("skipped")]
 
     def to_json(self) -> dict:
         return {"schema_version": VERSION, "kind": "lucepatch-coverage-map", "ref": self.ref, "key": self.key,
@@ -248,7 +269,8 @@ def coverage_map(lab, ref: str, patches: list[str]) -> CoverageMap:
         res = apply_series(t, source, [by[n] for n in patches], work, base=ref, trailers=False, checkout=False)
         commits = {o.patch.name: o.commit for o in res.outcomes if o.commit and not o.patch.build_only}
         key_doc = {"version": VERSION, "tree": res.tree, "patch_ids": [by[n].patch_id for n in patches],
-                   "reproducers": sorted((r.name, r.hash) for r in lab.repros.values()), "driver": lab.driver.chosen}
+                   "reproducers": sorted((r.name, r.hash) for r in lab.repros.values()), "driver": lab.driver.chosen,
+                   "workloads": "run or skipped"}  # maps from before workloads ran as workloads are not reused
         key = hashlib.sha256(json.dumps(key_doc, sort_keys=True).encode()).hexdigest()[:24]
         path = cache / "coverage" / f"{key}.json"
         if path.is_file():
@@ -261,17 +283,33 @@ def coverage_map(lab, ref: str, patches: list[str]) -> CoverageMap:
     scen: dict[str, dict] = {}
     code: dict[str, list[int]] = {}
     report.progress(f"coverage map: every scenario once on {b.name}")
+    # workloads run as verify runs them (their command, their [build], the preloaded reporter) or
+    # are skipped with the reason their requirements give: never compiled as C
+    selected = [(r, s) for r in lab.repros.values() for s in r.scenarios]
+    unmet = workload_requirements(selected, lab.driver)
+    reporter = build_reporter(cache) if any(r.is_workload for r in lab.repros.values()) else None
     with tempfile.TemporaryDirectory(prefix="lucepatch-coverage-") as tmp:
         tmp = Path(tmp)
         for rname, repro in lab.repros.items():
-            binary = compile_reproducer(repro, cache, lab.driver.fake_dir)
+            binary = _program(repro, cache, lab, unmet)
             for s in repro.scenarios:
+                key = f"{rname}:{s.name}"
+                if unmet.get(key):
+                    scen[key] = {"complete": False, "skipped": True, "outcome": SKIPPED, "why": unmet[key],
+                                 "control": s.control, "hunks": [], "lines": []}
+                    continue
                 d = tmp / f"{rname}.{s.name}"
                 d.mkdir()
                 rec = run_once(binary, repro, s, b.name, 0, b.variant.lib, lab.driver.env, tmp,
                                expected_sha256=b.variant.sha256,
                                extra_env={"GCOV_PREFIX": str(d), "GCOV_PREFIX_STRIP": str(strip)},
-                               isolate=lab.execution.isolation == "namespace", launcher=_launcher(lab))
+                               isolate=lab.execution.isolation == "namespace", launcher=_launcher(lab),
+                               reporter=reporter if repro.is_workload else None)
+                if rec.outcome == SKIPPED:  # the program itself said it cannot run here (needs 2 GPUs)
+                    scen[key] = {"complete": False, "skipped": True, "outcome": SKIPPED,
+                                 "why": rec.reason or "the program reported it cannot run here",
+                                 "control": s.control, "hunks": [], "lines": []}
+                    continue
                 cov = read_coverage(d, build_dir)
                 complete = bool(cov) and rec.outcome not in (CRASH, TIMEOUT)
                 why = "" if complete else (f"the run ended {rec.outcome} ({rec.reason or rec.signal}): no coverage written"
@@ -279,7 +317,7 @@ def coverage_map(lab, ref: str, patches: list[str]) -> CoverageMap:
                 code_now, ran = executed_lines(hunks, cov)
                 for k, v in code_now.items():  # a line is code if any run's gcov knows it
                     code[k] = sorted(set(code.get(k, [])) | set(v))
-                scen[f"{rname}:{s.name}"] = {"complete": complete, "outcome": rec.outcome, "why": why,
+                scen[key] = {"complete": complete, "outcome": rec.outcome, "why": why,
                                              "control": s.control, "hunks": executed(hunks, cov) if complete else [],
                                              "lines": ran if complete else []}
     m = CoverageMap(ref, {"name": b.name, "build_key": b.key, "tree": b.variant.provenance.get("tree"),
@@ -292,17 +330,30 @@ def coverage_map(lab, ref: str, patches: list[str]) -> CoverageMap:
     return m
 
 
-def coverage_map_at(target, source, ref: str, cache: Path, driver="auto", *, workspace=None):
-    """(the map of the series applied at `ref`, the patches left out because they do not apply there)."""
+def coverage_map_at(target, source, ref: str, cache: Path, driver="auto", *, workspace=None,
+                    reproducers: list[str] | None = None):
+    """(the map of the series applied at `ref`, the patches left out because they do not apply there);
+    reproducers: map these only (default every reproducer of the target)."""
     from lucepatch.upstream.behaviour import Lab
-    from lucepatch.upstream.retire import Judge, target_reproducers
+    from lucepatch.upstream.retire import Judge, select_reproducers, target_reproducers
 
     commit = git.resolve_commit(Path(source), ref, what=f"upstream commit of {target.name}",
                                 upstream=target.upstream)
-    lab = Lab(target, source, cache, driver, target_reproducers(target, workspace), 1)
+    repros = select_reproducers(target_reproducers(target, workspace), reproducers, target)
+    lab = Lab(target, source, cache, driver, repros, 1)
     judge = Judge(target, lab)
     keep, bad = judge.applicable(commit, judge.order)
     return coverage_map(lab, commit, keep), bad
+
+
+def _program(repro, cache: Path, lab, unmet: dict) -> Path | None:
+    """What run_once starts for `repro`: a C reproducer compiled; a workload's [build] output folder
+    when some scenario of it can run here; else None (a workload runs its command)."""
+    if not repro.is_workload:
+        return compile_reproducer(repro, cache, lab.driver.fake_dir)
+    if repro.build is not None and any(not unmet.get(f"{repro.name}:{s.name}") for s in repro.scenarios):
+        return build_program(repro, cache)
+    return None
 
 
 def _launcher(lab):
@@ -325,4 +376,6 @@ def format_coverage_map(m: CoverageMap) -> tuple[str, list[str], list[list[str]]
                      ", ".join(miss[:4]) + (f" (+{len(miss) - 4})" if len(miss) > 4 else "") or "-"])
     for s in m.incomplete:
         rows.append(["(incomplete)", "", s, m.scenarios[s]["why"]])
+    for s in m.skipped:
+        rows.append(["(skipped)", "", s, m.scenarios[s]["why"]])
     return title, ["patch", "hunks", "scenarios reaching it (checked)", "its code lines no scenario ran"], rows

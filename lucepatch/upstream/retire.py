@@ -1,6 +1,6 @@
-"""Retirement by behaviour that can never drop a needed patch (issue 11; docs/design.md "Retirement").
+"""Retirement by behaviour that can never drop a needed patch (issues 11 and 26; docs/design.md "Retirement").
 
-At an upstream commit REF, patch P is **superseded** only when all of these hold:
+At an upstream commit REF, behaviour calls patch P a **retire-candidate** when all of these hold:
 
   (a) add-one        on REF + Build-Only (+ the earlier patches P's text needs), every scenario
                      that reaches P behaves identically with and without P;
@@ -11,8 +11,20 @@ At an upstream commit REF, patch P is **superseded** only when all of these hold
                      line by line: every line P added that compiled to code ran in some scenario
                      (a bounds check whose early return never ran has not been shown unneeded),
                      else `untestable: <file:line> reached by no scenario`;
+  (s) input sweep    every judged scenario that declares parameter sweep points ([params] `points`)
+                     behaves identically with and without P at each point too (a point where P makes
+                     the difference keeps it `still-needed`: upstream fixed only part of the inputs);
   (e) joint check    once the candidates R are chosen, REF + (series − R) behaves like REF + series
-                     on every scenario; a candidate that breaks that stays `still-needed`.
+                     on every scenario; a candidate that breaks that stays `still-needed`, the
+                     failure attributed by the coverage map to the patch whose hunks the failing
+                     scenario executed.
+
+It is **superseded** only with a *code signal* that REF contains the change besides (patch-id,
+reverse-apply, content match, or the patch re-applied 3-way on REF changing nothing:
+lucepatch.engine.retirement, the one judgement every writer asks). Behaviour alone proves "these
+inputs behave alike", not "upstream fixed it": a candidate comes with what a reviewer reads (its
+hunks, REF's version of those functions, the runs: lucepatch.upstream.review) and is never dropped,
+recorded or shown as already upstream.
 
 "Identically" (lucepatch.upstream.behaviour) = the same outcome class and the same check results
 on all N >= 10 fixed runs per side, controls passing; anything mixed, invalid or skipped is
@@ -21,10 +33,11 @@ coverage map (the map adds scenarios, it never removes a declared one).
 
 Statuses (with the coarse `needed` a rebase session shows, lucepatch.engine.needed):
 
-  superseded           (a)–(e) hold                                          needed: superseded
-  still-needed         P changes a scenario at REF (named, with both sides);   still-needed
-                       or P does not apply at REF and REF without it still
-                       shows a failure P fixed at the base
+  superseded           (a)–(e) hold and a code signal says REF has the change  needed: superseded
+  retire-candidate     (a)–(e) hold, no code signal: needs review             retire-candidate
+  still-needed         P changes a scenario (or a sweep point) at REF (named,  still-needed
+                       with both sides); or P does not apply at REF and REF +
+                       the rest of the series still fails a scenario P fixed at the base
   no-longer-effective  identical at REF, but the common behaviour fails where  still-needed
                        P made it pass at the base (the bug is back; P no longer fixes it)
   regression           P makes a scenario fail at REF that passes without it   inconclusive
@@ -33,8 +46,12 @@ Statuses (with the coarse `needed` a rebase session shows, lucepatch.engine.need
   inconclusive         a comparison was mixed / invalid / skipped, a control   inconclusive
                        failed or a build could not be made (the reason names the build and the
                        evidence, never an unmeasured cause)
+  not-judged           its scenarios belong to reproducers this run did not    not-judged
+                       select (--reproducer)
 
 The report also lists the scenarios that still fail on REF + series: upstream bugs no patch covers.
+Reports carry {"invariant": retirement.INVARIANT}; one without it (made when behaviour alone could
+say superseded) is read as at most a retire-candidate.
 Entry points: retire_report(...) -> dict (RETIRE_SCHEMA), format_retire_table(doc),
 retire_exit_code(doc), behaviour_hook(...) (engine.upstreamed), judge(...) (engine.needed).
 """
@@ -43,10 +60,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucepatch import git, report
+from lucepatch.engine import retirement
 from lucepatch.engine.apply import WorkArea, apply_series
 from lucepatch.errors import UsageError
 from lucepatch.series import Patch
@@ -61,17 +80,24 @@ SCHEMA_VERSION = 2
 KIND = "lucepatch-retire"
 MIN_RUNS = 10
 
-SUPERSEDED = "superseded"
+SUPERSEDED = retirement.SUPERSEDED
+RETIRE_CANDIDATE = retirement.RETIRE_CANDIDATE
 STILL_NEEDED = "still-needed"
 NO_LONGER_EFFECTIVE = "no-longer-effective"
 REGRESSION = "regression"
 CONFLICT = "conflict"
 UNTESTABLE = "untestable"
 INCONCLUSIVE = "inconclusive"
-STATUSES = (SUPERSEDED, STILL_NEEDED, NO_LONGER_EFFECTIVE, REGRESSION, CONFLICT, UNTESTABLE, INCONCLUSIVE)
-RETIRE = SUPERSEDED  # the old name of the status ("retire-candidate")
-NEEDED = {SUPERSEDED: "superseded", STILL_NEEDED: "still-needed", NO_LONGER_EFFECTIVE: "still-needed",
-          REGRESSION: "inconclusive", CONFLICT: "inconclusive", UNTESTABLE: "untestable", INCONCLUSIVE: "inconclusive"}
+NOT_JUDGED = "not-judged"
+STATUSES = (SUPERSEDED, RETIRE_CANDIDATE, STILL_NEEDED, NO_LONGER_EFFECTIVE, REGRESSION, CONFLICT, UNTESTABLE,
+            INCONCLUSIVE, NOT_JUDGED)
+NEEDED = {SUPERSEDED: "superseded", RETIRE_CANDIDATE: "retire-candidate", STILL_NEEDED: "still-needed",
+          NO_LONGER_EFFECTIVE: "still-needed", REGRESSION: "inconclusive", CONFLICT: "inconclusive",
+          UNTESTABLE: "untestable", INCONCLUSIVE: "inconclusive", NOT_JUDGED: "not-judged"}
+# how the table names a status (a candidate is not a verdict: a person reads the code first)
+SHOWN = {RETIRE_CANDIDATE: "retire-candidate (needs review)"}
+_SIGNAL = {"oneOf": [{"type": "null"}, {"type": "object", "required": ["signal"],
+                                        "properties": {"signal": {"enum": list(retirement.CODE_SIGNALS)}}}]}
 
 _BUILD = {"type": "object", "required": ["name", "ref", "patches", "built"],
           "properties": {"name": {"type": "string"}, "ref": {"type": "string"},
@@ -94,19 +120,24 @@ RETIRE_SCHEMA = {
         "rule": {"type": "string"},
         "builds": {"type": "array", "items": _BUILD},
         "coverage": {"type": ["object", "null"]},
+        "invariant": {"const": retirement.INVARIANT},
+        "reproducers": {"type": "array", "items": {"type": "object", "required": ["name", "hash"]}},
         "patches": {"type": "array", "items": {
             "type": "object",
             "required": ["name", "patch_id", "status", "needed", "reason", "applies", "scenarios", "judged"],
             "properties": {
                 "name": {"type": "string"}, "patch_id": {"type": "string"}, "build_only": {"type": "boolean"},
                 "status": {"enum": list(STATUSES)},
-                "needed": {"enum": ["still-needed", "superseded", "untestable", "inconclusive"]},
+                "needed": {"enum": sorted(set(NEEDED.values()))},
                 "reason": {"type": "string"}, "scenario": {"type": ["string", "null"]},
                 "applies": {"type": "boolean"},
                 "judged": {"type": "array", "items": {"type": "string", "pattern": "^[^:]+:[^:]+$"}},
                 "unreached": {"type": "array", "items": {"type": "string"}},
                 "scenarios": {"type": "array", "items": {"type": "object", "required": ["scenario"]}},
                 "textual": {"oneOf": [{"type": "null"}, {"type": "object", "required": ["signal"]}]},
+                "code_signal": _SIGNAL,
+                "sweep": {"type": "array", "items": {"type": "object", "required": ["scenario", "kind"]}},
+                "review": {"type": "object", "required": ["question", "hunks", "ref_functions", "runs"]},
             }}},
         "superseded": {"type": "array", "items": {"type": "string"}},
         "retire_candidates": {"type": "array", "items": {"type": "string"}},
@@ -120,28 +151,48 @@ RETIRE_SCHEMA = {
 # ---- inputs -----------------------------------------------------------------------------------
 
 
-def reproducers_dir(target: Target, workspace=None) -> Path:
+def reproducers_dir(target: Target, workspace=None, directory: Path | None = None) -> Path:
+    if directory is not None:
+        return Path(directory)
     if workspace is not None:
         return Path(workspace.reproducers_dir)
     return target.dir.resolve().parent.parent / "reproducers"  # patches/<target>/ sits beside reproducers/
 
 
-def target_reproducers(target: Target, workspace=None) -> list[Reproducer]:
-    d = reproducers_dir(target, workspace)
+def target_reproducers(target: Target, workspace=None, directory: Path | None = None) -> list[Reproducer]:
+    d = reproducers_dir(target, workspace, directory)
     if not d.is_dir():
         return []
     return [r for r in (load_reproducer_dir(p) for p in sorted(d.iterdir()) if (p / "reproducer.toml").is_file())
             if r.target == target.name]
 
 
-def declared(target: Target, repros: dict[str, Reproducer]) -> tuple[dict[str, list[str]], dict[str, str]]:
-    """patch -> the checked scenarios its Reproducer: trailers name; patch -> why its trailers are wrong."""
+def select_reproducers(repros: list[Reproducer], names: list[str] | None, target: Target) -> list[Reproducer]:
+    """The reproducers a retire run judges with: all of the target's, or those `names` gives."""
+    if not names:
+        return repros
+    by = {r.name: r for r in repros}
+    bad = [n for n in names if n not in by]
+    if bad:
+        raise UsageError(f"--reproducer {', '.join(bad)}: not a reproducer of {target.name}; it has "
+                         f"{', '.join(by) or 'none'}")
+    return [by[n] for n in dict.fromkeys(names)]
+
+
+def declared(target: Target, repros: dict[str, Reproducer], known: set[str] = frozenset()
+             ) -> tuple[dict[str, list[str]], dict[str, str], dict[str, list[str]]]:
+    """patch -> the checked scenarios its Reproducer: trailers name; patch -> why its trailers are
+    wrong; patch -> the reproducers it names that exist (`known`) but this run did not select."""
     out: dict[str, list[str]] = {}
     problems: dict[str, str] = {}
+    unselected: dict[str, list[str]] = {}
     for p in target.patches:
         keys: list[str] = []
         for name, scen in p.reproducers:
             r = repros.get(name)
+            if r is None and name in known:
+                unselected.setdefault(p.name, []).append(name)
+                continue
             if r is None:
                 problems[p.name] = f"Reproducer: {name} names no reproducer of {target.name}; fix the trailer"
                 continue
@@ -158,7 +209,7 @@ def declared(target: Target, repros: dict[str, Reproducer]) -> tuple[dict[str, l
             else:
                 keys += [f"{name}:{s.name}" for s in r.checked]
         out[p.name] = list(dict.fromkeys(keys))
-    return out, problems
+    return out, problems, {k: list(dict.fromkeys(v)) for k, v in unselected.items()}
 
 
 # ---- one context (REF or the base): the builds of add-one and leave-one-out ---------------------
@@ -211,14 +262,16 @@ class Judge:
         s = set(names)
         return [n for n in self.order if n in s]
 
-    def context(self, commit: str) -> Context:
+    def context(self, commit: str, only: set[str] | None = None) -> Context:
+        """The builds at `commit`: the series, Build-Only, and the pairs of the patches in `only`
+        (default: every patch; a patch no scenario reaches needs none)."""
         label = commit[:12]
         applicable, bad = self.applicable(commit, self.ordered(self.order))
         cx = Context(commit, label, bad)
         cx.full = self.lab.build(f"{label}+series", commit, applicable)
         cx.bare = self.lab.build(f"{label}+build-only", commit, self.build_only)
         for p in self.t.patches:
-            if p.build_only or p.name in bad:
+            if p.build_only or p.name in bad or (only is not None and p.name not in only):
                 continue
             # add-one: P on the bare upstream; when its text needs earlier patches, those too
             deps: list[str] = []
@@ -324,13 +377,18 @@ def judge_patch(lab: Lab, p: Patch, scen: list[str], ref: Context, base: Context
         return Verdict(UNTESTABLE, f"{', '.join(unreached[:3])}{' …' if len(unreached) > 3 else ''} (at {ref.label}"
                                    f"+series) reached by no scenario", None, details)
     kind, s, c = positive[0]
-    return Verdict(SUPERSEDED, f"identical with and without it at {ref.label} on {', '.join(scen)} ({len(scen)} "
-                               f"scenario(s), add-one and leave-one-out); at the base it made a difference on {s} "
-                               f"({c.why})", s, details)
+    # behaviour alone: at most a candidate (only a code signal makes it superseded, retirement.decide)
+    return Verdict(RETIRE_CANDIDATE, f"identical with and without it at {ref.label} on {', '.join(scen)} ({len(scen)} "
+                                     f"scenario(s), add-one and leave-one-out); at the base it made a difference on "
+                                     f"{s} ({c.why})", s, details)
 
 
-def judge_conflict(lab: Lab, p: Patch, scen: list[str], ref: Context, base: Context, blame) -> Verdict:
-    """P does not apply at REF: needed if REF without it still fails a scenario P fixed at the base."""
+def judge_conflict(lab: Lab, p: Patch, scen: list[str], ref: Context, base: Context, blame, cov=None) -> Verdict:
+    """P does not apply at REF: needed if REF without it still fails a scenario P fixed at the base.
+
+    Without it means both REF + Build-Only and REF + the rest of the series (P's leave-one-out at
+    REF): a failure there only on the bare build is attributed, by the coverage map of REF + series,
+    to the patches whose hunks the scenario executed — never to P, which REF + series lacks."""
     details = []
     fixed = []
     for kind, w, wi in _pairs(base, p.name):
@@ -339,12 +397,19 @@ def judge_conflict(lab: Lab, p: Patch, scen: list[str], ref: Context, base: Cont
             details.append({"scenario": s, "at": "base", "pair": kind, **c.to_json()})
             if c.kind == DIFFERENT and c.with_.passes and s not in {x for x, _ in fixed}:
                 fixed.append((s, c))
-    broken = []
+    broken, covered = [], []
     for s, c in fixed:
         now = lab.on(ref.bare, s)
         ok, why = lab.controls_ok(ref.bare, s)
         details.append({"scenario": s, "at": "ref", "pair": "bare", "kind": now.state, "without": now.to_json()})
-        if ok and now.state in (B_FAIL, B_MIXED):
+        if not (ok and now.state in (B_FAIL, B_MIXED)):
+            continue
+        rest = lab.on(ref.full, s)  # REF + the series without P (it does not apply there)
+        ok_rest, _ = lab.controls_ok(ref.full, s)
+        details.append({"scenario": s, "at": "ref", "pair": "series", "kind": rest.state, "without": rest.to_json()})
+        if ok_rest and rest.passes:
+            covered.append((s, now, _attribute(cov, s, [n for n in ref.full.patches if n != p.name])))
+        else:
             broken.append((s, c, now))
     if broken:  # every scenario it fixed at the base that REF still fails without it, named
         s, c, now = broken[0]
@@ -356,9 +421,24 @@ def judge_conflict(lab: Lab, p: Patch, scen: list[str], ref: Context, base: Cont
     if not fixed:
         return Verdict(CONFLICT, f"does not apply at {ref.label}, and no scenario distinguished it at the base", None,
                        details)
-    return Verdict(CONFLICT, f"does not apply at {ref.label}; without it {ref.bare.name} already behaves as it did with "
-                             f"it at the base on {', '.join(s for s, _ in fixed)} — rebase it to judge add-one and "
+    why = "".join(f"; {s} fails on {ref.bare.name} ({now.describe()}) but passes on {ref.full.name} without it: "
+                  f"{who}" for s, now, who in covered[:3])
+    return Verdict(CONFLICT, f"does not apply at {ref.label}; without it REF already behaves as it did with it at the "
+                             f"base on {', '.join(s for s, _ in fixed)}{why} — rebase it to judge add-one and "
                              "leave-one-out", fixed[0][0], details)
+
+
+def _attribute(cov, scenario: str, among: list[str]) -> str:
+    """Who a behaviour of `scenario` is attributed to: the patches among `among` whose hunks its run
+    executed in the coverage map (blame by coverage), or why the map cannot say."""
+    if cov is None:
+        return "no coverage map to attribute it"
+    hit = cov.executed_by(scenario.split("@", 1)[0])
+    if hit is None:
+        return f"the coverage map has no complete run of {scenario} to attribute it"
+    named = [n for n in among if n in hit]
+    return (f"its runs executed the hunks of {', '.join(named)} (coverage map)" if named else
+            f"its runs executed none of {', '.join(among) or 'the series'}' hunks (coverage map): upstream's code")
 
 
 # ---- truthful blame ---------------------------------------------------------------------------
@@ -391,11 +471,15 @@ def make_blame(lab: Lab, base_commit: str, ref_commit: str):
 
 
 def retire_report(target: Target, source: Path | str, ref: str, cache: Path, driver: DriverChoice | str = "auto",
-                  runs: int | None = None, *, workspace=None, jobs: int | None = None, coverage: bool = True) -> dict:
+                  runs: int | None = None, *, workspace=None, jobs: int | None = None, coverage: bool = True,
+                  reproducers: list[str] | None = None, sweep: bool = True) -> dict:
     """Every patch of `target` judged at upstream commit `ref` by the rule above.
 
     source: the upstream checkout (only read; builds happen in private clones under `cache`);
-    driver: a DriverChoice or auto/real/fake; runs: fixed runs per build and scenario (>= 10, default 10).
+    driver: a DriverChoice or auto/real/fake; runs: fixed runs per build and scenario (>= 10, default 10);
+    reproducers: judge with these reproducers only (default: every one of the target); a patch whose
+    Reproducer: trailers name only others is `not-judged`; sweep: run the judged scenarios' declared
+    parameter points on each candidate's pairs at REF.
     Raises UsageError (bad input), EnvironmentMissing (ref absent, no compiler or gcov)."""
     source = Path(source)
     git.open_repo(source)
@@ -405,58 +489,81 @@ def retire_report(target: Target, source: Path | str, ref: str, cache: Path, dri
     commit = git.resolve_commit(source, ref, what="--retire", upstream=target.upstream)
     base = git.resolve_commit(source, target.base, what=f"base commit of {target.name}", upstream=target.upstream)
     cache = Path(cache)
-    repros = {r.name: r for r in target_reproducers(target, workspace)}
-    decl, problems = declared(target, repros)
+    every = target_reproducers(target, workspace)
+    repros = {r.name: r for r in select_reproducers(every, reproducers, target)}
+    decl, problems, unselected = declared(target, repros, {r.name for r in every})
     drv = resolve_driver(driver, cache)
     lab = Lab(target, source, cache, drv, list(repros.values()), n, jobs)
     judge = Judge(target, lab)
     report.progress(f"retire check of {target.name} at {ref} ({commit[:12]}), base {base[:12]}: "
                     f"{len(repros)} reproducer(s), {n} runs per build and scenario, driver {drv.chosen}")
+    code = retirement.code_signals(target, source, base, commit, cache)
     judged_patches = [p for p in target.patches if not p.build_only]
     if not repros or not judged_patches:
         return _doc(target, ref, commit, base, lab, n, [
             _row(p, UNTESTABLE, "Build-Only: part of every build, so behaviour cannot judge it (its build probes can)"
-                 if p.build_only else "no reproducer of this target exists to judge it", True, [], [], None)
+                 if p.build_only else "no reproducer of this target exists to judge it", True, [], [], code[p.name])
             for p in target.patches], [], None, {})
-    ref_cx = judge.context(commit)
-    base_cx = ref_cx if commit == base else judge.context(base)
-    builds = [b for b in lab.builds.values()]
-    lab.measure(builds)  # every scenario on every build, N runs each (each pair reads from here)
+    # what REF + series holds, and which scenarios reach each patch, before any pair is built: a
+    # patch no selected scenario reaches needs no builds
+    applicable, conflicting = judge.applicable(commit, judge.order)
     cov = cov_base = None
     if coverage:
-        applicable = [n_ for n_ in judge.order if n_ not in ref_cx.conflicts]  # what REF + series holds
         from lucepatch.upstream.coverage import coverage_map
 
         cov = coverage_map(lab, commit, applicable)
-        if ref_cx.conflicts and commit != base:
+        if conflicting and commit != base:
             cov_base = coverage_map(lab, base, judge.order)
+    scen_of: dict[str, list[str]] = {}
+    for p in judged_patches:
+        m = cov if p.name not in conflicting else (cov_base or cov)
+        reach = [s for s in (m.reaching(p.name) if m else []) if not _is_control(repros, s)]
+        scen_of[p.name] = list(dict.fromkeys(decl.get(p.name, []) + reach))
+    wanted = {name for name, sc in scen_of.items() if sc and name not in problems}
+    ref_cx = judge.context(commit, wanted)
+    base_cx = ref_cx if commit == base else judge.context(base, wanted)
+    lab.measure(list(lab.builds.values()))  # every scenario on every build, N runs each (each pair reads from here)
     blame = make_blame(lab, base, commit)
-    textual = _textual(target, source, commit)
     rows, verdicts = [], {}
     for p in target.patches:
         applies = p.name not in ref_cx.conflicts
         if p.build_only:
             rows.append(_row(p, UNTESTABLE, "Build-Only: part of every build, so behaviour cannot judge it (its build "
-                             "probes can)", applies, [], [], textual.get(p.name)))
+                             "probes can)", applies, [], [], code[p.name]))
             continue
-        m = cov if applies else (cov_base or cov)
-        reach = [s for s in (m.reaching(p.name) if m else []) if not _is_control(repros, s)]
-        scen = list(dict.fromkeys(decl.get(p.name, []) + reach))
+        scen = scen_of[p.name]
         if p.name in problems:
             v = Verdict(INCONCLUSIVE, problems[p.name])
         elif not applies:
-            v = judge_conflict(lab, p, scen, ref_cx, base_cx, blame)
+            v = judge_conflict(lab, p, scen, ref_cx, base_cx, blame, cov)
         else:
             unreached = cov.unreached(p.name) if cov else []
             v = judge_patch(lab, p, scen, ref_cx, base_cx, unreached, blame)
             if p.name in ref_cx.notes:
                 v.reason += f" ({ref_cx.notes[p.name]})"
+        if len(repros) < len(every) and v.status in (RETIRE_CANDIDATE, UNTESTABLE, CONFLICT):
+            # a run on some reproducers finds what is needed; what may go, or cannot be tested, it cannot say
+            # (the others were not run, and the coverage map does not know what they reach)
+            names = unselected.get(p.name) or sorted({r.name for r in every} - set(repros))
+            v = Verdict(NOT_JUDGED, f"judged on {', '.join(repros)} only (--reproducer), not on "
+                                    f"{', '.join(names[:6])}{' …' if len(names) > 6 else ''}"
+                                    + (f"; on those: {v.status}: {v.reason}" if scen else
+                                       "; no selected scenario reaches it"), v.scenario, v.details)
         verdicts[p.name] = v
-        rows.append(_row(p, v.status, v.reason, applies, scen, v.details, textual.get(p.name), v.scenario,
+        rows.append(_row(p, v.status, v.reason, applies, scen, v.details, code[p.name], v.scenario,
                          cov.unreached(p.name) if cov and applies else []))
-    _joint(lab, judge, ref_cx, rows, repros)
+    if sweep:
+        _sweep(lab, ref_cx, rows, repros)
+    _joint(lab, judge, ref_cx, rows, repros, cov)
+    for r in rows:
+        _decide(r)
     if commit != base:
         _name_upstream_commits(target, source, base, commit, cache, drv, n, rows, repros)
+    for r in rows:
+        if r["status"] == RETIRE_CANDIDATE:
+            from lucepatch.upstream import review
+
+            r["review"] = review.material(source, commit, _patch(target, r["name"]), r["scenarios"], r.get("sweep"))
     still = []
     for rname, r in repros.items():
         for s in r.checked:
@@ -467,14 +574,32 @@ def retire_report(target: Target, source: Path | str, ref: str, cache: Path, dri
     return _doc(target, ref, commit, base, lab, n, rows, still, cov, {"ref": ref_cx.notes})
 
 
+def _decide(row: dict) -> None:
+    """The one judgement (engine.retirement): superseded needs behaviour *and* a code signal."""
+    status = retirement.decide(row["status"], row.get("code_signal"))
+    sig = row.get("code_signal")
+    if status == SUPERSEDED:
+        row["reason"] = f"code: {sig['detail']} ({sig['signal']}); behaviour: {row['reason']}"
+    elif status == RETIRE_CANDIDATE:
+        row["reason"] = ("behaviour alone — no code signal (no patch-id, reverse-apply, content or 3-way match at REF): "
+                         "needs review of its hunks against REF's code; " + row["reason"])
+    elif sig and status in (STILL_NEEDED, NO_LONGER_EFFECTIVE, REGRESSION):
+        row["reason"] += f" (REF's code matches it by {sig['signal']}, yet behaviour differs: the behaviour decides)"
+    row.update(status=status, needed=NEEDED[status])
+
+
 def _is_control(repros, key: str) -> bool:
     r = repros.get(key.split(":", 1)[0])
     return bool(r) and any(s.control and s.name == key.split(":", 1)[1] for s in r.scenarios)
 
 
-def _joint(lab: Lab, judge: Judge, cx: Context, rows: list[dict], repros: dict) -> None:
-    """(e): REF + (series − R) must behave like REF + series on every scenario; greedily keep R so."""
-    cands = [r["name"] for r in rows if r["status"] == SUPERSEDED]
+def _joint(lab: Lab, judge: Judge, cx: Context, rows: list[dict], repros: dict, cov=None) -> None:
+    """(e): REF + (series − R) must behave like REF + series on every scenario; greedily keep R so.
+
+    When removing a set changes a scenario, the failure is attributed by coverage: the candidates
+    whose hunks that scenario executed (on REF + series) are the last tried, so they are the ones
+    kept in the series, and each kept one's reason says what the map showed."""
+    cands = [r["name"] for r in rows if r["status"] == RETIRE_CANDIDATE]
     if not cands:
         return
     scen = [f"{n}:{s.name}" for n, r in repros.items() for s in r.checked]
@@ -494,7 +619,9 @@ def _joint(lab: Lab, judge: Judge, cx: Context, rows: list[dict], repros: dict) 
     if bad is None:
         keep = cands
     else:
-        for c in cands:
+        hit = (cov.executed_by(bad.scenario) if cov is not None else None) or []
+        # blame by coverage: the patches the failing scenario's code path ran are tried last
+        for c in [c for c in cands if c not in hit] + [c for c in cands if c in hit]:
             if same(keep + [c]) is None:
                 keep.append(c)
     for r in rows:
@@ -503,19 +630,65 @@ def _joint(lab: Lab, judge: Judge, cx: Context, rows: list[dict], repros: dict) 
             r.update(status=STILL_NEEDED, needed=NEEDED[STILL_NEEDED], scenario=c.scenario if c else None,
                      reason=f"joint check at {cx.label}: removing it with {', '.join(keep) or 'nothing else'} changes "
                             f"{c.scenario if c else '?'} ({c.why if c else 'unmeasured'}) although alone it changes "
-                            "nothing there")
+                            f"nothing there; {_attribute(cov, c.scenario, [r['name']]) if c else ''}")
         elif r["name"] in keep:
             r["reason"] += f"; joint check: {cx.label}+series without {', '.join(keep)} behaves as the whole series " \
                            f"on all {len(scen)} scenario(s)"
 
 
+def _sweep(lab: Lab, cx: Context, rows: list[dict], repros: dict) -> None:
+    """(s): each candidate's judged scenarios at their declared sweep points (one parameter at a
+    time, the others at their defaults), on its pairs at REF. A point where the patch makes the
+    difference keeps it still-needed (upstream fixed part of the inputs); a point that regresses or
+    cannot be judged is named; points that behave alike are evidence for the reviewer, never a code
+    signal."""
+    for r in rows:
+        if r["status"] != RETIRE_CANDIDATE:
+            continue
+        pairs = _pairs(cx, r["name"])
+        out = []
+        for key in r["judged"]:
+            rname, sname = key.split(":", 1)
+            s = repros[rname].scenario(sname)
+            for pname, param in s.params.items():
+                for point in param.points:
+                    if point == param.default:
+                        continue  # that is the scenario as judged already
+                    at = lab.measure_point([b for _, w, wi in pairs for b in (w, wi)], key, pname, point)
+                    for kind, w, wi in pairs:
+                        c = lab.compare(w, wi, at)
+                        out.append({"scenario": at, "at": "ref", "pair": kind, **c.to_json()})
+        r["sweep"] = out
+        helps = [d for d in out if d["kind"] == DIFFERENT and not (d["with"]["state"] == B_FAIL and
+                                                                  d["without"]["state"] == B_PASS)]
+        regress = [d for d in out if d["kind"] == DIFFERENT and d not in helps]
+        unsure = [d for d in out if d["kind"] == C_INCONCLUSIVE]
+        if helps:
+            d = helps[0]
+            r.update(status=STILL_NEEDED, needed=NEEDED[STILL_NEEDED], scenario=d["scenario"],
+                     reason=f"input sweep, {d['pair']} at {cx.label}: {d['scenario']}: {d['why']} — upstream behaves "
+                            f"alike only on part of the inputs ({r['reason']})")
+        elif regress:
+            d = regress[0]
+            r.update(status=REGRESSION, needed=NEEDED[REGRESSION], scenario=d["scenario"],
+                     reason=f"input sweep, {d['pair']} at {cx.label}: {d['scenario']} passes without it and fails "
+                            f"with it: {d['why']}")
+        elif unsure:
+            r["reason"] += (f"; input sweep: {len(out) - len(unsure)} of {len(out)} comparison(s) identical, "
+                            f"{unsure[0]['scenario']} not judged ({unsure[0]['why'][:120]})")
+        elif out:
+            r["reason"] += f"; input sweep: identical at {len({d['scenario'] for d in out})} more point(s)"
+
+
 def _name_upstream_commits(target, source, base, commit, cache, drv, n, rows, repros) -> None:
-    """For each superseded patch: bisect base..REF on the scenario it made the difference on, on
-    unpatched upstream, to name the commit for its Applied-Upstream: trailer."""
+    """For each superseded patch and candidate: bisect base..REF on the scenario it made the
+    difference on, on unpatched upstream, to name the commit where the behaviour changed — for a
+    superseded patch the commit of its Applied-Upstream: trailer (bisect --record checks the code
+    signal there again), for a candidate what its reviewer reads first."""
     from lucepatch.upstream.bisect import FOUND, bisect_behaviour
 
     for r in rows:
-        if r["status"] != SUPERSEDED or not r.get("scenario"):
+        if r["status"] not in (SUPERSEDED, RETIRE_CANDIDATE) or not r.get("scenario"):
             continue
         rname, sname = r["scenario"].split(":", 1)
         spec = f"{base}..{commit}"
@@ -528,18 +701,23 @@ def _name_upstream_commits(target, source, base, commit, cache, drv, n, rows, re
             c = doc["first"]["commit"]
             r["applied_upstream"] = {
                 "commit": c, "subject": doc["first"]["subject"], "signal": f"behaviour (bisect {r['scenario']} over "
-                f"{base[:12]}..{commit[:12]})", "record": f"lucepatch bisect {base[:12]}..{commit[:12]} --reproducer "
-                f"{rname} --scenario {sname} --record {r['name']}"}
-            r["reason"] += f"; upstream fixed it in {c[:12]} ({doc['first']['subject'][:60]})"
+                f"{base[:12]}..{commit[:12]})"}
+            if r["status"] == SUPERSEDED:
+                r["applied_upstream"]["record"] = (f"lucepatch bisect {base[:12]}..{commit[:12]} --reproducer {rname} "
+                                                   f"--scenario {sname} --record {r['name']}")
+                r["reason"] += f"; upstream fixed it in {c[:12]} ({doc['first']['subject'][:60]})"
+            else:
+                r["reason"] += f"; the behaviour changed upstream in {c[:12]} ({doc['first']['subject'][:60]}): read it"
         else:
             r["applied_upstream"] = {"commit": None, "why": doc["reason"]}
 
 
-def _row(p: Patch, status: str, reason: str, applies: bool, scen: list[str], details: list, textual,
+def _row(p: Patch, status: str, reason: str, applies: bool, scen: list[str], details: list, code,
          scenario: str | None = None, unreached: list[str] | None = None) -> dict:
+    # `textual` is the code signal under its old name (reports before issue 26 had it, information only)
     return {"name": p.name, "subject": p.subject, "patch_id": p.patch_id, "build_only": p.build_only,
             "status": status, "needed": NEEDED[status], "reason": reason, "scenario": scenario, "applies": applies,
-            "judged": scen, "unreached": unreached or [], "scenarios": details, "textual": textual}
+            "judged": scen, "unreached": unreached or [], "scenarios": details, "code_signal": code, "textual": code}
 
 
 def _doc(target, ref, commit, base, lab: Lab, n, rows, still, cov, notes) -> dict:
@@ -550,12 +728,15 @@ def _doc(target, ref, commit, base, lab: Lab, n, rows, still, cov, notes) -> dic
         "series": {"version": target.version, "series_hash": target.series_hash},
         "upstream": {"url": target.upstream, "ref": ref, "commit": commit, "base": base},
         "driver": ddoc, "simulated": ddoc.get("kind") == "fake", "runs": n,
-        "rule": "add-one, leave-one-out, positive control at the base, coverage, joint check (docs/design.md)",
+        "rule": "add-one, leave-one-out, positive control at the base, coverage, input sweep, joint check; superseded "
+                "only with a code signal (docs/design.md)",
+        "invariant": retirement.INVARIANT,
+        "reproducers": [{"name": r.name, "hash": r.hash} for r in lab.repros.values()],
         "builds": [b.to_json() for b in lab.builds.values()],
         "coverage": cov.to_json() if cov else None,
         "patches": rows,
         "superseded": [p["name"] for p in rows if p["status"] == SUPERSEDED],
-        "retire_candidates": [p["name"] for p in rows if p["status"] == SUPERSEDED],
+        "retire_candidates": [p["name"] for p in rows if p["status"] == RETIRE_CANDIDATE],
         "no_longer_effective": [p["name"] for p in rows if p["status"] == NO_LONGER_EFFECTIVE],
         "still_failing": still,
         "notes": notes,
@@ -563,28 +744,9 @@ def _doc(target, ref, commit, base, lab: Lab, n, rows, still, cov, notes) -> dic
     }
 
 
-def _textual(target: Target, source: Path, ref: str) -> dict[str, dict | None]:
-    """The textual signals (patch-id, content-match) per patch, for information only."""
-    from lucepatch.engine.upstreamed import content_match, tree_reader, upstream_patch_ids
-
-    out: dict[str, dict | None] = {p.name: None for p in target.patches}
-    try:
-        base = git.try_resolve(source, target.base)
-        ids = upstream_patch_ids(source, base, ref) if base else {}
-        read = tree_reader(source, ref)
-        for p in target.patches:
-            if p.patch_id in ids:
-                out[p.name] = {"signal": "patch-id", "commit": ids[p.patch_id]}
-            elif content_match(p, read):
-                out[p.name] = {"signal": "content-match", "commit": None}
-    except Exception as exc:  # information only: never fail the behavioural report for it
-        report.progress(f"textual upstream signals unavailable: {exc}")
-    return out
-
-
 def retire_exit_code(doc: dict) -> int:
     """0 when every patch is judged and none has stopped working; 1 when a patch is no longer
-    effective, a regression or inconclusive (superseded patches alone are news, not failures)."""
+    effective, a regression or inconclusive (superseded patches and candidates are news, not failures)."""
     bad = {NO_LONGER_EFFECTIVE, INCONCLUSIVE, REGRESSION}
     return 1 if any(p["status"] in bad for p in doc["patches"]) else 0
 
@@ -596,34 +758,71 @@ def format_retire_table(doc: dict) -> tuple[str, list[str], list[list[str]]]:
              f"{doc['driver'].get('kind')}{' (simulated)' if doc.get('simulated') else ''}, {doc['runs']} runs per side")
     rows = []
     for p in doc["patches"]:
-        sig = f" [textual: {p['textual']['signal']}]" if p.get("textual") else ""
-        rows.append([p["name"], p["status"] + ("" if p["applies"] else " (does not apply)"), p.get("scenario") or "",
-                     p["reason"] + sig])
+        code = p.get("code_signal", p.get("textual"))
+        sig = f" [code: {code['signal']}]" if code and p["status"] != SUPERSEDED else ""
+        rows.append([p["name"], SHOWN.get(p["status"], p["status"]) + ("" if p["applies"] else " (does not apply)"),
+                     p.get("scenario") or "", p["reason"] + sig])
     for s in doc.get("still_failing", []):
         rows.append(["(no patch)", "still failing", s["scenario"], f"{s['behaviour']} on {s['build']}"])
     return title, ["patch", "status", "decided by", "why"], rows
 
 
+def review_lines(doc: dict) -> list[str]:
+    """For each retire-candidate, what its reviewer reads (the whole material is in the report's
+    `review`): the hunks, REF's version of the functions they touch, the runs."""
+    out = []
+    for p in doc["patches"]:
+        rv = p.get("review")
+        if p["status"] != RETIRE_CANDIDATE or not rv:
+            continue
+        fns = [f"{f['file']} ({f['text'].splitlines()[0][:60]} …)" if "text" in f else f"{f['file']}: {f['missing']}"
+               for f in rv["ref_functions"]]
+        out.append(f"{p['name']}: retire-candidate (needs review) — {rv['question']}")
+        hunks = ", ".join(f"{h['file']}:{h['line']} {h['header']}".strip() for h in rv["hunks"])
+        out.append(f"  its hunks: {hunks}")
+        out.append(f"  {doc['upstream']['commit'][:12]}'s version: {'; '.join(fns) or 'none found'}")
+        out.append(f"  runs: {len(rv['runs'])} comparison(s), e.g. "
+                   + "; ".join(f"{r['scenario']} {r['pair']}: {r['with']}" for r in rv["runs"][:2]))
+    return out
+
+
 # ---- the hooks: status --behaviour, rebase sessions' `needed` ---------------------------------
+
+
+def _upstream_has(doc: dict, row: dict) -> bool:
+    """The one judgement, for a recorded row: superseded with a code signal, under the invariant."""
+    return retirement.accepts(row["status"], row.get("code_signal"), doc.get("invariant"))
 
 
 def behaviour_hook(cache: Path, driver: DriverChoice | str = "auto", runs: int | None = None, workspace=None):
     """For lucepatch.engine.upstreamed.register_behaviour_hook: True when the rule calls the patch
-    superseded at `ref`, False when it is still needed, None otherwise. Builds and runs: opt-in."""
+    superseded at `ref` (behaviour and a code signal), False when it is still needed, None otherwise
+    (a retire-candidate too). Builds and runs: opt-in."""
     memo: dict[tuple, dict] = {}
+
+    def row_of(target, patch, source, ref):
+        key = (target.name, str(source), ref)
+        if key not in memo:
+            memo[key] = retire_report(target, source, ref, cache, driver, runs, workspace=workspace)
+        return memo[key], next((p for p in memo[key]["patches"] if p["name"] == patch.name), None)
 
     def behaviour_fixed_upstream(target, patch, source, ref):
         if target is None or source is None:
             return None
-        key = (target.name, str(source), ref)
-        if key not in memo:
-            memo[key] = retire_report(target, source, ref, cache, driver, runs, workspace=workspace)
-        row = next((p for p in memo[key]["patches"] if p["name"] == patch.name), None)
+        doc, row = row_of(target, patch, source, ref)
         if row is None:
             return None
-        return True if row["status"] == SUPERSEDED else False if row["needed"] == "still-needed" else None
+        return True if _upstream_has(doc, row) else False if row["needed"] == "still-needed" else None
+
+    def code_signal(patch, ref):
+        for doc in memo.values():
+            row = next((p for p in doc["patches"] if p["name"] == patch.name), None)
+            if doc["upstream"]["commit"] == ref and row is not None and _upstream_has(doc, row):
+                return row["code_signal"]
+        return None
 
     behaviour_fixed_upstream.reports = memo
+    behaviour_fixed_upstream.code_signal = code_signal
     return behaviour_fixed_upstream
 
 
@@ -635,52 +834,88 @@ def report_hook(doc: dict):
         row = by.get(patch.name)
         if row is None or ref != doc["upstream"]["commit"]:
             return None
-        return True if row["status"] == SUPERSEDED else False if row["needed"] == "still-needed" else None
+        return True if _upstream_has(doc, row) else False if row["needed"] == "still-needed" else None
+
+    def code_signal(patch, ref):
+        row = by.get(patch.name)
+        ok = row is not None and ref == doc["upstream"]["commit"] and _upstream_has(doc, row)
+        return row["code_signal"] if ok else None
 
     retirement_rule.detail = lambda patch, ref: f"superseded at {ref[:12]}: {by[patch.name]['reason']}"[:300]
+    retirement_rule.code_signal = code_signal
     return retirement_rule
 
 
-def report_key(target: Target, commit: str, repros: list[Reproducer]) -> str:
-    doc = {"target": target.name, "commit": commit, "series": target.series_hash,
-           "reproducers": sorted((r.name, r.hash) for r in repros)}
+def content_key(target: Target, commit: str) -> str:
+    """Where a target's reports at `commit` are kept: its content (target.toml and the patches, the
+    series hash) and the commit — never a path, so a rebase session's staged copy finds them."""
+    doc = {"series": target.series_hash, "commit": commit}
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:24]
 
 
+def _reproducers_key(used: list[dict]) -> str:
+    doc = sorted((r["name"], r["hash"]) for r in used)
+    return hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:24]
+
+
 def save_report(doc: dict, target: Target, cache: Path, workspace=None) -> Path:
-    """Keep the report where a rebase session's judge finds it (same target, commit, series, reproducers)."""
-    path = Path(cache) / "retire" / f"{report_key(target, doc['upstream']['commit'], target_reproducers(target, workspace))}.json"
+    """Keep the report where a rebase session's judge and status --behaviour find it: under the
+    target's content and commit, one file per set of reproducers (with their hashes) it used."""
+    path = (Path(cache) / "retire" / content_key(target, doc["upstream"]["commit"])
+            / f"{_reproducers_key(doc.get('reproducers', []))}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text(json.dumps(doc, indent=2) + "\n")
     tmp.replace(path)
     return path
 
 
-def load_saved(target: Target, commit: str, cache: Path, workspace=None) -> dict | None:
-    """The report save_report kept for this target, commit, series and reproducers, if any."""
-    path = Path(cache) / "retire" / f"{report_key(target, commit, target_reproducers(target, workspace))}.json"
-    return json.loads(path.read_text()) if path.is_file() else None
+def load_saved(target: Target, commit: str, cache: Path, workspace=None, *,
+               reproducers: Path | None = None) -> dict | None:
+    """The saved report for this target's content at `commit` whose reproducers are all unchanged in
+    the workspace (`reproducers`: their folder; default the workspace's), the one judged with the
+    most of them; None when there is none."""
+    current = {r.name: r.hash for r in target_reproducers(target, workspace, reproducers)}
+    best, size = None, -1
+    for f in sorted((Path(cache) / "retire" / content_key(target, commit)).glob("*.json")):
+        try:
+            doc = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue  # a torn or foreign file is no report
+        used = {r["name"]: r["hash"] for r in doc.get("reproducers", [])}
+        if not used or any(current.get(n) != h for n, h in used.items()):
+            continue  # made with reproducers that changed since (or are gone): not this judgement
+        if len(used) > size:
+            best, size = doc, len(used)
+    return best
 
 
-def judge(target: Target, source: Path, ref: str, patches, *, cache: Path | None = None) -> dict:
+def judge(target: Target, source: Path, ref: str, patches, *, cache: Path | None = None,
+          reproducers: Path | None = None) -> dict:
     """lucepatch.engine.needed's judge: the rule's answer from the report `verify --retire REF` saved
-    for this target, commit, series and reproducers; without one, every patch not-judged with the
-    command that judges it (a rebase session never builds and runs by itself)."""
+    for this target's content, commit and (unchanged) reproducers; without one, every patch
+    not-judged with the command that judges it (a rebase session never builds and runs by itself).
+    A row the invariant does not accept as superseded (a report made before it) reads as a
+    retire-candidate."""
     from lucepatch.engine import needed
     from lucepatch.workspace import resolve_cache
 
     cache = Path(cache or resolve_cache(None))
     commit = git.try_resolve(Path(source), ref) or ref
-    doc = load_saved(target, commit, cache)
+    doc = load_saved(target, commit, cache, reproducers=reproducers)
     if doc is None:
         why = f"not judged yet: lucepatch verify --retire {ref} --target {target.name} judges it (builds and runs)"
         return {p.name: needed.Judgement(needed.NOT_JUDGED, why) for p in patches}
     kind = doc.get("driver", {}).get("kind")
+    drv = "fake" if kind == "fake" else "real" if kind == "real" else None
     out = {}
     for row in doc["patches"]:
-        out[row["name"]] = needed.Judgement(row["needed"], f"{row['status']}: {row['reason']}"[:400], row.get("scenario"),
-                                            "fake" if kind == "fake" else "real" if kind == "real" else None)
+        verdict, reason = row["needed"], f"{row['status']}: {row['reason']}"
+        if verdict == needed.SUPERSEDED and not _upstream_has(doc, row):
+            verdict = needed.RETIRE_CANDIDATE
+            reason = "behaviour alone (a report without the code-signal rule): needs review; " + reason
+        out[row["name"]] = needed.Judgement(verdict, reason[:400], row.get("scenario"), drv, row.get("code_signal"),
+                                            doc.get("invariant"))
     return out
 
 
@@ -693,5 +928,6 @@ def _register() -> None:
 _register()
 
 __all__ = ["retire_report", "retire_exit_code", "format_retire_table", "behaviour_hook", "judge", "save_report",
-           "measure_behaviour", "Behaviour", "RETIRE_SCHEMA", "STATUSES", "SUPERSEDED", "STILL_NEEDED", "UNTESTABLE",
-           "INCONCLUSIVE", "CONFLICT", "NO_LONGER_EFFECTIVE", "REGRESSION", "Scenario", "list_reproducers"]
+           "load_saved", "measure_behaviour", "Behaviour", "RETIRE_SCHEMA", "STATUSES", "SUPERSEDED", "RETIRE_CANDIDATE",
+           "STILL_NEEDED", "UNTESTABLE", "INCONCLUSIVE", "CONFLICT", "NO_LONGER_EFFECTIVE", "REGRESSION", "NOT_JUDGED",
+           "Scenario", "list_reproducers"]
