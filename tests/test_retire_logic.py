@@ -1,0 +1,640 @@
+"""The retirement rule's decisions, one by one, on stand-in builds (no compiler, no runs: < 2 s).
+
+What the fixtures in test_retire*.py measure end to end is decided here: judge_patch (add-one,
+leave-one-out, the positive control, coverage), judge_conflict (blame by coverage), the input
+sweep, the joint check (blame by coverage), the one judgement (engine/retirement.py: superseded
+needs a code signal), the saved report and the hooks. tools/mutate.py runs this file against
+mutants of upstream/retire.py, upstream/behaviour.py and verify/verdict.py.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from lucepatch.engine import needed, retirement
+from lucepatch.upstream import retire as rt
+from lucepatch.upstream.behaviour import (B_FAIL, B_INVALID, B_MIXED, B_PASS, B_SKIPPED, B_UNBUILT, DIFFERENT,
+                                          IDENTICAL, INCONCLUSIVE, Comparison, Lab, OnBuild, _check_diff, _state,
+                                          describe_signature, outcome_class, signature)
+from lucepatch.verify.reproducer import Param, Scenario
+from lucepatch.verify.runner import RunRecord
+
+PASS = ("pass", ())
+CRASH = ("crash (SIGSEGV)", ())
+ERR = ("clean error", (("cuMemAlloc", "CUDA_ERROR_INVALID_CONTEXT", "CUDA_SUCCESS"),))
+OK_ERR = ("pass", (("cuMemAlloc", "CUDA_ERROR_INVALID_CONTEXT", "CUDA_ERROR_INVALID_CONTEXT"),))
+
+
+class B:
+    """A build stand-in: what Lab and the rule read of a behaviour.Build."""
+
+    def __init__(self, name, patches=()):
+        self.name, self.variant, self.error, self.key, self.patches = name, object(), "", name, tuple(patches)
+
+
+def _ob(build, scenario, sigs, **kw):
+    sigs = [(s, 10) if isinstance(s, tuple) and isinstance(s[0], str) and not isinstance(s[1], int) else s
+            for s in sigs]
+    return OnBuild(build, scenario, runs=sum(n for _, n in sigs) + kw.pop("extra", 0), signatures=Counter(dict(sigs)),
+                   **kw)
+
+
+def lab_of(table: dict, *, failing_controls=(), skipped_controls=()) -> Lab:
+    """A Lab over {(build name, scenario name): [(signature, n)] or an OnBuild}; every build's
+    control passes unless named."""
+    lab = Lab.__new__(Lab)
+    lab.repros = {"r": SimpleNamespace(name="r", controls=[SimpleNamespace(name="control")])}
+    lab.results, lab.builds, lab.records = {}, {}, []
+    lab._id = lambda b: b.name
+    builds = sorted({b for b, _ in table})
+    lab.builds = {(b,): B(b) for b in builds}
+    for (b, s), v in table.items():
+        lab.results[(b, f"r:{s}")] = v if isinstance(v, OnBuild) else _ob(b, f"r:{s}", v)
+    for b in builds:
+        sig = [(CRASH, 10)] if b in failing_controls else [(PASS, 10)]
+        lab.results[(b, "r:control")] = _ob(b, "r:control", sig, **({"skipped": 10} if b in skipped_controls else {}))
+    return lab
+
+
+def cx(letter, *, add=None, loo=None, full=None, bare=None, conflicts=()):
+    commit = letter * 40
+    return rt.Context(commit, commit[:12], list(conflicts), full=full, bare=bare,
+                      add_one={"p": add} if add else {}, leave_one_out={"p": loo} if loo else {})
+
+
+P = SimpleNamespace(name="p")
+
+
+def world(ref_add, ref_loo, base_add, base_loo, **kw):
+    """(lab, ref context, base context) for one patch p and one scenario r:s."""
+    names = ["ref-bare", "ref-bare+p", "ref-series-p", "ref-series", "base-bare", "base-bare+p", "base-series-p",
+             "base-series"]
+    vals = [*ref_add, *ref_loo, *base_add, *base_loo]
+    lab = lab_of({(n, "s"): v for n, v in zip(names, vals)}, **kw)
+    b = {n: B(n) for n in names}
+    ref = cx("a", add=(b["ref-bare"], b["ref-bare+p"]), loo=(b["ref-series-p"], b["ref-series"]))
+    base = cx("b", add=(b["base-bare"], b["base-bare+p"]), loo=(b["base-series-p"], b["base-series"]))
+    return lab, ref, base
+
+
+def judged(*pairs, unreached=(), scen=("r:s",), **kw):
+    lab, ref, base = world(*pairs, **kw)
+    return rt.judge_patch(lab, P, list(scen), ref, base, list(unreached), rt.make_blame(lab, base.commit, ref.commit))
+
+
+FIXED_AT_BASE = ([(CRASH, 10)], [(PASS, 10)])  # the patch made the difference at the base
+
+
+# ---- judge_patch ------------------------------------------------------------------------------
+
+
+def test_identical_at_ref_and_a_difference_at_the_base_is_a_candidate_never_superseded():
+    v = judged(([(PASS, 10)], [(PASS, 10)]), ([(PASS, 10)], [(PASS, 10)]), FIXED_AT_BASE, FIXED_AT_BASE)
+    assert v.status == rt.RETIRE_CANDIDATE and v.scenario == "r:s"
+    assert v.reason.startswith("identical with and without it at aaaaaaaaaaaa on r:s (1 scenario(s)")
+    assert "at the base it made a difference on r:s" in v.reason
+    assert [(d["at"], d["pair"], d["kind"]) for d in v.details] == [
+        ("ref", "add-one", IDENTICAL), ("ref", "leave-one-out", IDENTICAL),
+        ("base", "add-one", DIFFERENT), ("base", "leave-one-out", DIFFERENT)]
+
+
+@pytest.mark.parametrize("where", ["add", "loo"])
+def test_an_inconclusive_comparison_at_ref_is_never_ignored(where):
+    """A mixed side at REF (one pair) makes the patch inconclusive: ignoring it would let a needed
+    patch through as a candidate (a mutant tools/mutate.py must kill)."""
+    mixed = ([(CRASH, 5), (PASS, 5)], [(PASS, 10)])
+    same = ([(PASS, 10)], [(PASS, 10)])
+    v = judged(mixed if where == "add" else same, same if where == "add" else mixed, FIXED_AT_BASE, FIXED_AT_BASE)
+    assert v.status == rt.INCONCLUSIVE and v.scenario == "r:s"
+    assert v.reason.startswith(("add-one" if where == "add" else "leave-one-out") + " at aaaaaaaaaaaa: r:s: ")
+    assert "mixed: 5x crash (SIGSEGV), 5x pass" in v.reason
+
+
+def test_a_failing_control_at_ref_is_inconclusive_and_names_the_builds():
+    same = ([(PASS, 10)], [(PASS, 10)])
+    v = judged(same, same, FIXED_AT_BASE, FIXED_AT_BASE, failing_controls={"ref-bare+p"})
+    assert v.status == rt.INCONCLUSIVE
+    assert "control r:control on ref-bare+p" in v.reason and "the control fails on ref-bare+p" in v.reason
+    assert "and passes on" in v.reason and "assumptions do not hold" in v.reason
+    assert "lucepatch bisect --reproducer r --scenario control bbbbbbbbbbbb..aaaaaaaaaaaa" in v.reason
+
+
+def test_the_bug_back_at_ref_is_no_longer_effective():
+    """Identical at REF, but both sides fail where the patch made it pass at the base: the bug is
+    back, the patch no longer fixes it (the check a mutant switching it off must not survive)."""
+    same_crash = ([(CRASH, 10)], [(CRASH, 10)])
+    v = judged(same_crash, same_crash, FIXED_AT_BASE, FIXED_AT_BASE)
+    assert v.status == rt.NO_LONGER_EFFECTIVE and v.scenario == "r:s"
+    assert "at the base it made crash (SIGSEGV) (10/10) pass" in v.reason
+    assert "at aaaaaaaaaaaa crash (SIGSEGV) (10/10) with and without it" in v.reason
+
+
+def test_a_difference_at_ref_keeps_it_needed_and_a_reverse_one_is_a_regression():
+    same = ([(PASS, 10)], [(PASS, 10)])
+    v = judged(([(CRASH, 10)], [(PASS, 10)]), same, FIXED_AT_BASE, FIXED_AT_BASE)
+    assert v.status == rt.STILL_NEEDED and v.reason.startswith("add-one at aaaaaaaaaaaa: r:s: crash (SIGSEGV) on ref-bare")
+    v = judged(same, ([(ERR, 10)], [(OK_ERR, 10)]), FIXED_AT_BASE, FIXED_AT_BASE)
+    assert v.status == rt.STILL_NEEDED and v.reason.startswith("leave-one-out at aaaaaaaaaaaa")
+    v = judged(([(PASS, 10)], [(CRASH, 10)]), same, FIXED_AT_BASE, FIXED_AT_BASE)
+    assert v.status == rt.REGRESSION and "passes without it and fails with it" in v.reason
+    # a helping difference outweighs a regressing one
+    v = judged(([(PASS, 10)], [(CRASH, 10)]), ([(CRASH, 10)], [(PASS, 10)]), FIXED_AT_BASE, FIXED_AT_BASE)
+    assert v.status == rt.STILL_NEEDED and v.reason.startswith("leave-one-out")
+
+
+def test_no_difference_at_the_base_is_untestable():
+    same = ([(PASS, 10)], [(PASS, 10)])
+    v = judged(same, same, same, same)
+    assert v.status == rt.UNTESTABLE and v.reason.startswith("no scenario distinguishes it at the base bbbbbbbbbbbb")
+    assert "not measurable" not in v.reason
+    v = judged(same, same, ([(CRASH, 5), (PASS, 5)], [(PASS, 10)]), same)
+    assert v.status == rt.UNTESTABLE and "not measurable there: r:s:" in v.reason
+
+
+def test_code_no_scenario_ran_is_untestable_and_no_scenario_at_all_too():
+    same = ([(PASS, 10)], [(PASS, 10)])
+    v = judged(same, same, FIXED_AT_BASE, FIXED_AT_BASE, unreached=["src/x.c:10", "src/x.c:11", "src/x.c:12", "src/x.c:13"])
+    assert v.status == rt.UNTESTABLE and v.reason.startswith("src/x.c:10, src/x.c:11, src/x.c:12 … (at aaaaaaaaaaaa")
+    v = judged(same, same, FIXED_AT_BASE, FIXED_AT_BASE, unreached=["src/x.c:10"])
+    assert v.reason.startswith("src/x.c:10 (at") and "reached by no scenario" in v.reason
+    v = judged(same, same, FIXED_AT_BASE, FIXED_AT_BASE, scen=())
+    assert v.status == rt.UNTESTABLE and v.reason.startswith("no scenario reaches it")
+
+
+def test_the_no_longer_effective_check_needs_a_pass_at_the_base():
+    # at the base the patch changed one failure into another (no pass): not "no longer effective"
+    same_crash = ([(CRASH, 10)], [(CRASH, 10)])
+    err_to_crash = ([(ERR, 10)], [(CRASH, 10)])
+    v = judged(same_crash, same_crash, err_to_crash, err_to_crash)
+    assert v.status == rt.RETIRE_CANDIDATE
+
+
+# ---- judge_conflict: blame by coverage ----------------------------------------------------------
+
+
+class Cov:
+    def __init__(self, hit):
+        self.hit = hit
+
+    def executed_by(self, scenario):
+        return self.hit.get(scenario)
+
+
+def conflict(bare, full, cov=None, base=FIXED_AT_BASE):
+    lab = lab_of({("base-bare", "s"): base[0], ("base-bare+p", "s"): base[1], ("ref-bare", "s"): bare,
+                  ("ref-series", "s"): full})
+    ref = cx("a", full=B("ref-series", ["q"]), bare=B("ref-bare"), conflicts=["p"])
+    basecx = cx("b", add=(B("base-bare"), B("base-bare+p")))
+    return rt.judge_conflict(lab, P, ["r:s"], ref, basecx, rt.make_blame(lab, basecx.commit, ref.commit), cov)
+
+
+def test_a_conflicting_patch_is_needed_when_ref_without_it_still_fails():
+    v = conflict([(CRASH, 10)], [(CRASH, 10)])
+    assert v.status == rt.STILL_NEEDED and v.scenario == "r:s" and "rebase it" in v.reason
+    assert "without it, on ref-bare, r:s: crash (SIGSEGV) (10/10)" in v.reason
+
+
+def test_a_failure_only_without_the_rest_of_the_series_is_blamed_on_whose_hunks_ran():
+    """REF + Build-Only fails, REF + the rest of the series passes: the failure belongs to the
+    patches whose hunks the scenario executed (q), not to the one that does not apply."""
+    v = conflict([(CRASH, 10)], [(PASS, 10)], Cov({"r:s": ["q"]}))
+    assert v.status == rt.CONFLICT
+    assert "r:s fails on ref-bare (crash (SIGSEGV) (10/10)) but passes on ref-series without it: its runs executed " \
+           "the hunks of q (coverage map)" in v.reason
+    v = conflict([(CRASH, 10)], [(PASS, 10)], Cov({"r:s": []}))
+    assert "executed none of q' hunks (coverage map): upstream's code" in v.reason
+    v = conflict([(CRASH, 10)], [(PASS, 10)], Cov({}))
+    assert "the coverage map has no complete run of r:s" in v.reason
+    v = conflict([(CRASH, 10)], [(PASS, 10)], None)
+    assert "no coverage map to attribute it" in v.reason
+
+
+def test_a_conflicting_patch_upstream_made_unnecessary_or_never_measured_is_a_conflict():
+    v = conflict([(PASS, 10)], [(PASS, 10)])
+    assert v.status == rt.CONFLICT and "already behaves as it did with it at the base on r:s" in v.reason
+    assert "fails on" not in v.reason
+    v = conflict([(PASS, 10)], [(PASS, 10)], base=([(PASS, 10)], [(PASS, 10)]))
+    assert v.status == rt.CONFLICT and v.reason.endswith("no scenario distinguished it at the base")
+
+
+# ---- the joint check: blame by coverage ---------------------------------------------------------
+
+
+class JointLab:
+    """Removing x and y together crashes r:s; either alone changes nothing."""
+
+    def build(self, name, commit, patches):
+        return B(name, patches)
+
+    def compare(self, without, with_, s):
+        gone = {"x", "y"} - set(without.patches)
+        kind = DIFFERENT if gone == {"x", "y"} else IDENTICAL
+        return Comparison(kind, s, _ob("a", s, [(PASS, 10)]), _ob("b", s, [(PASS, 10)]), "crash (SIGSEGV) -> pass")
+
+
+def _joint(cov):
+    full = B("ref+series", ("a", "x", "y"))
+    c = rt.Context("c" * 40, "cccccccccccc", [], full=full)
+    judge = SimpleNamespace(order=["a", "x", "y"])
+    rows = [{"name": n, "status": rt.RETIRE_CANDIDATE if n in "xy" else rt.STILL_NEEDED, "reason": "", "needed": ""}
+            for n in ("a", "x", "y")]
+    repros = {"r": SimpleNamespace(checked=[SimpleNamespace(name="s")])}
+    rt._joint(JointLab(), judge, c, rows, repros, cov)
+    return {r["name"]: r for r in rows}
+
+
+def test_the_joint_check_blames_the_patch_whose_hunks_the_failing_scenario_ran():
+    # by series order alone y would be kept (blamed); the failing scenario ran x's hunks: x is kept
+    by = _joint(Cov({"r:s": ["a", "x"]}))
+    assert by["x"]["status"] == rt.STILL_NEEDED and by["y"]["status"] == rt.RETIRE_CANDIDATE
+    assert by["x"]["needed"] == "still-needed" and by["x"]["scenario"] == "r:s"
+    assert by["x"]["reason"].startswith("joint check at cccccccccccc: removing it with y changes r:s")
+    assert by["x"]["reason"].endswith("its runs executed the hunks of x (coverage map)")
+    assert "joint check: cccccccccccc+series without y behaves as the whole series on all 1" in by["y"]["reason"]
+    # no map: series order decides, and the reason says the map could not
+    by = _joint(None)
+    assert by["y"]["status"] == rt.STILL_NEEDED and by["x"]["status"] == rt.RETIRE_CANDIDATE
+    assert by["y"]["reason"].endswith("no coverage map to attribute it")
+
+
+def test_the_joint_check_keeps_every_candidate_when_removing_them_all_changes_nothing():
+    class Same(JointLab):
+        def compare(self, without, with_, s):
+            return Comparison(IDENTICAL, s, _ob("a", s, [(PASS, 10)]), _ob("b", s, [(PASS, 10)]), "")
+    full = B("ref+series", ("x", "y"))
+    c = rt.Context("c" * 40, "cccccccccccc", [], full=full)
+    rows = [{"name": n, "status": rt.RETIRE_CANDIDATE, "reason": "", "needed": ""} for n in ("x", "y")]
+    rt._joint(Same(), SimpleNamespace(order=["x", "y"]), c, rows, {"r": SimpleNamespace(checked=[SimpleNamespace(name="s")])})
+    assert [r["status"] for r in rows] == [rt.RETIRE_CANDIDATE] * 2
+    assert all("without x, y behaves as the whole series" in r["reason"] for r in rows)
+
+
+# ---- the input sweep ----------------------------------------------------------------------------
+
+
+class SweepLab:
+    def __init__(self, kinds):
+        self.kinds, self.measured = kinds, []
+
+    def measure_point(self, builds, key, pname, point):
+        self.measured.append((key, pname, point))
+        return f"{key}@{pname}={point}"
+
+    def compare(self, without, with_, at):
+        kind, wo, wi = self.kinds[at]
+        return Comparison(kind, at, _ob(without.name, at, wo), _ob(with_.name, at, wi), f"{kind} at {at}")
+
+
+def _sweep(kinds, status=rt.RETIRE_CANDIDATE):
+    part = Param("part", "bytes", 600, "LP_PARAM_PART", points=(600, 100, 50))
+    s = Scenario("s", params={"part": part})
+    repros = {"r": SimpleNamespace(scenario=lambda name: s)}
+    c = cx("a", add=(B("ref-bare"), B("ref-bare+p")), loo=(B("ref-series-p"), B("ref-series")))
+    row = {"name": "p", "status": status, "judged": ["r:s"], "reason": "identical", "needed": "retire-candidate"}
+    lab = SweepLab(kinds)
+    rt._sweep(lab, c, [row], repros)
+    return row, lab
+
+
+CRASH10, PASS10 = [(CRASH, 10)], [(PASS, 10)]
+
+
+def test_the_sweep_runs_every_declared_point_but_the_default_and_keeps_a_partial_fix_needed():
+    row, lab = _sweep({"r:s@part=100": (DIFFERENT, CRASH10, PASS10), "r:s@part=50": (IDENTICAL, PASS10, PASS10)})
+    assert lab.measured == [("r:s", "part", 100), ("r:s", "part", 50)]
+    assert row["status"] == rt.STILL_NEEDED and row["needed"] == "still-needed" and row["scenario"] == "r:s@part=100"
+    assert row["reason"].startswith("input sweep, add-one at aaaaaaaaaaaa: r:s@part=100: different at r:s@part=100")
+    assert "upstream behaves alike only on part of the inputs (identical)" in row["reason"]
+    assert len(row["sweep"]) == 4
+
+
+def test_the_sweep_only_adds_evidence_to_a_candidate():
+    row, _ = _sweep({"r:s@part=100": (IDENTICAL, PASS10, PASS10), "r:s@part=50": (IDENTICAL, PASS10, PASS10)})
+    assert row["status"] == rt.RETIRE_CANDIDATE and row["reason"] == "identical; input sweep: identical at 2 more point(s)"
+    row, _ = _sweep({"r:s@part=100": (INCONCLUSIVE, CRASH10, PASS10), "r:s@part=50": (IDENTICAL, PASS10, PASS10)})
+    assert row["status"] == rt.RETIRE_CANDIDATE
+    assert row["reason"].startswith("identical; input sweep: 2 of 4 comparison(s) identical, r:s@part=100 not judged")
+    row, _ = _sweep({"r:s@part=100": (DIFFERENT, PASS10, CRASH10), "r:s@part=50": (IDENTICAL, PASS10, PASS10)})
+    assert row["status"] == rt.REGRESSION and "passes without it and fails with it" in row["reason"]
+    row, lab = _sweep({}, status=rt.STILL_NEEDED)  # only candidates are swept
+    assert lab.measured == [] and "sweep" not in row
+
+
+# ---- the one judgement ----------------------------------------------------------------------------
+
+
+CODE = {"signal": "patch-id", "commit": "c" * 40, "detail": "upstream commit ccc has patch-id ppp"}
+
+
+@pytest.mark.parametrize("behaviour,code,want", [
+    (rt.RETIRE_CANDIDATE, CODE, rt.SUPERSEDED),
+    (rt.RETIRE_CANDIDATE, None, rt.RETIRE_CANDIDATE),
+    (rt.SUPERSEDED, None, rt.RETIRE_CANDIDATE),  # behaviour claiming more than it can
+    (rt.SUPERSEDED, {"signal": "behaviour"}, rt.RETIRE_CANDIDATE),  # not a code signal
+    (rt.STILL_NEEDED, CODE, rt.STILL_NEEDED),
+    (rt.UNTESTABLE, CODE, rt.UNTESTABLE),
+    (rt.INCONCLUSIVE, {"signal": "3-way"}, rt.INCONCLUSIVE),
+])
+def test_superseded_needs_behaviour_and_a_code_signal(behaviour, code, want):
+    assert retirement.decide(behaviour, code) == want
+
+
+@pytest.mark.parametrize("sig", list(retirement.CODE_SIGNALS))
+def test_every_code_signal_counts_and_nothing_else(sig):
+    assert retirement.is_code_signal({"signal": sig}) and retirement.is_code_signal(SimpleNamespace(signal=sig))
+    assert not retirement.is_code_signal({"signal": "behaviour"}) and not retirement.is_code_signal(None)
+    assert not retirement.is_code_signal({})
+
+
+def test_only_superseded_with_a_code_signal_under_the_invariant_may_drop():
+    J = needed.Judgement
+    assert retirement.may_drop(J("superseded", code_signal=CODE, invariant=1))
+    assert not retirement.may_drop(J("superseded", code_signal=None, invariant=1))
+    assert not retirement.may_drop(J("superseded", code_signal=CODE, invariant=None))
+    assert not retirement.may_drop(J("retire-candidate", code_signal=CODE, invariant=1))
+    assert not retirement.may_drop(J("still-needed", code_signal=CODE, invariant=1))
+
+
+def test_decide_writes_what_decided_into_the_reason():
+    row = {"status": rt.RETIRE_CANDIDATE, "reason": "identical", "code_signal": CODE}
+    rt._decide(row)
+    assert row["status"] == rt.SUPERSEDED and row["needed"] == "superseded"
+    assert row["reason"] == "code: upstream commit ccc has patch-id ppp (patch-id); behaviour: identical"
+    row = {"status": rt.RETIRE_CANDIDATE, "reason": "identical", "code_signal": None}
+    rt._decide(row)
+    assert row["status"] == rt.RETIRE_CANDIDATE and row["needed"] == "retire-candidate"
+    assert row["reason"].startswith("behaviour alone — no code signal") and row["reason"].endswith("; identical")
+    row = {"status": rt.STILL_NEEDED, "reason": "add-one", "code_signal": CODE}
+    rt._decide(row)
+    assert row["status"] == rt.STILL_NEEDED and row["reason"].endswith("(REF's code matches it by patch-id, yet "
+                                                                       "behaviour differs: the behaviour decides)")
+    row = {"status": rt.UNTESTABLE, "reason": "no scenario", "code_signal": CODE}
+    rt._decide(row)
+    assert row == {"status": rt.UNTESTABLE, "reason": "no scenario", "code_signal": CODE, "needed": "untestable"}
+
+
+# ---- the report: exit code, table, the hooks, the saved report ----------------------------------
+
+
+def _doc(rows, invariant=1, commit="c" * 40):
+    doc = {"upstream": {"ref": "main", "commit": commit, "base": "b" * 40}, "target": "t", "driver": {"kind": "fake"},
+           "simulated": True, "runs": 10, "patches": rows, "still_failing": [], "reproducers": [{"name": "r", "hash": "h"}]}
+    if invariant is not None:
+        doc["invariant"] = invariant
+    return doc
+
+
+def _r(name, status, code=None, **kw):
+    return {"name": name, "status": status, "needed": rt.NEEDED[status], "reason": f"{status} because", "applies": True,
+            "scenario": kw.pop("scenario", None), "code_signal": code, **kw}
+
+
+def test_exit_code_fails_only_on_what_stopped_working_or_could_not_be_judged():
+    for st in (rt.NO_LONGER_EFFECTIVE, rt.INCONCLUSIVE, rt.REGRESSION):
+        assert rt.retire_exit_code(_doc([_r("a", rt.STILL_NEEDED), _r("b", st)])) == 1
+    ok = [rt.SUPERSEDED, rt.RETIRE_CANDIDATE, rt.STILL_NEEDED, rt.UNTESTABLE, rt.CONFLICT, rt.NOT_JUDGED]
+    assert rt.retire_exit_code(_doc([_r(s, s) for s in ok])) == 0
+
+
+def test_the_table_names_candidates_as_needing_review_and_shows_code_signals():
+    doc = _doc([_r("a", rt.RETIRE_CANDIDATE), _r("b", rt.SUPERSEDED, CODE), _r("c", rt.STILL_NEEDED, CODE),
+                _r("d", rt.CONFLICT, applies=False)])
+    doc["still_failing"] = [{"scenario": "r:s", "behaviour": "crash", "build": "x"}]
+    title, cols, rows = rt.format_retire_table(doc)
+    assert title.startswith("retire check of t at main (cccccccccccc, base bbbbbbbbbbbb) — driver fake (simulated)")
+    assert [r[1] for r in rows] == ["retire-candidate (needs review)", "superseded", "still-needed",
+                                    "conflict (does not apply)", "still failing"]
+    assert rows[1][3] == "superseded because" and rows[2][3] == "still-needed because [code: patch-id]"
+    assert rows[4] == ["(no patch)", "still failing", "r:s", "crash on x"]
+
+
+def test_review_lines_say_what_to_read_for_each_candidate():
+    rv = {"question": "does upstream fix it?", "hunks": [{"file": "src/x.c", "line": 3, "header": "int f(void)"}],
+          "ref_functions": [{"file": "src/x.c", "text": "3: int f(void) {\n4: }"},
+                            {"file": "src/y.c", "missing": "gone"}],
+          "runs": [{"scenario": "r:s", "pair": "add-one", "with": "b: pass (10/10)"}]}
+    lines = rt.review_lines(_doc([_r("a", rt.RETIRE_CANDIDATE, review=rv), _r("b", rt.STILL_NEEDED, review=rv)]))
+    assert lines == ["a: retire-candidate (needs review) — does upstream fix it?",
+                     "  its hunks: src/x.c:3 int f(void)",
+                     "  cccccccccccc's version: src/x.c (3: int f(void) { …); src/y.c: gone",
+                     "  runs: 1 comparison(s), e.g. r:s add-one: b: pass (10/10)"]
+
+
+def test_the_hooks_answer_upstream_has_it_only_for_superseded_with_a_code_signal_under_the_invariant():
+    t, ref = SimpleNamespace(name="t"), "c" * 40
+    doc = _doc([_r("a", rt.SUPERSEDED, CODE), _r("b", rt.RETIRE_CANDIDATE), _r("c", rt.STILL_NEEDED),
+                _r("d", rt.SUPERSEDED), _r("e", rt.INCONCLUSIVE)])
+    hook = rt.report_hook(doc)
+    ans = {n: hook(t, SimpleNamespace(name=n), None, ref) for n in "abcde"}
+    assert ans == {"a": True, "b": None, "c": False, "d": None, "e": None}
+    assert hook.code_signal(SimpleNamespace(name="a"), ref) == CODE
+    assert hook.code_signal(SimpleNamespace(name="b"), ref) is None
+    assert hook(t, SimpleNamespace(name="a"), None, "d" * 40) is None  # another commit: the report says nothing
+    assert hook.code_signal(SimpleNamespace(name="a"), "d" * 40) is None
+    assert hook(t, SimpleNamespace(name="zz"), None, ref) is None
+    assert hook.detail(SimpleNamespace(name="a"), ref) == "superseded at cccccccccccc: superseded because"
+    old = rt.report_hook(_doc(doc["patches"], invariant=None))
+    assert old(t, SimpleNamespace(name="a"), None, ref) is None  # made before the invariant
+
+
+def test_the_upstreamed_detector_needs_the_hooks_code_signal(tmp_path):
+    from lucepatch.engine import upstreamed
+
+    p = SimpleNamespace(name="a", patch_id="0" * 40, diff=b"", reproducers=[])
+
+    def says_yes(target, patch, source, ref):
+        return True
+
+    says_yes.code_signal = lambda patch, ref: None
+    upstreamed.register_behaviour_hook(says_yes)
+    try:
+        hit = upstreamed.detect(p, tmp_path / "x.diff", repo=tmp_path, ref="c" * 40, upstream_ids={},
+                                reverse_check=None, read_file=lambda path: None)
+        assert hit is None  # behaviour alone is never "already upstream"
+        says_yes.code_signal = lambda patch, ref: {"signal": "3-way", "commit": "d" * 40}
+        hit = upstreamed.detect(p, tmp_path / "x.diff", repo=tmp_path, ref="c" * 40, upstream_ids={},
+                                reverse_check=None, read_file=lambda path: None)
+        assert hit.signal == "behaviour" and hit.commit == "d" * 40 and "code signal 3-way" in hit.detail
+    finally:
+        upstreamed.unregister_behaviour_hook(says_yes)
+
+
+def _target(tmp_path, series="s1"):
+    rdir = tmp_path / "ws" / "reproducers" / "r"
+    rdir.mkdir(parents=True, exist_ok=True)
+    (rdir / "r.c").write_text("int main(void) { return 0; }\n")
+    (rdir / "reproducer.toml").write_text('target = "t"\nartifact = "libvgpu.so"\nsources = ["r.c"]\n\n'
+                                          '[[scenario]]\nname = "control"\ncontrol = true\n\n[[scenario]]\nname = "s"\n')
+    tdir = tmp_path / "ws" / "patches" / "t"
+    tdir.mkdir(parents=True, exist_ok=True)
+    return SimpleNamespace(name="t", series_hash=series, dir=tdir, patches=[SimpleNamespace(name="a"), SimpleNamespace(name="b")])
+
+
+def test_saved_reports_are_found_by_content_with_unchanged_reproducers(tmp_path):
+    t = _target(tmp_path)
+    h = rt.target_reproducers(t)[0].hash
+    commit = "c" * 40
+    doc = _doc([_r("a", rt.SUPERSEDED, CODE), _r("b", rt.RETIRE_CANDIDATE)])
+    doc["reproducers"] = [{"name": "r", "hash": h}]
+    cache = tmp_path / "cache"
+    path = rt.save_report(doc, t, cache)
+    assert path.parent.name == rt.content_key(t, commit) and json.loads(path.read_text()) == doc
+    # a staged copy of the same content elsewhere finds it (its reproducers named by folder)
+    staged = SimpleNamespace(name="t", series_hash="s1", dir=tmp_path / "elsewhere" / "patches" / "t", patches=t.patches)
+    assert rt.load_saved(staged, commit, cache) is None  # no reproducers beside the staged copy
+    assert rt.load_saved(staged, commit, cache, reproducers=tmp_path / "ws" / "reproducers") == doc
+    assert rt.load_saved(_target(tmp_path, "s2"), commit, cache) is None  # other content
+    assert rt.load_saved(t, "d" * 40, cache) is None
+    # the larger set of reproducers wins; a report whose reproducer changed is stale
+    small = {**doc, "reproducers": []}
+    rt.save_report(small, t, cache)
+    assert rt.load_saved(t, commit, cache) == doc
+    (tmp_path / "ws" / "reproducers" / "r" / "r.c").write_text("int main(void) { return 1; }\n")
+    assert rt.load_saved(t, commit, cache) is None
+    (path.parent / "torn.json").write_text("{")
+    assert rt.load_saved(t, commit, cache) is None
+
+
+def test_the_rebase_judge_reads_the_report_and_downgrades_what_the_invariant_does_not_accept(tmp_path, monkeypatch):
+    t = _target(tmp_path)
+    monkeypatch.setattr(rt.git, "try_resolve", lambda source, ref: ref)
+    h = rt.target_reproducers(t)[0].hash
+    commit = "c" * 40
+    for inv in (1, None):
+        doc = _doc([_r("a", rt.SUPERSEDED, CODE, scenario="r:s"), _r("b", rt.RETIRE_CANDIDATE)], invariant=inv)
+        doc["reproducers"] = [{"name": "r", "hash": h}]
+        cache = tmp_path / f"cache{inv}"
+        rt.save_report(doc, t, cache)
+        j = rt.judge(t, tmp_path, commit, t.patches, cache=cache)
+        assert j["b"].needed == "retire-candidate" and j["b"].driver == "fake"
+        if inv:
+            assert j["a"].needed == "superseded" and j["a"].code_signal == CODE and retirement.may_drop(j["a"])
+            assert j["a"].scenario == "r:s" and j["a"].reason == "superseded: superseded because"
+        else:
+            assert j["a"].needed == "retire-candidate" and not retirement.may_drop(j["a"])
+    j = rt.judge(t, tmp_path, commit, t.patches, cache=tmp_path / "none")
+    assert {x.needed for x in j.values()} == {"not-judged"} and "verify --retire" in j["a"].reason
+
+
+def test_declared_scenarios_problems_and_unselected_reproducers():
+    r = SimpleNamespace(name="r", checked=[SimpleNamespace(name="s1"), SimpleNamespace(name="s2")],
+                        scenario=lambda n: {"s1": SimpleNamespace(name="s1", control=False),
+                                            "c": SimpleNamespace(name="c", control=True)}[n])
+    pt = [SimpleNamespace(name="all", reproducers=[("r", "")]), SimpleNamespace(name="one", reproducers=[("r", "s1")]),
+          SimpleNamespace(name="ctl", reproducers=[("r", "c")]), SimpleNamespace(name="gone", reproducers=[("x", "")]),
+          SimpleNamespace(name="other", reproducers=[("o", "s")])]
+    t = SimpleNamespace(name="t", patches=pt)
+    decl, problems, unselected = rt.declared(t, {"r": r}, {"r", "o"})
+    assert decl == {"all": ["r:s1", "r:s2"], "one": ["r:s1"], "ctl": [], "gone": [], "other": []}
+    assert problems == {"ctl": "r:c is a control scenario; a patch names the behaviour it fixes",
+                        "gone": "Reproducer: x names no reproducer of t; fix the trailer"}
+    assert unselected == {"other": ["o"]}
+
+
+def test_select_reproducers():
+    t = SimpleNamespace(name="t")
+    rs = [SimpleNamespace(name="a"), SimpleNamespace(name="b")]
+    assert rt.select_reproducers(rs, None, t) == rs and rt.select_reproducers(rs, ["b", "b"], t) == [rs[1]]
+    with pytest.raises(rt.UsageError, match="--reproducer c: not a reproducer of t; it has a, b"):
+        rt.select_reproducers(rs, ["c"], t)
+
+
+# ---- behaviour: signatures, states, comparisons ------------------------------------------------
+
+
+def _rec(outcome, checks=(), signal=None):
+    return RunRecord(variant="v", scenario="r:s", index=0, outcome=outcome, returncode=0, signal=signal, duration_s=0,
+                     checks=list(checks))
+
+
+def test_outcome_classes():
+    bad_cu = {"name": "a", "expected": "CUDA_SUCCESS", "got": "CUDA_ERROR_INVALID_VALUE", "ok": False}
+    bad_n = {"name": "a", "expected": "1", "got": "2", "ok": False}
+    assert outcome_class(_rec("pass")) == "pass"
+    assert outcome_class(_rec("crash", signal="SIGSEGV")) == "crash (SIGSEGV)"
+    assert outcome_class(_rec("crash")) == "crash (signal)"
+    assert outcome_class(_rec("timeout")) == "hang"
+    assert outcome_class(_rec("fail-log")) == "logged error"
+    assert outcome_class(_rec("fail", [bad_cu])) == "clean error"
+    assert outcome_class(_rec("fail", [dict(bad_cu, got="cudaErrorInvalidValue")])) == "clean error"
+    assert outcome_class(_rec("fail", [bad_n])) == "accounting mismatch"
+    assert outcome_class(_rec("fail", [dict(bad_n, ok=True)])) == "failed exit"
+    assert outcome_class(_rec("invalid")) == "invalid" and outcome_class(_rec("skipped")) == "skipped"
+    assert signature(_rec("fail", [bad_n])) == ("accounting mismatch", (("a", "1", "2"),))
+    assert describe_signature(("accounting mismatch", (("a", "1", "1"), ("b", "1", "2")))) == \
+        "accounting mismatch: b: expected 1, got 2"
+    assert describe_signature(("pass", (("a", "1", "2"),))) == "pass"
+    assert describe_signature(("crash (SIGSEGV)", (("a", "1", "1"),))) == "crash (SIGSEGV)"
+
+
+def test_states_of_a_scenario_on_a_build():
+    assert _ob("b", "r:s", [(PASS, 10)]).state == B_PASS and _ob("b", "r:s", [(PASS, 10)]).passes
+    assert _ob("b", "r:s", [(CRASH, 10)]).state == B_FAIL
+    assert _ob("b", "r:s", [(CRASH, 5), (PASS, 5)]).state == B_MIXED
+    assert _ob("b", "r:s", [], skipped=10, extra=10).state == B_SKIPPED
+    assert _ob("b", "r:s", [(PASS, 9)], skipped=1, extra=1).state == B_INVALID
+    assert _ob("b", "r:s", [(PASS, 9)], invalid=1, extra=1).state == B_INVALID
+    assert _ob("b", "r:s", []).state == B_INVALID  # no run at all
+    assert OnBuild("b", "r:s", built=False, why="cmake failed").state == B_UNBUILT
+    assert OnBuild("b", "r:s", built=False, why="cmake failed").describe() == "not built (cmake failed)"
+    assert _ob("b", "r:s", [], skipped=10, extra=10, why="2 GPUs").describe() == "skipped (2 GPUs)"
+    assert _ob("b", "r:s", [(PASS, 9)], invalid=1, extra=1).describe() == "invalid (1 invalid, 0 skipped of 10)"
+    assert _ob("b", "r:s", [(CRASH, 6), (PASS, 4)]).describe() == "mixed: 6x crash (SIGSEGV), 4x pass"
+    assert _ob("b", "r:s", [(ERR, 10)]).describe() == \
+        "clean error: cuMemAlloc: expected CUDA_ERROR_INVALID_CONTEXT, got CUDA_SUCCESS (10/10)"
+    assert _ob("b", "r:s", [(PASS, 9)], invalid=1, extra=1).uniform is None
+    assert _ob("b", "r:s", [(PASS, 10)]).to_json() == {"build": "b", "state": "pass", "runs": 10,
+                                                       "summary": "pass (10/10)", "first_error": ""}
+
+
+def test_the_check_that_differs_is_named():
+    a = _ob("a", "r:s", [(("clean error", (("x", "1", "2"),)), 10)])
+    b = _ob("b", "r:s", [(("clean error", (("x", "1", "3"),)), 10)])
+    assert _check_diff(a, b) == "check 'x': got 2 on a, 3 on b (expected 1)"
+    c = _ob("c", "r:s", [(("clean error", (("y", "1", "2"),)), 10)])
+    assert _check_diff(a, c) == "check 'x' on a, 'y' on c"
+    d = _ob("d", "r:s", [(("clean error", (("x", "1", "2"), ("z", "0", "1"))), 10)])
+    assert _check_diff(a, d) == "only d gets to check 'z' (1)" and _check_diff(d, a) == "only d gets to check 'z' (1)"
+    assert _check_diff(a, a) == "the check results differ"
+
+
+def test_compare_kinds_and_why():
+    def cmp(wo, wi, **kw):
+        lab = lab_of({("w", "s"): wo, ("x", "s"): wi}, **kw)
+        return lab.compare(B("w"), B("x"), "r:s")
+    c = cmp([(CRASH, 10)], [(PASS, 10)])
+    assert c.kind == DIFFERENT and c.why == "crash (SIGSEGV) on w -> pass on x"
+    c = cmp([(("clean error", (("x", "1", "2"),)), 10)], [(("clean error", (("x", "1", "3"),)), 10)])
+    assert c.kind == DIFFERENT and c.why == "clean error on both, but check 'x': got 2 on w, 3 on x (expected 1)"
+    c = cmp([(PASS, 10)], [(PASS, 10)])
+    assert c.kind == IDENTICAL and c.why == "pass (10/10) on both"
+    c = cmp(_ob("w", "r:s", [], skipped=10, extra=10, why="2 GPUs"), _ob("x", "r:s", [], skipped=10, extra=10))
+    assert c.kind == INCONCLUSIVE and c.why == "skipped on both builds (2 GPUs)"
+    c = cmp([(PASS, 10)], _ob("x", "r:s", [], skipped=10, extra=10, why="2 GPUs"))
+    assert c.kind == INCONCLUSIVE and c.why == "x: skipped (2 GPUs)"
+    c = cmp([(PASS, 10)], [(PASS, 10)], failing_controls={"w"})
+    assert c.kind == INCONCLUSIVE and c.why.startswith("control r:control on w: crash (SIGSEGV)")
+    c = cmp([(PASS, 10)], [(PASS, 10)], failing_controls={"x"})
+    assert c.kind == INCONCLUSIVE and c.why.startswith("control r:control on x")
+    # a control that cannot run here does not make the comparison inconclusive
+    c = cmp([(CRASH, 10)], [(PASS, 10)], skipped_controls={"w", "x"})
+    assert c.kind == DIFFERENT
+    assert c.to_json()["without"]["state"] == "fail" and c.to_json()["kind"] == "different"
+
+
+def test_the_state_of_a_probe():
+    from lucepatch.verify.runner import FAIL, INVALID, PASS as P_, SKIPPED
+
+    assert _state([])[0] == B_INVALID
+    assert _state([_rec(P_)] * 3)[0] == B_PASS
+    assert _state([_rec(P_), _rec(FAIL)])[0] == B_FAIL
+    assert _state([_rec(SKIPPED)] * 2)[0] == B_SKIPPED
+    assert _state([_rec(P_), _rec(SKIPPED)])[0] == B_INVALID
+    assert _state([_rec(P_), _rec(INVALID)])[0] == B_INVALID
+    st, t = _state([_rec(P_), _rec(FAIL)])
+    assert t["runs"] == 2 and t["failures"] == 1
