@@ -319,14 +319,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--list", action="store_true", help="List the mutants; run nothing.")
     ap.add_argument("--min-kill-rate", type=float, default=None)
     ap.add_argument("--must-kill", action="append", default=[], metavar="ID",
-                    help="Fail when this mutant survives (when it is in the run).")
+                    help="Fail when this mutant survives (always part of a --sample run; an unknown id fails).")
     ap.add_argument("--json", metavar="FILE", help="Write every mutant and its result here.")
     a = ap.parse_args(argv)
 
     allm = [mt for rel in (a.file or list(FILES)) for mt in mutants_of(rel)]
+    known = {m.id for m, _ in allm}
+    unknown = [i for i in (a.only or []) + a.must_kill if i not in known]
+    if unknown:  # the code they named changed: say so rather than pass without them
+        print(f"mutate: ERROR: no mutant {', '.join(unknown)} (the code changed? --list shows the ids)", file=sys.stderr)
+        return 1
     selected = [mt for mt in allm if not a.only or mt[0].id in a.only]
     if a.sample is not None and a.sample < len(selected):
-        selected = random.Random(a.seed).sample(selected, a.sample)
+        must = [mt for mt in selected if mt[0].id in a.must_kill]
+        rest = [mt for mt in selected if mt[0].id not in a.must_kill]
+        selected = must + random.Random(a.seed).sample(rest, max(0, a.sample - len(must)))
         selected.sort(key=lambda mt: (mt[0].file, mt[0].line))
     print(f"mutate: {len(allm)} mutants in {', '.join(a.file or FILES)}; running {len(selected)}"
           + (f" (sample, seed {a.seed})" if a.sample is not None else ""), flush=True)

@@ -1,0 +1,48 @@
+"""tools/mutate.py (issue 26): the mutants it makes, and the two the tests must kill — an
+inconclusive comparison at REF ignored (a needed patch would become a candidate) and the
+no-longer-effective check switched off — killed by tests/test_retire_logic.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from conftest import REPO_ROOT
+
+TOOL = REPO_ROOT / "tools" / "mutate.py"
+MUST = {"bc40e81d": "judge_patch [drop] 'if unsure:' -> 'if False:'",
+        "30cbd533": "judge_patch [drop] 'if c.with_.passes and (not now.with_.passes):' -> 'if False:'"}
+
+
+def _tool(*args, timeout=600):
+    return subprocess.run([sys.executable, str(TOOL), *args], capture_output=True, text=True, timeout=timeout,
+                          cwd=REPO_ROOT)
+
+
+def test_the_mutants_cover_the_three_files_and_name_the_two_that_must_die():
+    r = _tool("--list")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()[1:]
+    files = {ln.split()[1].split(":")[0] for ln in lines}
+    assert files == {"lucepatch/upstream/retire.py", "lucepatch/upstream/behaviour.py", "lucepatch/verify/verdict.py"}
+    ops = {ln.split("[")[1].split("]")[0] for ln in lines}
+    assert ops == {"compare", "boolop", "drop", "not", "bool", "return"}
+    for mid, what in MUST.items():
+        assert any(ln.startswith(mid + " ") and ln.endswith(what) for ln in lines), mid
+    # ids are stable: the same list twice
+    assert _tool("--list").stdout == r.stdout
+
+
+def test_the_two_mutants_that_must_die_are_killed(tmp_path):
+    out = tmp_path / "m.json"
+    r = _tool(*[a for m in MUST for a in ("--only", m, "--must-kill", m)], "--json", str(out))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    assert doc["ran"] == 2 and doc["killed"] == 2 and doc["kill_rate"] == 1.0
+    assert {m["id"]: m["result"] for m in doc["mutants"]} == {m: "killed" for m in MUST}
+
+
+def test_an_unknown_mutant_is_an_error():
+    r = _tool("--only", "00000000", "--list")
+    assert r.returncode == 1 and "no mutant 00000000" in r.stderr
