@@ -638,3 +638,226 @@ def test_the_state_of_a_probe():
     assert _state([_rec(P_), _rec(INVALID)])[0] == B_INVALID
     st, t = _state([_rec(P_), _rec(FAIL)])
     assert t["runs"] == 2 and t["failures"] == 1
+
+
+# ---- what the mutation run (tools/mutate.py) showed untested -----------------------------------
+
+
+def test_a_patch_judged_by_leave_one_out_alone_and_at_the_pin():
+    """No add-one pair (its text needs the whole series) and base == REF (the pin): only the pairs
+    there are compared, each once, and no bisect is suggested between a commit and itself."""
+    lab = lab_of({("s-p", "s"): [(CRASH, 10)], ("s", "s"): [(PASS, 10)]})
+    c = rt.Context("a" * 40, "aaaaaaaaaaaa", [], leave_one_out={"p": (B("s-p"), B("s"))})
+    v = rt.judge_patch(lab, P, ["r:s"], c, c, [], rt.make_blame(lab, c.commit, c.commit))
+    assert v.status == rt.STILL_NEEDED and v.reason.startswith("leave-one-out at aaaaaaaaaaaa")
+    assert [(d["at"], d["pair"]) for d in v.details] == [("ref", "leave-one-out")]
+    lab = lab_of({("s-p", "s"): [(PASS, 10)], ("s", "s"): [(PASS, 10)]}, failing_controls={"s"})
+    v = rt.judge_patch(lab, P, ["r:s"], c, c, [], rt.make_blame(lab, c.commit, c.commit))
+    assert v.status == rt.INCONCLUSIVE and "first bad commit" not in v.reason
+    assert "the control fails on s and passes on s-p: the reproducer's assumptions" in v.reason
+
+
+def test_blame_names_exactly_where_the_control_fails_and_passes():
+    same = ([(PASS, 10)], [(PASS, 10)])
+    v = judged(same, same, FIXED_AT_BASE, FIXED_AT_BASE, failing_controls={"ref-bare+p"})
+    assert ("the control fails on ref-bare+p and passes on base-bare, base-bare+p, base-series …: the reproducer's "
+            "assumptions do not hold on the failing build(s)") in v.reason
+    v = judged(same, same, FIXED_AT_BASE, FIXED_AT_BASE, failing_controls={
+        "ref-bare+p", "ref-bare", "ref-series", "ref-series-p", "base-bare", "base-series"})
+    assert "the control fails on base-bare, base-series, ref-bare, ref-bare+p, ref-series, ref-series-p and passes " \
+           "on base-bare+p, base-series-p: the reproducer" in v.reason
+    v = judged(same, same, FIXED_AT_BASE, FIXED_AT_BASE, failing_controls={
+        "ref-bare+p", "ref-bare", "ref-series", "ref-series-p", "base-bare", "base-series", "base-bare+p",
+        "base-series-p"})
+    assert "passes on" not in v.reason and "assumptions" not in v.reason
+    # an unbuilt build has no control result to pass: never listed as passing
+    lab, ref, base = world(same, same, FIXED_AT_BASE, FIXED_AT_BASE, failing_controls={"ref-bare+p"})
+    lab.builds[("gone",)] = SimpleNamespace(name="gone", variant=None, key=None)
+    lab.results[("unbuilt:gone", "r:control")] = _ob("gone", "r:control", [(PASS, 10)])
+    v = rt.judge_patch(lab, P, ["r:s"], ref, base, [], rt.make_blame(lab, base.commit, ref.commit))
+    assert "gone" not in v.reason
+    # a comparison that is not about a control is reported as it is
+    v = judged(([(CRASH, 5), (PASS, 5)], [(PASS, 10)]), same, FIXED_AT_BASE, FIXED_AT_BASE)
+    assert v.reason == "add-one at aaaaaaaaaaaa: r:s: ref-bare: mixed: 5x crash (SIGSEGV), 5x pass"
+
+
+def test_changing_one_failure_into_another_at_ref_keeps_it_needed():
+    same = ([(PASS, 10)], [(PASS, 10)])
+    v = judged(([(ERR, 10)], [(CRASH, 10)]), same, FIXED_AT_BASE, FIXED_AT_BASE)
+    assert v.status == rt.STILL_NEEDED and "clean error: cuMemAlloc" in v.reason
+
+
+def test_the_bug_back_is_found_on_the_pair_and_scenario_that_showed_the_fix():
+    """The base showed the fix on leave-one-out of s2 only: REF's answer is read from that very pair
+    and scenario (where it fails on both sides), not from another that passes."""
+    names = {"ref-bare": {"s1": PASS, "s2": PASS}, "ref-bare+p": {"s1": PASS, "s2": PASS},
+             "ref-series-p": {"s1": PASS, "s2": CRASH}, "ref-series": {"s1": PASS, "s2": CRASH},
+             "base-bare": {"s1": PASS, "s2": PASS}, "base-bare+p": {"s1": PASS, "s2": PASS},
+             "base-series-p": {"s1": PASS, "s2": CRASH}, "base-series": {"s1": PASS, "s2": PASS}}
+    lab = lab_of({(b, s): [(sig, 10)] for b, per in names.items() for s, sig in per.items()})
+    b = {n: B(n) for n in names}
+    ref = cx("a", add=(b["ref-bare"], b["ref-bare+p"]), loo=(b["ref-series-p"], b["ref-series"]))
+    base = cx("b", add=(b["base-bare"], b["base-bare+p"]), loo=(b["base-series-p"], b["base-series"]))
+    v = rt.judge_patch(lab, P, ["r:s1", "r:s2"], ref, base, [], rt.make_blame(lab, base.commit, ref.commit))
+    assert v.status == rt.NO_LONGER_EFFECTIVE and v.scenario == "r:s2"
+
+
+def test_a_conflicting_patch_counts_only_what_it_fixed_at_the_base_once():
+    # at the base the patch turned one failure into another: not a fix
+    v = conflict([(PASS, 10)], [(PASS, 10)], base=([(ERR, 10)], [(CRASH, 10)]))
+    assert v.status == rt.CONFLICT and v.reason.endswith("no scenario distinguished it at the base")
+    # both base pairs show the fix: the scenario is judged once
+    lab = lab_of({("bb", "s"): [(CRASH, 10)], ("bb+p", "s"): [(PASS, 10)], ("bs-p", "s"): [(CRASH, 10)],
+                  ("bs", "s"): [(PASS, 10)], ("ref-bare", "s"): [(CRASH, 10)], ("ref-series", "s"): [(CRASH, 10)]})
+    ref = cx("a", full=B("ref-series", ["q"]), bare=B("ref-bare"), conflicts=["p"])
+    basecx = cx("b", add=(B("bb"), B("bb+p")), loo=(B("bs-p"), B("bs")))
+    v = rt.judge_conflict(lab, P, ["r:s"], ref, basecx, rt.make_blame(lab, basecx.commit, ref.commit))
+    assert v.status == rt.STILL_NEEDED and v.reason.count("r:s") == 1
+    assert [(d["at"], d["pair"]) for d in v.details] == [("base", "add-one"), ("base", "leave-one-out"),
+                                                        ("ref", "bare"), ("ref", "series")]
+
+
+def test_a_pass_on_ref_plus_series_counts_only_with_its_control_passing():
+    lab = lab_of({("base-bare", "s"): [(CRASH, 10)], ("base-bare+p", "s"): [(PASS, 10)],
+                  ("ref-bare", "s"): [(CRASH, 10)], ("ref-series", "s"): [(PASS, 10)]}, failing_controls={"ref-series"})
+    ref = cx("a", full=B("ref-series", ["q"]), bare=B("ref-bare"), conflicts=["p"])
+    basecx = cx("b", add=(B("base-bare"), B("base-bare+p")))
+    v = rt.judge_conflict(lab, P, ["r:s"], ref, basecx, rt.make_blame(lab, basecx.commit, ref.commit), Cov({}))
+    assert v.status == rt.STILL_NEEDED
+
+
+def test_many_scenarios_still_failing_are_counted_not_listed():
+    scen = [f"s{i}" for i in range(7)]
+    table = {}
+    for s in scen:
+        table.update({("base-bare", s): [(CRASH, 10)], ("base-bare+p", s): [(PASS, 10)],
+                      ("ref-bare", s): [(CRASH, 10)], ("ref-series", s): [(CRASH, 10)]})
+    lab = lab_of(table)
+    ref = cx("a", full=B("ref-series", ["q"]), bare=B("ref-bare"), conflicts=["p"])
+    basecx = cx("b", add=(B("base-bare"), B("base-bare+p")))
+    v = rt.judge_conflict(lab, P, [f"r:{s}" for s in scen], ref, basecx, rt.make_blame(lab, basecx.commit, ref.commit))
+    assert v.status == rt.STILL_NEEDED
+    assert "; r:s1: crash (SIGSEGV) (10/10); r:s2: crash (SIGSEGV) (10/10); r:s3: crash (SIGSEGV) (10/10); +3 more" \
+        in v.reason and "r:s4" not in v.reason
+    v = rt.judge_conflict(lab, P, [f"r:{s}" for s in scen[:4]], ref, basecx, rt.make_blame(lab, basecx.commit, ref.commit))
+    assert "more" not in v.reason and "r:s3: crash" in v.reason
+
+
+def test_the_joint_check_leaves_non_candidates_and_conflicting_patches_alone():
+    built = []
+
+    class Lab2(JointLab):
+        def build(self, name, commit, patches):
+            built.append(tuple(patches))
+            return B(name, patches)
+
+    full = B("ref+series", ("a", "x", "y"))
+    c = rt.Context("c" * 40, "cccccccccccc", ["z"], full=full)
+    rows = [{"name": n, "status": rt.RETIRE_CANDIDATE if n in "xy" else rt.STILL_NEEDED, "reason": f"{n}'s", "needed": ""}
+            for n in ("a", "x", "y", "z")]
+    rt._joint(Lab2(), SimpleNamespace(order=["a", "x", "y", "z"]), c, rows,
+              {"r": SimpleNamespace(checked=[SimpleNamespace(name="s")])})
+    assert all("z" not in b for b in built)  # z does not apply at REF: never in a build there
+    assert rows[0] == {"name": "a", "status": rt.STILL_NEEDED, "reason": "a's", "needed": ""}
+    assert rows[3] == {"name": "z", "status": rt.STILL_NEEDED, "reason": "z's", "needed": ""}
+    assert rows[2]["reason"] == ("joint check at cccccccccccc: removing it with x changes r:s (crash (SIGSEGV) -> "
+                                 "pass) although alone it changes nothing there; no coverage map to attribute it")
+
+
+def test_the_joint_check_keeps_the_whole_set_when_removing_it_whole_is_fine():
+    """Removing x and y together (not all three) changes r:s; removing all three does not: the set
+    that was measured whole is kept whole (the greedy search would have split it)."""
+    class Odd(JointLab):
+        def compare(self, without, with_, s):
+            gone = {"x", "y", "w"} - set(without.patches)
+            kind = DIFFERENT if gone == {"x", "y"} else IDENTICAL
+            return Comparison(kind, s, _ob("a", s, [(PASS, 10)]), _ob("b", s, [(PASS, 10)]), "")
+    c = rt.Context("c" * 40, "cccccccccccc", [], full=B("ref+series", ("x", "y", "w")))
+    rows = [{"name": n, "status": rt.RETIRE_CANDIDATE, "reason": "", "needed": ""} for n in ("x", "y", "w")]
+    rt._joint(Odd(), SimpleNamespace(order=["x", "y", "w"]), c, rows,
+              {"r": SimpleNamespace(checked=[SimpleNamespace(name="s")])})
+    assert [r["status"] for r in rows] == [rt.RETIRE_CANDIDATE] * 3
+
+
+def test_the_sweep_counts_one_failure_turned_into_another_as_needed_and_adds_nothing_without_points():
+    err10 = [(ERR, 10)]
+    row, _ = _sweep({"r:s@part=100": (DIFFERENT, err10, CRASH10), "r:s@part=50": (IDENTICAL, PASS10, PASS10)})
+    assert row["status"] == rt.STILL_NEEDED
+    s = Scenario("s")  # no parameters, no points
+    c = cx("a", add=(B("ref-bare"), B("ref-bare+p")))
+    row = {"name": "p", "status": rt.RETIRE_CANDIDATE, "judged": ["r:s"], "reason": "identical", "needed": ""}
+    rt._sweep(SweepLab({}), c, [row], {"r": SimpleNamespace(scenario=lambda name: s)})
+    assert row["reason"] == "identical" and row["sweep"] == [] and row["status"] == rt.RETIRE_CANDIDATE
+
+
+def test_decide_leaves_a_still_needed_reason_alone_without_a_code_signal():
+    row = {"status": rt.STILL_NEEDED, "reason": "add-one", "code_signal": None}
+    rt._decide(row)
+    assert row == {"status": rt.STILL_NEEDED, "reason": "add-one", "code_signal": None, "needed": "still-needed"}
+
+
+def test_the_table_of_a_real_driver_report_and_the_scenario_that_decided():
+    doc = _doc([_r("a", rt.STILL_NEEDED, scenario="r:s")])
+    doc.update(simulated=False, driver={"kind": "real"})
+    title, _, rows = rt.format_retire_table(doc)
+    assert title.endswith("— driver real, 10 runs per side") and rows[0][2] == "r:s"
+
+
+def test_review_lines_skip_a_candidate_without_review_material():
+    assert rt.review_lines(_doc([_r("a", rt.RETIRE_CANDIDATE)])) == []
+
+
+def test_the_largest_unchanged_set_of_reproducers_wins(tmp_path):
+    t = _target(tmp_path)
+    r2 = tmp_path / "ws" / "reproducers" / "r2"
+    r2.mkdir()
+    (r2 / "r.c").write_text("int main(void) { return 0; }\n")
+    toml = (tmp_path / "ws" / "reproducers" / "r" / "reproducer.toml").read_text()
+    cache, commit = tmp_path / "cache", "c" * 40
+    # the file of the larger report must sort first, so that "the last one read" would be the smaller
+    for i in range(200):
+        (r2 / "reproducer.toml").write_text(toml + f"# {i}\n")
+        hashes = {r.name: r.hash for r in rt.target_reproducers(t)}
+        big = [{"name": "r", "hash": hashes["r"]}, {"name": "r2", "hash": hashes["r2"]}]
+        small = [{"name": "r", "hash": hashes["r"]}]
+        if rt._reproducers_key(big) < rt._reproducers_key(small):
+            break
+    for used in (big, small):
+        rt.save_report({**_doc([_r("a", rt.STILL_NEEDED)]), "reproducers": used}, t, cache)
+    assert rt.load_saved(t, commit, cache)["reproducers"] == big
+
+
+def test_the_rebase_judge_resolves_the_ref_and_says_which_driver_decided(tmp_path, monkeypatch):
+    t = _target(tmp_path)
+    h = rt.target_reproducers(t)[0].hash
+    commit = "c" * 40
+    monkeypatch.setattr(rt.git, "try_resolve", lambda source, ref: commit if ref in ("HEAD", commit) else None)
+    for kind, want in (("real", "real"), ("fake", "fake"), ("mixed", None)):
+        doc = _doc([_r("a", rt.STILL_NEEDED), _r("b", rt.INCONCLUSIVE)])
+        doc.update(reproducers=[{"name": "r", "hash": h}], driver={"kind": kind})
+        cache = tmp_path / f"cache-{kind}"
+        rt.save_report(doc, t, cache)
+        j = rt.judge(t, tmp_path, "HEAD", t.patches, cache=cache)  # HEAD: resolved to the commit
+        assert j["a"].needed == "still-needed" and j["a"].driver == want
+        assert j["b"].needed == "inconclusive"
+
+
+def test_lab_keys_builds_by_their_build_key_and_measures_what_it_lacks():
+    lab = Lab.__new__(Lab)
+    built = SimpleNamespace(name="x", variant=SimpleNamespace(provenance={"build_key": "k1"}), key="k1")
+    unbuilt = SimpleNamespace(name="y", variant=None, key=None)
+    assert lab._id(built) == "k1" and lab._id(unbuilt) == "unbuilt:y"
+    lab.results = {}
+
+    def measure(builds, scenarios):
+        for b in builds:
+            for s in scenarios:
+                lab.results[(lab._id(b), s)] = _ob(b.name, s, [(PASS, 10)])
+    lab.measure = measure
+    assert lab.on(built, "r:s").state == B_PASS and ("k1", "r:s") in lab.results
+
+
+def test_one_skipped_side_is_named_as_that_side():
+    lab = lab_of({("w", "s"): _ob("w", "r:s", [], skipped=10, extra=10, why="2 GPUs"), ("x", "s"): [(PASS, 10)]})
+    c = lab.compare(B("w"), B("x"), "r:s")
+    assert c.kind == INCONCLUSIVE and c.why == "w: skipped (2 GPUs)"

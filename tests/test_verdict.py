@@ -139,3 +139,117 @@ def test_a_control_settled_on_one_build_never_claims_it_passed_on_the_other():
     assert "it passes on the patched build (2/2 runs)" in some.reason
     other_way = scenario_verdict("r:control", True, {"baseline": [], "patched": _recs(["fail"])}, True)
     assert "the baseline build never ran it" in other_way.reason
+
+
+# ---- judge(), case by case (what tools/mutate.py showed the tests above leave open) -------------
+
+from lucepatch.verify.verdict import judge, not_applicable, tally  # noqa: E402
+
+
+def T(passed=0, failures=0, invalid=0, skipped=0, first_error=""):
+    n = passed + failures + invalid + skipped
+    return Tally(runs=n, passed=passed, failures=failures, invalid=invalid, skipped=skipped, first_error=first_error)
+
+
+CANNOT = "cannot load: /x/libvgpu.so: version `GLIBC_2.38' not found"
+
+
+@pytest.mark.parametrize("base,pat,kw,verdict,reason", [
+    (T(skipped=5), T(skipped=5), {}, "skipped", "not run on this machine"),
+    (T(skipped=5), T(skipped=5), {"control": True}, "skipped", "not run on this machine"),
+    (T(skipped=2, failures=3), T(passed=5), {}, "invalid",
+     "2 run(s) skipped and the others did not: the machine changed under the runs"),
+    (T(passed=5), T(passed=5), {"control": True}, "pass", ""),
+    (T(invalid=1, passed=4, first_error=CANNOT), T(passed=5), {"control": True}, "invalid",
+     f"{CANNOT} — the baseline build"),
+    (T(failures=1, passed=4, first_error="SIGSEGV in oom_check"), T(passed=5), {"control": True}, "invalid",
+     "control failed on the baseline build only (baseline 1 failed, 0 invalid of 5 (first error: SIGSEGV in "
+     "oom_check); it passes on the patched build (5/5 runs)): the reproducer's assumptions do not hold on that build"),
+    (T(failures=5), T(passed=5), {"control": True}, "invalid",
+     "control failed on the baseline build only (baseline 5 failed, 0 invalid of 5; it passes on the patched build "
+     "(5/5 runs)): the reproducer's assumptions do not hold on that build"),
+    (T(failures=5), T(invalid=1, passed=4), {}, "invalid", "some runs could not prove what they loaded"),
+    (T(failures=5), T(invalid=1, passed=4, first_error=CANNOT), {}, "invalid", f"{CANNOT} — the patched build"),
+    (T(invalid=1, failures=4), T(passed=5), {}, "invalid", "some runs could not prove what they loaded"),
+    (T(failures=5), T(passed=5), {"control_ok": False}, "invalid", "a control scenario failed"),
+    (T(passed=5), T(failures=5), {}, "regression", "the patched build fails where the baseline passes"),
+    (T(failures=5), T(failures=1, passed=4), {}, "not-proven", "the patched build still fails"),
+    (T(passed=5), T(passed=5), {"guard": True}, "guarded",
+     "regression guard: both variants pass 5+5 runs (already right at the baseline; proves no fix, guards against a "
+     "regression; patched 0/5 ⇒ failure rate < 0.61 at 99 %)"),
+    (T(passed=5), T(passed=5), {}, "not-proven", "baseline failures not significant (p=1 >= 0.01)"),
+    (T(failures=5), T(passed=5), {"guard": True}, "proven",
+     "baseline failed 5/5, patched 0/5, p=0.00397; patched 0/5 ⇒ failure rate < 0.61 at 99 %"),
+])
+def test_judge_case_by_case(base, pat, kw, verdict, reason):
+    args = {"control": False, "control_ok": True, **kw}
+    v, why, p = judge(base, pat, **args)
+    assert (v, why) == (verdict, reason)
+    assert (p is None) == (verdict in ("skipped", "pass") or args["control"] or "skipped" in why)
+
+
+def test_tally_counts_and_the_first_error():
+    class R:
+        def __init__(self, outcome, first_error="", reason=""):
+            self.outcome, self.first_error, self.reason = outcome, first_error, reason
+
+        @property
+        def failed(self):
+            return self.outcome in ("fail", "fail-log", "crash", "timeout")
+
+    t = tally([R("pass"), R("crash", "", "SIGSEGV at 0x0"), R("fail", "check x: got 2"), R("invalid", "", "no marker")])
+    assert (t.runs, t.passed, t.failures, t.invalid, t.skipped) == (4, 1, 2, 1, 0)
+    assert t.failure_rate == 0.5 and t.outcomes == {"crash": 1, "fail": 1, "invalid": 1, "pass": 1}
+    assert t.first_error == "SIGSEGV at 0x0"  # a failed run's first error, else its reason
+    assert tally([R("pass"), R("fail", "check x: got 2")]).first_error == "check x: got 2"
+    # no failed run: the loader's refusal of an invalid run is the first error; another invalid reason is not
+    assert tally([R("invalid", "", CANNOT), R("pass")]).first_error == CANNOT
+    assert tally([R("invalid", "", "no marker"), R("pass", "", CANNOT)]).first_error == ""
+    assert tally([R("pass", "", CANNOT)]).first_error == ""
+    assert tally([R("invalid", "", None)]).first_error == ""
+    assert tally([]).failure_rate is None and tally([]).runs == 0
+
+
+def test_scenario_verdict_names_why_it_was_skipped_and_bounds_only_proofs():
+    class R:
+        def __init__(self, outcome, reason=""):
+            self.outcome, self.first_error, self.reason = outcome, "", reason
+
+        @property
+        def failed(self):
+            return self.outcome == "crash"
+
+    sk = scenario_verdict("r:s", False, {"baseline": [R("skipped", "needs 2 GPUs")], "patched": [R("skipped", "x")]}, True)
+    assert sk.verdict == "skipped" and sk.reason == "not run on this machine: needs 2 GPUs" and sk.theta is None
+    ok = scenario_verdict("r:s", False, {"baseline": [R("crash")] * 5, "patched": [R("pass")] * 5}, True)
+    assert ok.theta == 0.6019 and "skipped" not in ok.reason
+    guard = scenario_verdict("r:s", False, {"baseline": [R("pass")] * 5, "patched": [R("pass")] * 5}, True, guard=True)
+    assert guard.verdict == "guarded" and guard.theta == 0.6019 and guard.regression_guard is True
+    bad = scenario_verdict("r:s", False, {"baseline": [R("crash")] * 5, "patched": [R("crash")] * 5}, True)
+    assert bad.theta is None and bad.reason == "the patched build still fails"
+
+
+def test_overall_on_the_edges():
+    P_ = {"control": False, "verdict": "proven"}
+    G = {"control": False, "verdict": "guarded"}
+    assert overall([]) == "not-proven" and overall([{"control": False, "verdict": "skipped"}]) == "not-proven"
+    assert overall([G]) == "not-proven"  # only guards: nothing proven
+    assert overall([G, P_]) == "proven"
+    assert overall([{"control": True, "verdict": "skipped"}, P_]) == "proven"
+    assert overall([{"control": True, "verdict": "invalid"}, P_]) == "invalid"
+    assert overall([P_, {"control": False, "verdict": "not-applicable"}]) == "proven"
+
+
+def test_not_applicable_is_never_a_pass():
+    r = not_applicable("r:s", False, "the line does not account it", "target.toml [not_applicable]")
+    assert r.verdict == "not-applicable" and r.regression_guard is False and r.control is False
+    assert r.reason == "not applicable at this base (target.toml [not_applicable]): the line does not account it"
+    assert r.baseline.runs == 0 and r.patched.runs == 0
+    assert overall([r]) == "not-proven"
+
+
+def test_a_scenario_the_rule_stopped_before_any_run_is_not_skipped():
+    """Under the sequential rule a failed control stops its reproducer's other scenarios before
+    they run: no run at all is no evidence of "cannot run here" — the verdict is invalid."""
+    v, why, _ = judge(T(), T(), control=False, control_ok=False)
+    assert (v, why) == ("invalid", "a control scenario failed")

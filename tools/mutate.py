@@ -15,8 +15,9 @@ lucepatch/upstream/behaviour.py and lucepatch/verify/verdict.py it makes one mut
 
 and runs the tests that judge that file (FILES below: fast ones, seconds per mutant) against each
 mutant in a private copy of the repository. A mutant the tests fail on (or time out on) is killed;
-one they pass on survived. The kill rate is printed, with every survivor: either the mutant is
-equivalent (tools/mutants-equivalent.txt says why, by its id) or a test is missing.
+one they pass on survived. The kill rate is printed — killed / (run − the equivalent survivors) — with
+every survivor: either the mutant is equivalent (tools/mutants-equivalent.txt says why, by its id)
+or a test is missing.
 
 Orchestration (building, running, the coverage build, bisecting: retire_report, Judge, Lab.build/
 measure, measure_behaviour, ...) is out of scope here: the fixture tests exercise it and take minutes
@@ -349,14 +350,19 @@ def main(argv: list[str] | None = None) -> int:
     survivors = [m for m in ran if m.result == "survived"]
     for m in survivors:
         m.why = eq.get(m.id, "")
-    rate = len(killed) / len(ran) if ran else 0.0
-    print(f"\nmutate: {len(killed)}/{len(ran)} killed ({100 * rate:.1f} %), {len(survivors)} survived, "
+    raw = len(killed) / len(ran) if ran else 0.0
+    equivalent = [m for m in survivors if m.why]
+    judged = len(ran) - len(equivalent)  # an equivalent mutant cannot be killed: not counted against the tests
+    rate = len(killed) / judged if judged else 1.0
+    print(f"\nmutate: {len(killed)}/{len(ran)} killed ({100 * raw:.1f} %), {len(survivors)} survived "
+          f"({len(equivalent)} equivalent: kill rate {100 * rate:.1f} % of the {judged} that can be killed), "
           f"{len(done) - len(ran)} not run (budget); {time.monotonic() - t0:.0f} s")
     for m in survivors:
         print(f"  survived {m.id} {m.file}:{m.line} {m.function} [{m.op}] {m.before!r} -> {m.after!r}"
               f" — {m.why or 'NOT EXPLAINED: a test is missing, or add it to tools/mutants-equivalent.txt with why'}")
     if a.json:
-        Path(a.json).write_text(json.dumps({"kill_rate": rate, "ran": len(ran), "killed": len(killed),
+        Path(a.json).write_text(json.dumps({"kill_rate": rate, "raw_kill_rate": raw, "ran": len(ran),
+                                            "killed": len(killed), "equivalent": len(equivalent),
                                             "mutants": [asdict(m) for m in done]}, indent=1) + "\n")
     bad = [m for m in survivors if m.id in a.must_kill]
     for m in bad:

@@ -605,9 +605,8 @@ def _joint(lab: Lab, judge: Judge, cx: Context, rows: list[dict], repros: dict, 
     scen = [f"{n}:{s.name}" for n, r in repros.items() for s in r.checked]
     applicable = [n for n in judge.order if n not in cx.conflicts]
 
-    def same(removed: list[str]) -> Comparison | None:
-        b = cx.full if not removed else lab.build(f"{cx.label}+series-{_short(removed)}", cx.commit,
-                                                  [n for n in applicable if n not in removed])
+    def same(removed: list[str]) -> Comparison | None:  # `removed` is never empty
+        b = lab.build(f"{cx.label}+series-{_short(removed)}", cx.commit, [n for n in applicable if n not in removed])
         for s in scen:
             c = lab.compare(b, cx.full, s)
             if c.kind != IDENTICAL:
@@ -616,21 +615,25 @@ def _joint(lab: Lab, judge: Judge, cx: Context, rows: list[dict], repros: dict, 
 
     bad = same(cands)
     keep: list[str] = []
+    rejected: dict[str, tuple[list[str], Comparison]] = {}  # candidate -> (removed with, what changed)
     if bad is None:
         keep = cands
     else:
         hit = (cov.executed_by(bad.scenario) if cov is not None else None) or []
         # blame by coverage: the patches the failing scenario's code path ran are tried last
         for c in [c for c in cands if c not in hit] + [c for c in cands if c in hit]:
-            if same(keep + [c]) is None:
+            changed = same(keep + [c])
+            if changed is None:
                 keep.append(c)
+            else:
+                rejected[c] = (list(keep), changed)
     for r in rows:
-        if r["name"] in cands and r["name"] not in keep:
-            c = same(keep + [r["name"]])
-            r.update(status=STILL_NEEDED, needed=NEEDED[STILL_NEEDED], scenario=c.scenario if c else None,
-                     reason=f"joint check at {cx.label}: removing it with {', '.join(keep) or 'nothing else'} changes "
-                            f"{c.scenario if c else '?'} ({c.why if c else 'unmeasured'}) although alone it changes "
-                            f"nothing there; {_attribute(cov, c.scenario, [r['name']]) if c else ''}")
+        if r["name"] in rejected:
+            with_, c = rejected[r["name"]]
+            r.update(status=STILL_NEEDED, needed=NEEDED[STILL_NEEDED], scenario=c.scenario,
+                     reason=f"joint check at {cx.label}: removing it with {', '.join(with_) or 'nothing else'} changes "
+                            f"{c.scenario} ({c.why}) although alone it changes nothing there; "
+                            f"{_attribute(cov, c.scenario, [r['name']])}")
         elif r["name"] in keep:
             r["reason"] += f"; joint check: {cx.label}+series without {', '.join(keep)} behaves as the whole series " \
                            f"on all {len(scen)} scenario(s)"
