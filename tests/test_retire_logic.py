@@ -861,3 +861,27 @@ def test_one_skipped_side_is_named_as_that_side():
     lab = lab_of({("w", "s"): _ob("w", "r:s", [], skipped=10, extra=10, why="2 GPUs"), ("x", "s"): [(PASS, 10)]})
     c = lab.compare(B("w"), B("x"), "r:s")
     assert c.kind == INCONCLUSIVE and c.why == "w: skipped (2 GPUs)"
+
+
+def test_the_coverage_map_says_whose_hunks_a_scenario_ran_and_skipped_scenarios_reach_nothing():
+    from lucepatch.upstream.coverage import CoverageMap, Hunk, format_coverage_map
+
+    hunks = {"x": [Hunk("x", 0, "src/a.c", 10, [11], [10, 11]), Hunk("x", 1, "src/a.c", 40, [41], [40, 41])],
+             "y": [Hunk("y", 0, "src/b.c", 5, [6], [5, 6])]}
+    scen = {"r:ran-x": {"complete": True, "outcome": "pass", "why": "", "hunks": ["x#1"], "lines": ["x#1:41"]},
+            "r:ran-both": {"complete": True, "outcome": "pass", "why": "", "hunks": ["y#0", "x#0"], "lines": []},
+            "r:crashed": {"complete": False, "outcome": "crash", "why": "no coverage written", "hunks": [], "lines": []},
+            "w:needs-gpu": {"complete": False, "skipped": True, "outcome": "skipped", "why": "needs the real CUDA driver",
+                            "hunks": [], "lines": []}}
+    m = CoverageMap("c" * 40, {"name": "cov"}, hunks, scen, {"x#0": [11], "x#1": [41], "y#0": [6]})
+    assert m.executed_by("r:ran-x") == ["x"] and m.executed_by("r:ran-both") == ["y", "x"]
+    assert m.executed_by("r:crashed") is None and m.executed_by("w:needs-gpu") is None
+    assert m.executed_by("r:unknown") is None
+    # a crashed run reaches every patch (conservatively); a skipped one reaches nothing
+    assert m.reaching("x") == ["r:ran-x", "r:ran-both", "r:crashed"]
+    assert m.reaching("y") == ["r:ran-both", "r:crashed"]
+    assert m.incomplete == ["r:crashed"] and m.skipped == ["w:needs-gpu"]
+    assert m.unreached("x") == ["src/a.c:11"] and m.unreached("y") == ["src/b.c:6"]
+    rows = format_coverage_map(m)[2]
+    assert ["(skipped)", "", "w:needs-gpu", "needs the real CUDA driver"] in rows
+    assert ["(incomplete)", "", "r:crashed", "no coverage written"] in rows

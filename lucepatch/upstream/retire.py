@@ -70,6 +70,7 @@ from lucepatch.engine.apply import WorkArea, apply_series
 from lucepatch.errors import UsageError
 from lucepatch.series import Patch
 from lucepatch.target import Target
+from lucepatch.upstream import review
 from lucepatch.upstream.behaviour import (B_FAIL, B_MIXED, B_PASS, B_SKIPPED, DIFFERENT, IDENTICAL,  # noqa: F401
                                           INCONCLUSIVE as C_INCONCLUSIVE, Behaviour, Comparison, Lab,
                                           describe_signature, measure_behaviour, resolve_driver)
@@ -561,8 +562,6 @@ def retire_report(target: Target, source: Path | str, ref: str, cache: Path, dri
         _name_upstream_commits(target, source, base, commit, cache, drv, n, rows, repros)
     for r in rows:
         if r["status"] == RETIRE_CANDIDATE:
-            from lucepatch.upstream import review
-
             r["review"] = review.material(source, commit, _patch(target, r["name"]), r["scenarios"], r.get("sweep"))
     still = []
     for rname, r in repros.items():
