@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -405,7 +404,7 @@ def test_the_table_names_candidates_as_needing_review_and_shows_code_signals():
     doc = _doc([_r("a", rt.RETIRE_CANDIDATE), _r("b", rt.SUPERSEDED, CODE), _r("c", rt.STILL_NEEDED, CODE),
                 _r("d", rt.CONFLICT, applies=False)])
     doc["still_failing"] = [{"scenario": "r:s", "behaviour": "crash", "build": "x"}]
-    title, cols, rows = rt.format_retire_table(doc)
+    title, _, rows = rt.format_retire_table(doc)
     assert title.startswith("retire check of t at main (cccccccccccc, base bbbbbbbbbbbb) — driver fake (simulated)")
     assert [r[1] for r in rows] == ["retire-candidate (needs review)", "superseded", "still-needed",
                                     "conflict (does not apply)", "still failing"]
@@ -636,7 +635,7 @@ def test_the_state_of_a_probe():
     assert _state([_rec(SKIPPED)] * 2)[0] == B_SKIPPED
     assert _state([_rec(P_), _rec(SKIPPED)])[0] == B_INVALID
     assert _state([_rec(P_), _rec(INVALID)])[0] == B_INVALID
-    st, t = _state([_rec(P_), _rec(FAIL)])
+    _, t = _state([_rec(P_), _rec(FAIL)])
     assert t["runs"] == 2 and t["failures"] == 1
 
 

@@ -191,8 +191,9 @@ def mutants_of(rel: str) -> list[tuple[Mutant, object]]:
             key = (rel, fn, op, before, after)
             seen[key] = seen.get(key, 0) + 1
             mid = hashlib.sha1(repr((*key, seen[key])).encode()).hexdigest()[:8]
+            at = pos[id(node)]
             out.append((Mutant(mid, rel, fn, _line(node), op, before, after),
-                        lambda i=pos[id(node)], change=change: _apply(tree, i, change)))
+                        lambda i=at, change=change: _apply(tree, i, change)))
     return out
 
 
