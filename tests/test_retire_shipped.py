@@ -31,8 +31,7 @@ PIN = "8f3a89c67b037d8fdfe6c4cd4d8c4f0cd6504811"
 SELECTED = ["async-sched", "ctypes-meminfo", "ggml-client"]
 WORKLOADS = {"ctypes-clients", "ctypes-meminfo", "torch-clients", "ggml-client", "ggml-vmm-pool"}
 
-pytestmark = [pytest.mark.skipif(not SRC, reason="no-upstream: set LUCEPATCH_SRC_HAMI_CORE to a HAMi-core checkout "
-                                                 "(git clone ../shared/upstream/hami-core.bundle .upstream/hami-core)"),
+pytestmark = [pytest.mark.skipif(not SRC, reason="no-upstream: set LUCEPATCH_SRC_HAMI_CORE to a HAMi-core checkout"),
               pytest.mark.needs("gcc", "cmake", "/usr/local/cuda/include/cuda.h")]
 
 
