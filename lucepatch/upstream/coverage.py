@@ -39,7 +39,8 @@ from lucepatch import git, report
 from lucepatch.engine.apply import WorkArea, apply_series
 from lucepatch.errors import EnvironmentMissing
 from lucepatch.verify.runner import CRASH, SKIPPED, TIMEOUT, compile_reproducer, run_once
-from lucepatch.verify.session import workload_requirements
+from lucepatch.verify import bindshim
+from lucepatch.verify.session import requirements
 from lucepatch.verify.workload import build_program, build_reporter
 
 VERSION = 2
@@ -284,10 +285,12 @@ def coverage_map(lab, ref: str, patches: list[str]) -> CoverageMap:
     code: dict[str, list[int]] = {}
     report.progress(f"coverage map: every scenario once on {b.name}")
     # workloads run as verify runs them (their command, their [build], the preloaded reporter) or
-    # are skipped with the reason their requirements give: never compiled as C
+    # are skipped with the reason their requirements give (so is a scenario needing more GPUs than
+    # the driver has): never compiled as C; C reproducers with the bind shim verify gives them
     selected = [(r, s) for r in lab.repros.values() for s in r.scenarios]
-    unmet = workload_requirements(selected, lab.driver)
+    unmet = requirements(selected, lab.driver)
     reporter = build_reporter(cache) if any(r.is_workload for r in lab.repros.values()) else None
+    shim, _ = bindshim.for_library(cache, b.variant.lib)  # as verify runs the C reproducers (LD_BIND_NOW=1)
     with tempfile.TemporaryDirectory(prefix="lucepatch-coverage-") as tmp:
         tmp = Path(tmp)
         for rname, repro in lab.repros.items():
@@ -304,7 +307,7 @@ def coverage_map(lab, ref: str, patches: list[str]) -> CoverageMap:
                                expected_sha256=b.variant.sha256,
                                extra_env={"GCOV_PREFIX": str(d), "GCOV_PREFIX_STRIP": str(strip)},
                                isolate=lab.execution.isolation == "namespace", launcher=_launcher(lab),
-                               reporter=reporter if repro.is_workload else None)
+                               reporter=reporter if repro.is_workload else None, bind_shim=shim)
                 if rec.outcome == SKIPPED:  # the program itself said it cannot run here (needs 2 GPUs)
                     scen[key] = {"complete": False, "skipped": True, "outcome": SKIPPED,
                                  "why": rec.reason or "the program reported it cannot run here",
