@@ -97,3 +97,13 @@ def kill_all() -> int:
     for p in live:
         kill_group(p)
     return len(live)
+
+
+def run_helper(argv: list[str], *, timeout: float, env: dict | None = None) -> subprocess.CompletedProcess | None:
+    """A short helper program of a verify run, outside the run itself (addr2line resolving a crash's
+    frames, a workload interpreter asked which modules it has); None when it cannot be run.
+    Bounded by `timeout` rather than registered: it lives seconds, like git's own children."""
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+    except (OSError, subprocess.TimeoutExpired):
+        return None

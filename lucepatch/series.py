@@ -14,12 +14,14 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import Sequence
 
 from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
 from lucepatch import git, trailers
 from lucepatch.errors import UsageError
+from lucepatch.files import write_atomic
 
 # Yocto's Upstream-Status values (docs/design.md "Contracts", Trailers).
 UPSTREAM_STATUS = re.compile(
@@ -251,3 +253,25 @@ def series_hash(target_toml: Path, patches: list[Patch]) -> str:
     for p in patches:
         h.update(p.name.encode() + b"\0" + p.raw + b"\0")
     return h.hexdigest()
+
+
+def find_patch(patches: Sequence[Patch], name: str, *, where: str, flag: str = "") -> Patch:
+    """A patch of `patches` by file name or slug (the name without `.patch`)."""
+    for p in patches:
+        if name in (p.name, p.slug):
+            return p
+    listed = ", ".join(p.slug for p in patches) or "none"
+    raise UsageError(f"{flag + ' ' if flag else ''}{name}: not in {where}; it has {listed}")
+
+
+def rewrite_patch_file(patch: Patch, new_raw: bytes, *, check: dict[str, str] | None = None) -> Patch:
+    """Atomically replace `patch`'s file with `new_raw` (trailers.edit_patch's result), which must
+    keep its patch id (and, for each key of `check`, that trailer's value); nothing is written otherwise."""
+    after = parse_patch_bytes(new_raw, patch.path, patch.name)
+    if after.patch_id != patch.patch_id:
+        raise UsageError(f"editing {patch.path} would change its diff (patch id); edit it by hand")
+    for key, value in (check or {}).items():
+        if after.trailer(key) != value:
+            raise UsageError(f"could not set {key} in {patch.path}; edit it by hand")
+    write_atomic(patch.path, new_raw)
+    return after

@@ -11,21 +11,17 @@ same in git, b4 and GitHub, and one lucepatch reads parses the same everywhere i
   before the `:`; keys compare case-insensitively.
 
 Patch files are `git format-patch` mbox text: mail headers, a blank line, the message body, then
-`---` + diffstat or the diff itself. `edit_patch` rewrites only the message; `rewrite_patch_file`
-writes the result atomically and refuses (restoring nothing, since nothing was written) when the
-diff — hence the patch id — would change.
+`---` + diffstat or the diff itself. `edit_patch` rewrites only the message (bytes in, bytes out);
+series.rewrite_patch_file writes the result atomically and refuses when the diff — hence the patch
+id — would change. This module reads text only and imports no Patch: lucepatch.series sits above it.
 """
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import Iterable, Sequence
 
 from lucepatch.errors import UsageError
-from lucepatch.files import write_atomic
-
-if TYPE_CHECKING:  # pragma: no cover
-    from lucepatch.series import Patch
 
 _TOKEN_LINE = re.compile(r"^([A-Za-z0-9-]+)[ \t]*:[ \t]*(.*)$")  # git's find_separator()
 _GIT_GENERATED = ("Signed-off-by: ", "(cherry picked from commit ")
@@ -209,29 +205,3 @@ def replace_diff(raw: bytes, fresh: bytes) -> bytes:
 def patch_trailers(raw: bytes) -> list[Item]:
     headers, body, _tail = split_patch(raw)
     return parse(((_subject(headers) or "patch") + "\n\n" + body) if headers else body)
-
-
-def find_patch(patches: Sequence["Patch"], name: str, *, where: str, flag: str = "") -> "Patch":
-    """A patch of `patches` by file name or slug (the name without `.patch`)."""
-    for p in patches:
-        if name in (p.name, p.slug):
-            return p
-    listed = ", ".join(p.slug for p in patches) or "none"
-    raise UsageError(f"{flag + ' ' if flag else ''}{name}: not in {where}; it has {listed}")
-
-
-def rewrite_patch_file(patch: "Patch", new_raw: bytes, *, check: dict[str, str] | None = None) -> "Patch":
-    """Atomically replace `patch`'s file with `new_raw`, which must keep its patch id (and, for
-    each key of `check`, that trailer's value); nothing is written otherwise."""
-    from lucepatch.series import parse_patch_bytes
-
-    after = parse_patch_bytes(new_raw, patch.path, patch.name)
-    if after.patch_id != patch.patch_id:
-        raise UsageError(f"editing {patch.path} would change its diff (patch id); edit it by hand")
-    for key, value in (check or {}).items():
-        if after.trailer(key) != value:
-            raise UsageError(f"could not set {key} in {patch.path}; edit it by hand")
-    write_atomic(patch.path, new_raw)
-    return after
-
-

@@ -8,7 +8,8 @@ import subprocess
 
 import pytest
 
-from lucepatch.verify import backtrace, runner
+from lucepatch import children
+from lucepatch.verify import backtrace
 
 SRC = """
 int lp_leaf(int x) { return x * 3 + 1; }
@@ -32,13 +33,13 @@ def _offset(lib, symbol):
 @pytest.fixture
 def counted(monkeypatch):
     calls = []
-    real = runner.run_helper
+    real = children.run_helper
 
     def helper(argv, **kw):
         calls.append(argv)
         return real(argv, **kw)
 
-    monkeypatch.setattr(runner, "run_helper", helper)
+    monkeypatch.setattr(children, "run_helper", helper)
     monkeypatch.setattr(backtrace, "_RESOLVED", {})
     return calls
 

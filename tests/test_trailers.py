@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lucepatch import trailers
+from lucepatch import series, trailers
 from lucepatch.errors import UsageError
 from lucepatch.series import parse_patch
 
@@ -85,7 +85,7 @@ def test_edit_patch_keeps_diff_and_patch_id(tmp_path):
     p = parse_patch(pf)
     raw = trailers.edit_patch(p.raw, set_=[("Upstream-Status", "Pending")])
     assert raw.split(b"\n---\n", 1)[1] == p.raw.split(b"\n---\n", 1)[1]
-    after = trailers.rewrite_patch_file(p, raw, check={"Upstream-Status": "Pending"})
+    after = series.rewrite_patch_file(p, raw, check={"Upstream-Status": "Pending"})
     assert after.patch_id == p.patch_id
     assert after.trailers == [("Signed-off-by", "A <a@x.invalid>"), ("Upstream-Status", "Pending")]
     assert pf.read_bytes() == raw
@@ -104,7 +104,7 @@ def test_rewrite_refuses_a_changed_diff(tmp_path):
     p = parse_patch(pf)
     before = pf.read_bytes()
     with pytest.raises(UsageError, match="patch id"):
-        trailers.rewrite_patch_file(p, before.replace(b"+int a = 1;", b"+int a = 2;"))
+        series.rewrite_patch_file(p, before.replace(b"+int a = 1;", b"+int a = 2;"))
     assert pf.read_bytes() == before
 
 
@@ -113,7 +113,7 @@ def test_find_patch_by_name_or_slug_lists_the_names(toy):
 
     t = load_target_dir(toy["ws"] / "patches" / "toy")
     first = t.patches[0]
-    assert trailers.find_patch(t.patches, first.name, where="toy") is first
-    assert trailers.find_patch(t.patches, first.slug, where="toy") is first
+    assert series.find_patch(t.patches, first.name, where="toy") is first
+    assert series.find_patch(t.patches, first.slug, where="toy") is first
     with pytest.raises(UsageError, match=first.slug):
-        trailers.find_patch(t.patches, "nope", where="toy's series")
+        series.find_patch(t.patches, "nope", where="toy's series")

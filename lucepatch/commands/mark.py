@@ -13,7 +13,7 @@ import click
 from lucepatch import report, trailers
 from lucepatch.commands._common import json_option, workspace
 from lucepatch.errors import UsageError
-from lucepatch.series import UPSTREAM_STATUS
+from lucepatch.series import UPSTREAM_STATUS, find_patch, rewrite_patch_file
 from lucepatch.target import load_target
 
 
@@ -39,9 +39,9 @@ def command(ctx, target, patch, submitted, status, as_json):
     ws = workspace(ctx)
     ws.require_writable("mark")
     t = load_target(ws, target)
-    p = trailers.find_patch(t.patches, patch, where=f"{t.name}'s series")
+    p = find_patch(t.patches, patch, where=f"{t.name}'s series")
     before = p.trailer("Upstream-Status")
-    trailers.rewrite_patch_file(p, trailers.edit_patch(p.raw, set_=[("Upstream-Status", status)]),
+    rewrite_patch_file(p, trailers.edit_patch(p.raw, set_=[("Upstream-Status", status)]),
                                 check={"Upstream-Status": status})
     if as_json:
         report.emit_json("mark", {"workspace": ws.to_json(), "target": t.name, "patch": p.name,

@@ -29,8 +29,8 @@ def _retire(ctx, ws, target_name, source, ref, driver, runs, as_json, coverage_m
     git.open_repo(src)
     names = list(reproducer_names) or None
     if coverage_map:  # the map alone, at REF or at the pinned base
-        m, left_out = coverage.coverage_map_at(t, src, ref or t.base, cache(ctx), driver, workspace=ws,
-                                               reproducers=names)
+        m, left_out = retire.coverage_map_at(t, src, ref or t.base, cache(ctx), driver, workspace=ws,
+                                             reproducers=names)
         doc = {**m.to_json(), "left_out": left_out, "cached": m.cached}
         kind, (title, columns, rows), rc = "verify-coverage-map", coverage.format_coverage_map(m), 0
     else:

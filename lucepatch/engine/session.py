@@ -43,7 +43,7 @@ from lucepatch.engine.core import ALREADY_UPSTREAM, APPLIED, APPLIED_3WAY, CONFL
 from lucepatch.engine.safety import check_series_safety
 from lucepatch.errors import CheckFailed, UsageError
 from lucepatch.engine.rebase import attribute, bump_version
-from lucepatch.series import parse_patch_bytes, read_series
+from lucepatch.series import find_patch, parse_patch_bytes, read_series
 from lucepatch.target import Target, line_name, load_target_dir
 
 SCHEMA = 1
@@ -518,7 +518,7 @@ class Session:
     def skip(self, name: str) -> bool:
         """--skip NAME; True when the walk should go on (the stopped patch was skipped)."""
         st = self.st
-        p = trailers.find_patch(self.t.patches, name, where=f"the rebase session of {st.target}", flag="--skip")
+        p = find_patch(self.t.patches, name, where=f"the rebase session of {st.target}", flag="--skip")
         i = self.t.patches.index(p)
         ps = st.patches[i]
         if ps.action not in (PENDING, STOPPED):

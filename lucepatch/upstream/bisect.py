@@ -30,9 +30,11 @@ from pathlib import Path
 from lucepatch import git, report, trailers
 from lucepatch.engine import retirement
 from lucepatch.errors import CheckFailed, UsageError
+from lucepatch import series
 from lucepatch.series import Patch
 from lucepatch.target import Target
-from lucepatch.upstream.retire import B_FAIL, B_PASS, DriverChoice, measure_behaviour, resolve_driver
+from lucepatch.upstream.behaviour import B_FAIL, B_PASS, measure_behaviour, resolve_driver
+from lucepatch.verify.driver import DriverChoice
 from lucepatch.verify.reproducer import Reproducer
 from lucepatch.verify.service import VariantSpec, build_variants
 from lucepatch.verify.session import Variant, derive_driver
@@ -256,7 +258,7 @@ def set_trailers(raw: bytes, values: list[tuple[str, str]]) -> bytes:
 
 
 def find_patch(target: Target, name: str) -> Patch:
-    return trailers.find_patch(target.patches, name, where=f"{target.name}'s series", flag="--record")
+    return series.find_patch(target.patches, name, where=f"{target.name}'s series", flag="--record")
 
 
 def record_applied_upstream(patch: Patch, doc: dict, *, target: Target, source: Path, cache: Path) -> dict:
@@ -276,7 +278,7 @@ def record_applied_upstream(patch: Patch, doc: dict, *, target: Target, source: 
             f"behaviour alone makes it a retire-candidate at most — review its hunks against {commit[:12]}'s code "
             f"(lucepatch verify --retire {commit[:12]} --target {target.name} lists what to read)")
     signal = f"{SIGNAL} (bisect {'+'.join(doc['scenarios'])} over {doc['range']['spec']}) + code {code['signal']}"
-    after = trailers.rewrite_patch_file(
+    after = series.rewrite_patch_file(
         patch, set_trailers(patch.raw, [("Applied-Upstream", commit), ("Applied-Upstream-Signal", signal)]),
         check={"Applied-Upstream": commit})
     return {"patch": patch.name, "file": str(patch.path), "applied_upstream": commit, "signal": SIGNAL,

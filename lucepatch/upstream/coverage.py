@@ -333,22 +333,6 @@ def coverage_map(lab, ref: str, patches: list[str]) -> CoverageMap:
     return m
 
 
-def coverage_map_at(target, source, ref: str, cache: Path, driver="auto", *, workspace=None,
-                    reproducers: list[str] | None = None):
-    """(the map of the series applied at `ref`, the patches left out because they do not apply there);
-    reproducers: map these only (default every reproducer of the target)."""
-    from lucepatch.upstream.behaviour import Lab
-    from lucepatch.upstream.retire import Judge, select_reproducers, target_reproducers
-
-    commit = git.resolve_commit(Path(source), ref, what=f"upstream commit of {target.name}",
-                                upstream=target.upstream)
-    repros = select_reproducers(target_reproducers(target, workspace), reproducers, target)
-    lab = Lab(target, source, cache, driver, repros, 1)
-    judge = Judge(target, lab)
-    keep, bad = judge.applicable(commit, judge.order)
-    return coverage_map(lab, commit, keep), bad
-
-
 def _program(repro, cache: Path, lab, unmet: dict) -> Path | None:
     """What run_once starts for `repro`: a C reproducer compiled; a workload's [build] output folder
     when some scenario of it can run here; else None (a workload runs its command)."""

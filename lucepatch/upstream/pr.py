@@ -14,19 +14,20 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lucepatch import __version__, git, trailers
+from lucepatch import __version__, git
 from lucepatch.engine.apply import WorkArea, apply_series
 from lucepatch.errors import CheckFailed, UsageError
-from lucepatch.series import Patch
+from lucepatch.series import Patch, find_patch
 from lucepatch.show.model import build_view, driver_display, short_reason
 from lucepatch.show.page import html
 from lucepatch.target import Target
+from lucepatch.upstream import real_clients as rc
 from lucepatch.upstream.checks import CheckResult, run_checks
 from lucepatch.upstream.conventions import conventions_for, repo_slug
 from lucepatch.upstream.render import render
 from lucepatch.upstream.scrub import Scrubber
 from lucepatch.verify.evidence import Evidence, load_evidence, staleness
-from lucepatch.verify.evidence import combine as combine_evidence
+from lucepatch.verify.combine import combine as combine_evidence
 from lucepatch.verify.rules import fmt_theta
 
 META = "lucepatch.json"
@@ -58,7 +59,7 @@ class PrResult:
 def select_patches(target: Target, names: list[str] | None) -> list[Patch]:
     if not names:
         return list(target.patches)
-    wanted = {trailers.find_patch(target.patches, n, where=f"{target.name}'s series", flag="--patches").name
+    wanted = {find_patch(target.patches, n, where=f"{target.name}'s series", flag="--patches").name
               for n in names}
     return [p for p in target.patches if p.name in wanted]  # series order, always
 
@@ -194,8 +195,6 @@ def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, *, patc
         check_evidence(ev, target, repro_hashes or {}, base_sha)
     clients = []
     if real_clients:
-        from lucepatch.upstream import real_clients as rc
-
         clients = rc.load(list(real_clients), target=target.name, repro_hashes=repro_hashes or {})
     patches = select_patches(target, patch_names)
     own = read_messages(messages, patches) if messages is not None else {}
@@ -266,9 +265,7 @@ def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, *, patc
                             revision=revision, range_diff=range_diff, ai_use=ai_use, prev=prev)
         ctx["placeholder_messages"] = placeholders
         if clients:
-            from lucepatch.upstream import real_clients as rc
-
-            ctx.update(real_clients=rc.rows(clients), real_clients_sources=[rc.source(d) for d in clients])
+                ctx.update(real_clients=rc.rows(clients), real_clients_sources=[rc.source(d) for d in clients])
         body = scrub.text(render(f"pr/{tmpl}.md.j2", **ctx))
         (staging / "pr-body.md").write_text(body)
         payload = {"title": ctx["title"], "head": pr_branch, "base": target.branch, "body": body, "draft": draft,
@@ -380,9 +377,7 @@ def _author_messages(repo: Path, base: str, patches: list[Patch], own: dict[str,
 
 
 def _real_client_columns() -> list[str]:
-    from lucepatch.upstream.real_clients import COLUMNS
-
-    return COLUMNS
+    return rc.COLUMNS
 
 
 def _title(target: Target, patches: list[Patch], conv: dict) -> str:

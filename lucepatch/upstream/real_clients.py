@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lucepatch.errors import CheckFailed
+from lucepatch.show.model import driver_display
 from lucepatch.upstream.render import render
 from lucepatch.verify.evidence import read_evidence_json, staleness
 
@@ -55,8 +56,6 @@ def rows(docs: list[dict]) -> list[dict]:
     for doc in docs:
         kinds = {r["name"]: r.get("kind", "c") for r in doc["reproducers"]}
         drv = doc.get("driver") or {}
-        from lucepatch.upstream.pr import driver_display
-
         d = driver_display(doc)
         for s in doc["scenarios"]:
             if s.get("control") or kinds.get(s.get("reproducer", s["scenario"].split(":")[0])) != "workload":

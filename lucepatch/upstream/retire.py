@@ -74,6 +74,7 @@ from lucepatch.upstream import review
 from lucepatch.upstream.behaviour import (B_FAIL, B_MIXED, B_PASS, B_SKIPPED, DIFFERENT, IDENTICAL,  # noqa: F401
                                           INCONCLUSIVE as C_INCONCLUSIVE, Behaviour, Comparison, Lab,
                                           describe_signature, measure_behaviour, resolve_driver)
+from lucepatch.upstream.coverage import coverage_map
 from lucepatch.verify.driver import DriverChoice
 from lucepatch.verify.reproducer import Reproducer, Scenario, list_reproducers, load_reproducer_dir
 
@@ -510,8 +511,6 @@ def retire_report(target: Target, source: Path | str, ref: str, cache: Path, dri
     applicable, conflicting = judge.applicable(commit, judge.order)
     cov = cov_base = None
     if coverage:
-        from lucepatch.upstream.coverage import coverage_map
-
         cov = coverage_map(lab, commit, applicable)
         if conflicting and commit != base:
             cov_base = coverage_map(lab, base, judge.order)
@@ -919,6 +918,20 @@ def judge(target: Target, source: Path, ref: str, patches, *, cache: Path | None
         out[row["name"]] = needed.Judgement(verdict, reason[:400], row.get("scenario"), drv, row.get("code_signal"),
                                             doc.get("invariant"))
     return out
+
+
+def coverage_map_at(target, source, ref: str, cache: Path, driver="auto", *, workspace=None,
+                    reproducers: list[str] | None = None):
+    """`verify --coverage-map`: (the map of the series applied at `ref`, the patches left out
+    because they do not apply there); reproducers: map these only (default every reproducer of the
+    target). Here, not in coverage.py: it needs the Judge above."""
+    commit = git.resolve_commit(Path(source), ref, what=f"upstream commit of {target.name}",
+                                upstream=target.upstream)
+    repros = select_reproducers(target_reproducers(target, workspace), reproducers, target)
+    lab = Lab(target, source, cache, driver, repros, 1)
+    judge = Judge(target, lab)
+    keep, bad = judge.applicable(commit, judge.order)
+    return coverage_map(lab, commit, keep), bad
 
 
 def _register() -> None:

@@ -17,6 +17,8 @@ import threading
 from collections import defaultdict
 from pathlib import Path
 
+from lucepatch import children
+
 MAX_FRAMES = 24
 _REPORTER_LIB = "liblp_reporter.so"
 _HOOK = re.compile(r"^(cu|nvml)[A-Z]\w*$")
@@ -58,12 +60,10 @@ def _addr2line(lib: str, offsets: list[str]) -> list[tuple[str, str, int | None]
 
 
 def _run_addr2line(lib: str, offsets: list[str]) -> list[tuple[str, str, int | None]]:
-    from lucepatch.verify.runner import run_helper  # the one module runs' helper processes start in
-
     tool = shutil.which("addr2line")
     if not tool:
         return []
-    r = run_helper([tool, "-f", "-C", "-e", lib, *offsets], timeout=30)
+    r = children.run_helper([tool, "-f", "-C", "-e", lib, *offsets], timeout=30)
     if r is None:
         return []
     lines = r.stdout.splitlines()

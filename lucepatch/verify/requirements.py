@@ -13,6 +13,7 @@ import os
 import shutil
 from functools import lru_cache
 
+from lucepatch import children
 from lucepatch.verify.reproducer import Reproducer, Scenario
 from lucepatch.verify.workload import python_for
 
@@ -26,9 +27,7 @@ def _missing_modules(python: str, modules: tuple[str, ...], pythonpath: str) -> 
     env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "PYTHONPATH")}
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
-    from lucepatch.verify.runner import run_helper  # the one module runs' helper processes start in
-
-    r = run_helper([python, "-c", _FIND, *modules], timeout=60, env=env)
+    r = children.run_helper([python, "-c", _FIND, *modules], timeout=60, env=env)
     if r is None:
         return tuple(f"{m} (cannot run {python})" for m in modules)
     if r.returncode == 0:

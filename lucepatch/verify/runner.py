@@ -251,15 +251,6 @@ def run_once(binary: Path | None, repro: Reproducer, scenario: Scenario, variant
                     preload, expected_sha256, reporter_events=reporter_events, main_pid=proc.pid)
 
 
-def run_helper(argv: list[str], *, timeout: float, env: dict | None = None) -> subprocess.CompletedProcess | None:
-    """A short helper program of a run, outside the run itself (addr2line resolving a crash's
-    frames, a workload interpreter asked which modules it has); None when it cannot be run."""
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-
-
 def read_events_file(path: Path) -> list[dict]:
     """The reporter's events (one JSON object per line; a line cut short by a dying process is dropped)."""
     try:
