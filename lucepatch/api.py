@@ -17,15 +17,23 @@ and may change without notice. Errors are `lucepatch.errors.LucepatchError` subc
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from lucepatch import git
+from lucepatch.builders.service import build_native
+from lucepatch.engine import session as S
 from lucepatch.engine.apply import SeriesResult
+from lucepatch.engine.onto import apply_onto_checkout
+from lucepatch.engine.subtargets import check_all, for_rebase
 from lucepatch.errors import CheckFailed, EnvironmentMissing, LucepatchError, UsageError
+from lucepatch.gate import gate_target
 from lucepatch.lines.identity import Identity, identify
+from lucepatch.lint import lint_target
 from lucepatch.node.report import NodeReport, load_node_report
-from lucepatch.target import Target, load_target
+from lucepatch.target import Target, list_targets, load_target
 from lucepatch.verify.evidence import Evidence, load_evidence, write_evidence
+from lucepatch.verify.reproducer import list_reproducers
 from lucepatch.workspace import Workspace, resolve_cache, resolve_source, resolve_workspace
 
 __all__ = [
@@ -72,8 +80,6 @@ def check(t: Target, src: Path, cache: Path, *, onto: str | None = None, fetch: 
     """Per patch: applied / applied-3way / already-upstream / conflict on the pinned base (or
     `onto`), in a private repository; the checkout is not touched. A target's [[submodule]]
     sub-targets are checked too (`result.subs`; at their gitlinks in `onto` when given)."""
-    from lucepatch.engine.subtargets import check_all
-
     return check_all(t, src, cache, onto=onto, fetch=fetch)
 
 
@@ -81,8 +87,6 @@ def apply(t: Target, src: Path, cache: Path, *, partial: bool = False, force: bo
           fetch: bool = False):
     """The series onto branch lucepatch/<target>/<version> of `src`; the checkout is switched only
     when every patch applied (or `partial`). Returns engine.onto.Applied (result, branch, switched)."""
-    from lucepatch.engine.onto import apply_onto_checkout
-
     return apply_onto_checkout(t, src, cache, partial=partial, force=force, stash=stash, fetch=fetch)
 
 
@@ -94,8 +98,7 @@ def rebase(t: Target, src: Path, cache: Path, onto: str, *, dry_run: bool = Fals
     once. Returns the document `lucepatch rebase --json` prints (rows, conflicts, new version).
     With [[submodule]]s: refused (UsageError) when `onto` moves one; `dry_run` reports each
     sub-target at its pin there (`submodules`)."""
-    from lucepatch.engine import session as S
-    from lucepatch.engine.subtargets import for_rebase
+    from lucepatch.upstream import retire  # noqa: F401  lazy: registers the `needed` judge (engine/needed.py), 19 ms
 
     subs = for_rebase(t, src, cache, onto, dry_run=dry_run, fetch=fetch, as_json=True)  # no tables on stdout
     opts = S.Options(drop_superseded=drop_superseded, no_behaviour=no_behaviour)
@@ -115,11 +118,6 @@ def rebase(t: Target, src: Path, cache: Path, onto: str, *, dry_run: bool = Fals
 def lint(ws: Workspace, name: str | None = None, *, pending_days: int = 90) -> list:
     """Lint findings (lucepatch.lint.Finding: level, target, patch, check, message) of one target
     or, with no name, of every target."""
-    import time
-
-    from lucepatch.lint import lint_target
-    from lucepatch.target import list_targets
-
     names = [load_target(ws, name).name] if name else list_targets(ws)
     now = time.time()
     return [f for n in names for f in lint_target(ws, n, pending_days=pending_days, now=now)]
@@ -130,15 +128,13 @@ def lint(ws: Workspace, name: str | None = None, *, pending_days: int = 90) -> l
 def build(t: Target, src: Path, cache: Path, variants=("patched",), *, jobs: int | None = None) -> list:
     """Native builds of the variants ("baseline", "patched"), cached by content and reproducible:
     each BuildResult has artifacts (path), sha256 and the recipe that rebuilds the same bytes."""
-    from lucepatch.builders.service import build_native
-
     return build_native(t, src, list(variants), cache, jobs=jobs)
 
 
 def build_variants(t: Target, src: Path, cache: Path, artifact: str) -> list:
     """Baseline and patched builds as verify uses them: [Variant(name, lib, provenance)] holding
     the declared `artifact` (e.g. "libvgpu.so")."""
-    from lucepatch.verify.service import build_variants as _build_variants
+    from lucepatch.verify.service import build_variants as _build_variants  # lazy: verify's pipeline, 16 ms
 
     return _build_variants(t, src, cache, artifact)
 
@@ -147,7 +143,7 @@ def build_variants(t: Target, src: Path, cache: Path, artifact: str) -> list:
 
 def reproducers(ws: Workspace, names: list[str] | None = None, *, target_name: str | None = None):
     """(target, reproducers): the named ones, or with no names every reproducer of `target_name`."""
-    from lucepatch.verify.service import select
+    from lucepatch.verify.service import select  # lazy: verify's pipeline, 16 ms
 
     return select(ws, target=target_name, reproducers=list(names or []), run_all=not names)
 
@@ -161,7 +157,7 @@ def verify(ws: Workspace, t: Target, reproducer_names: list[str] | None = None, 
     `runs` is the most runs per variant under the sequential rule (a scenario stops once its
     verdict is settled); `fixed=True` runs every scenario exactly `runs` times. `driver`: auto |
     real | fake. `progress`: a callable for the progress lines (default: stderr, as the CLI)."""
-    from lucepatch.verify.service import VerifyRequest, run_verify
+    from lucepatch.verify.service import VerifyRequest, run_verify  # lazy: verify's pipeline, 16 ms
 
     _, repros = reproducers(ws, reproducer_names, target_name=t.name)
     req = VerifyRequest(workspace=ws, target=t, reproducers=repros, source=source, driver=driver, runs=runs,
@@ -178,7 +174,7 @@ def retire(ws: Workspace, t: Target, src: Path, cache: Path, ref: str, *, driver
     still-needed / untestable / inconclusive, with the scenario and the builds that decided;
     docs/design.md "Retirement"); the lucepatch-retire report (lucepatch.upstream.retire.RETIRE_SCHEMA).
     reproducers: judge with these only (the others' patches read not-judged)."""
-    from lucepatch.upstream.retire import retire_report
+    from lucepatch.upstream.retire import retire_report  # lazy: the retirement rule, 19 ms
 
     return retire_report(t, src, ref, cache, driver, runs, workspace=ws, reproducers=reproducers)
 
@@ -189,8 +185,7 @@ def write_pr(ws: Workspace, t: Target, src: Path, cache: Path, out_dir: Path, *,
     """The PR directory (patches with base-commit, pr-body.md, pr.json) after the upstream's own
     checks; `evidence` files must prove the series. Other keyword options are those of
     `lucepatch pr` (upstream_ref, signoff, draft, template, push, branch, revise, ai_use, messages)."""
-    from lucepatch.upstream.pr import prepare_pr
-    from lucepatch.verify.reproducer import list_reproducers
+    from lucepatch.upstream.pr import prepare_pr  # lazy: the PR writer, 22 ms
 
     repros = {r.name: r for r in list_reproducers(ws)}
     return prepare_pr(t, src, cache, Path(out_dir), patch_names=patches,
@@ -203,8 +198,6 @@ def gate(ws: Workspace, t: Target, src: Path, cache: Path, *, upstream_head: str
          runs: int = 5, use_cache: bool = True, evidence_dir: Path | None = None, probes: bool = True):
     """The CI gate for one target (lint, check, canary, build, verify, probes); a TargetResult
     (gate, canary, steps). Reports: lucepatch.gate.junit_xml / markdown."""
-    from lucepatch.gate import gate_target
-
     return gate_target(ws, t, src, cache, upstream_head=upstream_head, driver=driver, runs=runs,
                        use_cache=use_cache, evidence_dir=evidence_dir, probes=probes)
 

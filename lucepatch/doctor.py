@@ -11,6 +11,8 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 
+from lucepatch import git
+from lucepatch.builders import toolchain
 from lucepatch.errors import LucepatchError
 
 MIN_GIT = (2, 38)
@@ -67,7 +69,6 @@ def check_git() -> Item:
     if not shutil.which("git"):
         it.detail = "not on PATH"
         return it
-    from lucepatch import git
 
     v = _vtuple(git.version())
     it.version = ".".join(map(str, v))
@@ -104,8 +105,6 @@ def check_cc() -> Item:
 
 
 def check_cuda_h() -> Item:
-    from lucepatch.builders import toolchain
-
     it = Item("cuda.h", False, remedy="install the CUDA toolkit headers (e.g. apt-get install cuda-cudart-dev-13-0) or set CUDA_HOME")
     try:
         inc = toolchain.cuda_include()
@@ -121,8 +120,6 @@ def check_cuda_h() -> Item:
 
 
 def check_nvml_h() -> Item:
-    from lucepatch.builders import toolchain
-
     it = Item("nvml.h", False, remedy="pip install nvidia-nvml-dev (header only) or install the CUDA NVML headers")
     try:
         it.detail = str(toolchain.nvml_include())
@@ -152,7 +149,7 @@ def check_docker() -> Item:
     it = Item("docker", False, remedy="start the Docker daemon (systemctl start docker / dockerd) and make its socket "
                                       "reachable (DOCKER_HOST), and pip install 'lucepatch[docker]'")
     try:
-        import docker  # lazy: the SDK is an optional extra
+        import docker  # optional: the docker extra
     except ImportError:
         it.detail = "the docker Python SDK is not installed"
         return it

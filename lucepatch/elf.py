@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucepatch.errors import UsageError
+from lucepatch.lines.libfacts import MACHINES, returned_immediate  # the one instruction decoder
 
 # pyelftools is imported where an ELF is parsed, not here: `is_elf` (all that verify needs, also on
 # the GPU machine's minimal wheel set) stays dependency-free.
@@ -48,8 +49,8 @@ def is_elf(path: str | os.PathLike) -> bool:
 
 @contextmanager
 def open_elf(path: str | os.PathLike):
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
+    from elftools.common.exceptions import ELFError  # lazy: pyelftools, 16 ms
+    from elftools.elf.elffile import ELFFile  # lazy: pyelftools, 16 ms
 
     if not is_elf(path):
         raise UsageError(f"{path} is not an ELF file")
@@ -78,7 +79,7 @@ class Dynamic:
 
 def dynamic(path: str | os.PathLike) -> Dynamic:
     """NEEDED entries (in order), RUNPATH (or RPATH) and SONAME of the dynamic section."""
-    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.dynamic import DynamicSection  # lazy: pyelftools, 16 ms
 
     needed, runpath, rpath, soname, nodeflib = [], "", "", "", False
     with open_elf(path) as elf:
@@ -103,7 +104,7 @@ def dynamic(path: str | os.PathLike) -> Dynamic:
 def defined_dynamic_symbols(path: str | os.PathLike) -> dict[str, int]:
     """Defined symbols of .dynsym (what `nm -D --defined-only` lists) -> st_value; version
     suffixes are not part of the names."""
-    from elftools.elf.sections import SymbolTableSection
+    from elftools.elf.sections import SymbolTableSection  # lazy: pyelftools, 16 ms
 
     out: dict[str, int] = {}
     with open_elf(path) as elf:
@@ -133,7 +134,7 @@ def returned_constant(path: str | os.PathLike, symbol: str) -> int | None:
     pyelftools locates the code (symbol value -> the segment holding it -> file offset); the
     instruction test, the part no ELF library does, is lines/libfacts.returned_immediate.
     """
-    from elftools.elf.sections import SymbolTableSection
+    from elftools.elf.sections import SymbolTableSection  # lazy: pyelftools, 16 ms
 
     with open_elf(path) as elf:
         value = None
@@ -153,7 +154,6 @@ def returned_constant(path: str | os.PathLike, symbol: str) -> int | None:
         machine = elf["e_machine"]
     if code is None:
         return None
-    from lucepatch.lines.libfacts import MACHINES, returned_immediate  # the one instruction decoder
 
     return returned_immediate(code, MACHINES.get(machine, ""))
 
@@ -493,8 +493,8 @@ def loader_needs(path: str | os.PathLike) -> LoaderNeeds:
     """NEEDED, the symbol versions referenced per needed file, the GLIBC_PRIVATE references (each with
     when the loader resolves it: LOAD, LAZY or UNUSED), and the newest GLIBC_x.y referenced (read from
     .dynsym, .gnu.version, .gnu.version_r, the dynamic relocations and the dynamic section's flags)."""
-    from elftools.elf.gnuversions import GNUVerNeedSection, GNUVerSymSection  # lazy: pyelftools 150 ms
-    from elftools.elf.sections import SymbolTableSection  # lazy: pyelftools 150 ms
+    from elftools.elf.gnuversions import GNUVerNeedSection, GNUVerSymSection  # lazy: pyelftools, 16 ms
+    from elftools.elf.sections import SymbolTableSection  # lazy: pyelftools, 16 ms
 
     needed = dynamic(path).needed
     versions: dict[str, list[str]] = {}
@@ -553,8 +553,8 @@ def libc_provides(path: str | os.PathLike) -> LibcProvides:
 
 @functools.lru_cache(maxsize=8)
 def _libc_provides(real: str, _mtime: int, _size: int, path: str) -> LibcProvides:
-    from elftools.elf.gnuversions import GNUVerDefSection, GNUVerSymSection  # lazy: pyelftools 150 ms
-    from elftools.elf.sections import SymbolTableSection  # lazy: pyelftools 150 ms
+    from elftools.elf.gnuversions import GNUVerDefSection, GNUVerSymSection  # lazy: pyelftools, 16 ms
+    from elftools.elf.sections import SymbolTableSection  # lazy: pyelftools, 16 ms
 
     defined: dict[int, str] = {}
     private: set[str] = set()
@@ -693,7 +693,7 @@ def env_names(path: str | os.PathLike) -> EnvNames:
     `lea rax,[rip+X]; mov rdi,rax`): the string at X. Other machines: only the .rodata strings
     that look like environment names (upper case with an underscore), which is also how names a
     helper passes on to getenv are found on x86-64."""
-    from elftools.elf.relocation import RelocationSection  # lazy: pyelftools 150 ms
+    from elftools.elf.relocation import RelocationSection  # lazy: pyelftools, 16 ms
 
     with open_elf(path) as elf:
         machine = elf["e_machine"]

@@ -5,6 +5,10 @@ their message as ONE line on stderr and exits with their code, never a traceback
 else escaping a verb is a bug: main() prints the traceback so it can be reported.
 """
 
+import errno
+import os
+import subprocess
+
 # Exit codes shared by every verb (docs/design.md "Output and exit codes").
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1  # a check failed: conflict, lint error, not-proven, regression, invalid run
@@ -63,9 +67,6 @@ _ENV_ERRNOS = {"EACCES", "EPERM", "EROFS", "ENOSPC", "EDQUOT", "EMFILE", "ENFILE
 def environment_oserror(exc: OSError) -> "EnvironmentMissing | None":
     """An OSError the environment caused (permissions, read-only or full disks) as one line, exit 3;
     None for any other OSError (that one is a bug and keeps its traceback)."""
-    import errno
-    import os
-
     name = errno.errorcode.get(exc.errno or 0, "")
     if name not in _ENV_ERRNOS:
         return None
@@ -84,10 +85,6 @@ def from_exception(exc: BaseException) -> "LucepatchError | None":
     """The one mapping from what escaped a verb (or a CI step) to a one-line error: a
     LucepatchError as is; an OSError or a hung subprocess the environment caused as exit 3;
     None for everything else (a bug: the caller keeps the traceback, exit 70)."""
-    import errno
-    import os
-    import subprocess
-
     if isinstance(exc, LucepatchError):
         return exc
     if isinstance(exc, subprocess.TimeoutExpired):

@@ -32,7 +32,7 @@ class _GitPython:
         # GitPython probes for git at import and raises ImportError when it is missing; that must
         # be the one-line "git not found" of run() instead (exit 3)
         os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
-        import git as real
+        import git as real  # lazy: GitPython, 34 ms (most git calls run the git binary)
 
         globals()["gitpython"] = real
         return getattr(real, name)

@@ -23,6 +23,7 @@ from lucepatch.engine.safety import check_patch_paths, check_patch_shape
 from lucepatch.errors import LucepatchError
 from lucepatch.series import UPSTREAM_STATUS, parse_patch
 from lucepatch.target import Target, list_targets, load_target
+from lucepatch.verify.reproducer import list_reproducers
 
 ERROR, WARNING = "error", "warning"
 
@@ -162,7 +163,6 @@ def lint_line(ws, t: Target) -> list[tuple[str, str]]:
     same = [n for n in names if n != t.name and _line_key(ws, n) == (t.family, t.line)]
     if same:
         out.append((ERROR, f"{', '.join(same)} is also line {t.line!r} of {t.family}; give each line its own name"))
-    from lucepatch.verify.reproducer import list_reproducers
 
     repros = {r.name: r for r in list_reproducers(ws) if r.target in (t.name, t.family)}
     for key in t.not_applicable:
@@ -175,7 +175,7 @@ def lint_line(ws, t: Target) -> list[tuple[str, str]]:
             out.append((ERROR, f"[not_applicable] {key!r} is a control: declare the whole reproducer {name!r}"))
     serves = t.serves or {}
     if serves.get("hami") or serves.get("shrreg"):
-        from lucepatch.k8s.gates import compat_data
+        from lucepatch.k8s.gates import compat_data  # lazy: the deploy gates' data, 17 ms
 
         ser = (compat_data().get("series") or {}).get(t.name)
         if ser is None:

@@ -14,7 +14,9 @@ import click
 
 from lucepatch import __version__
 from lucepatch import report, signals
+from lucepatch.engine import checkout
 from lucepatch.errors import EXIT_USAGE, LucepatchError, from_exception
+from lucepatch.workspace import cache_location
 
 # verb name -> module under lucepatch.commands
 VERBS = {
@@ -130,12 +132,8 @@ def cli(ctx, workspace, cache_dir, quiet):
 def _recover_interrupted_switches(cache_dir) -> None:
     """A checkout switch killed half-way (SIGKILL, power loss) left a journal in the cache: the
     next lucepatch command, whatever it is, puts that checkout back (engine/checkout.py)."""
-    from lucepatch.workspace import cache_location
-
     jdir = cache_location(cache_dir) / "switch"
     if jdir.is_dir() and any(jdir.glob("*.json")):
-        from lucepatch.engine import checkout
-
         checkout.recover_all(jdir)
 
 

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import sys
+import textwrap
 
 SCHEMA_VERSION = 1
 
@@ -23,7 +24,7 @@ class _Console:
 
     def _get(self):
         if _Console._real is None:
-            from rich.console import Console
+            from rich.console import Console  # lazy: rich, 22 ms
 
             _Console._real = Console(stderr=True, highlight=False, soft_wrap=True,
                                      width=None if sys.stderr.isatty() else 200)
@@ -80,7 +81,7 @@ class _TrimmedLines:
 def out():
     """The console for results on stdout: the terminal's width, $COLUMNS, else 200 (logs, pipes);
     off a terminal its lines carry no trailing spaces."""
-    from rich.console import Console
+    from rich.console import Console  # lazy: rich, 22 ms
 
     term = sys.stdout.isatty()
     tty = term or bool(os.environ.get("COLUMNS"))
@@ -116,7 +117,7 @@ def progress(msg: str, *, final: bool = False) -> None:
         sys.stderr.write(f"lucepatch: {msg}\n")
         sys.stderr.flush()
         return
-    from rich.text import Text
+    from rich.text import Text  # lazy: rich, 22 ms
 
     err.print(Text.assemble(("lucepatch:", "dim"), " ", str(msg)))
 
@@ -319,8 +320,6 @@ def layout(columns: list, rows: list[list], total: int) -> tuple[list[Col], list
 def wrap(text: str, width: int, indent: str = "    ", first: str = "") -> str:
     """Prose at `width` (the whole line: `first` and `indent` included) with a hanging indent; a word
     wider than the line (a path, a command) is never broken."""
-    import textwrap
-
     return "\n".join(textwrap.fill(" ".join(para.split()), width=max(20, width), subsequent_indent=indent,
                                     initial_indent=first if i == 0 else "", break_long_words=False,
                                     break_on_hyphens=False)
@@ -333,7 +332,7 @@ def table(title: str, columns: list, rows: list[list], *, as_json: bool = False,
     under the table, wrapped at spaces (a fix, a hint: text the table has no room for)."""
     if as_json:
         return
-    from rich.text import Text
+    from rich.text import Text  # lazy: rich, 22 ms
 
     console = out()
     cols, widths, cells, below = layout(columns, rows, console.width)
@@ -349,7 +348,7 @@ def table(title: str, columns: list, rows: list[list], *, as_json: bool = False,
 def _records(console, cols: list[Col], cells: list[list[str]]) -> None:
     """Too many columns for the console: one block per row, `column  value` per line (values
     wrapped at spaces, a path or a sha256 whole on a line of its own)."""
-    from rich.text import Text
+    from rich.text import Text  # lazy: rich, 22 ms
 
     kw = max(len(c.name) for c in cols[1:]) if len(cols) > 1 else 0
     for r in cells:
@@ -361,9 +360,9 @@ def _records(console, cols: list[Col], cells: list[list[str]]) -> None:
 
 
 def _grid(console, cols: list[Col], widths: list[int], cells: list[list[str]], below) -> None:
-    from rich import box
-    from rich.table import Table
-    from rich.text import Text
+    from rich import box  # lazy: rich, 22 ms
+    from rich.table import Table  # lazy: rich, 22 ms
+    from rich.text import Text  # lazy: rich, 22 ms
 
     t = Table(box=box.MINIMAL, show_edge=False, pad_edge=False, padding=(0, 1), header_style="bold")
     for c, w in zip(cols, widths):

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import re
+import tempfile
 import tomllib
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+import tomlkit
+
 from lucepatch.errors import UsageError
+from lucepatch.files import write_atomic
 from lucepatch.series import Patch, compute_patch_ids, parse_patch, read_series, series_hash
 from lucepatch.target_sections import BuildConfig, ModelConfig, PrConfig, Profile, Submodule, parse_sections
 from lucepatch.workspace import Workspace
@@ -181,10 +185,6 @@ def update_target_toml(path: Path, **keys) -> None:
     """Set top-level keys of a target.toml (e.g. base=..., version=...) with tomlkit, keeping its
     comments, key order and formatting; written atomically, and only when the result still loads
     as a target (a bad value is a UsageError and the file is left as it was)."""
-    import tomlkit
-
-    from lucepatch.files import write_atomic
-
     path = Path(path)
     doc = tomlkit.parse(path.read_text(encoding="utf-8"))
     for key, value in keys.items():
@@ -194,16 +194,10 @@ def update_target_toml(path: Path, **keys) -> None:
 
 def write_target_toml(path: Path, data: dict) -> None:
     """A new target.toml from `data` (top-level keys, then tables), rendered by tomlkit."""
-    import tomlkit
-
-    from lucepatch.files import write_atomic
-
     _write_checked(Path(path), tomlkit.dumps(data), write_atomic)
 
 
 def _write_checked(path: Path, text: str, write_atomic) -> None:
-    import tempfile
-
     with tempfile.TemporaryDirectory() as d:  # validate the exact bytes before they replace the file
         probe = Path(d) / path.parent.name
         probe.mkdir()

@@ -14,18 +14,21 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import os
 import re
 import shutil
+import tarfile
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import jinja2
 
-from lucepatch import __version__, report
-from lucepatch.builders.probe import AppliedTree, prepare_tree, resolve_profile
+from lucepatch import __version__, elf, report
+from lucepatch.builders.probe import AppliedTree, make_stand_ins, prepare_tree, resolve_profile
 from lucepatch.builders.superbuild import plan_for
 from lucepatch.target import sub_target
 from lucepatch.errors import CheckFailed, EnvironmentMissing, UsageError
@@ -47,7 +50,7 @@ LIB_DIR_IN_IMAGE = "/lucepatch/lib"
 def docker_client():
     """A docker SDK client whose daemon answers; else EnvironmentMissing (one line, exit 3)."""
     try:
-        import docker  # noqa: PLC0415
+        import docker  # optional: the docker extra  # noqa: PLC0415
     except ImportError:
         raise EnvironmentMissing("the docker SDK is not installed: pip install 'lucepatch[docker]'")
     try:
@@ -351,8 +354,6 @@ done
 
 
 def _tar_of(files: dict[str, Path]) -> bytes:
-    import io  # noqa: PLC0415
-    import tarfile  # noqa: PLC0415
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tf:
         d = tarfile.TarInfo(STUB_DIR.strip("/"))
@@ -365,11 +366,6 @@ def _tar_of(files: dict[str, Path]) -> bytes:
 
 def _image_needed(client, image: str, roots: list[str]) -> dict[str, list[str]]:
     """NEEDED of every ELF under `roots` in the image, read on this side with pyelftools."""
-    import io  # noqa: PLC0415
-    import tarfile  # noqa: PLC0415
-    import tempfile  # noqa: PLC0415
-
-    from lucepatch import elf  # noqa: PLC0415
     out: dict[str, list[str]] = {}
     c = client.containers.create(image, entrypoint=["/bin/true"])
     try:
@@ -402,7 +398,6 @@ def closure_check(client, image: str, roots: list[str], allowed: list[str] | Non
     libnvidia-ml.so.1: the host driver's, mounted at run time) on LD_LIBRARY_PATH, so it does not
     stop at them and list nothing after; and every NEEDED that pyelftools reads from the ELF must
     appear resolved in that listing (a listing cut short cannot pass)."""
-    from lucepatch.builders.probe import make_stand_ins  # noqa: PLC0415
     allowed = list(ALLOWED_MISSING if allowed is None else allowed)
     si = make_stand_ins(cache or Path(os.environ.get("LUCEPATCH_CACHE", "/tmp/lucepatch-cache")), {})
     stubs = {n: si.driver / n for n in allowed if (si.driver / n).is_file()}
@@ -457,7 +452,7 @@ def closure_check(client, image: str, roots: list[str], allowed: list[str] | Non
 
 
 def inspect_labels(client, ref: str) -> dict:
-    import docker  # noqa: PLC0415
+    import docker  # optional: the docker extra  # noqa: PLC0415
     try:
         img = client.images.get(ref)
     except docker.errors.ImageNotFound:
@@ -540,8 +535,6 @@ def build_image(target: Target, source: Path, profile_name: str | None, cache: P
 
 
 def _export_dir(client, image_id: str, path: str, dest: Path) -> None:
-    import io  # noqa: PLC0415
-    import tarfile  # noqa: PLC0415
     c = client.containers.create(image_id, entrypoint=["/bin/true"])
     try:
         bits, _ = c.get_archive(path)
@@ -566,7 +559,7 @@ LIBC_IN_IMAGE = ("/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/x86_64-linux-gnu/l
 
 def image_present(client, ref: str | None) -> bool:
     """Is `ref` in the local engine (never pulled)?"""
-    import docker  # noqa: PLC0415
+    import docker  # optional: the docker extra  # noqa: PLC0415
     try:
         client.images.get(ref)
         return True
@@ -576,10 +569,7 @@ def image_present(client, ref: str | None) -> bool:
 
 def image_libc(client, image: str, dest_dir: Path) -> Path | None:
     """The image's libc.so.6 copied out (archive API, the image never runs), or None."""
-    import io  # noqa: PLC0415
-    import tarfile  # noqa: PLC0415
-
-    import docker  # noqa: PLC0415
+    import docker  # optional: the docker extra  # noqa: PLC0415
     c = client.containers.create(image, entrypoint=["/bin/true"])
     try:
         for p in LIBC_IN_IMAGE:
@@ -615,9 +605,6 @@ def node_library_check(client, image: str, report) -> dict:
     """Can `image` run the library a node report found preloaded in the node's pods? HAMi injects
     that library into every GPU container, so the image's glibc must provide what it needs
     (lucepatch.elf.unmet_needs against the image's own libc.so.6). {"ok": bool | None, ...}."""
-    import tempfile  # noqa: PLC0415
-
-    from lucepatch import elf  # noqa: PLC0415
     lib = report.library
     if lib is None:
         return {"ok": None, "image": image, "problems": [],

@@ -9,16 +9,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lucepatch import git
+from lucepatch.builders.native import build_variant
+from lucepatch.builders.probe import preflight as run_preflight
 from lucepatch.node.report import load_node_report
 from lucepatch.errors import UsageError
+from lucepatch.node import driver as drv
 from lucepatch.target import Target, load_target
 from lucepatch.workspace import Workspace, resolve_source
 
 
 def build_native(t: Target, src: Path, variants: list[str], cache: Path, *, jobs: int | None = None) -> list:
     """Each variant ("baseline", "patched") of `t` built natively (cached by content)."""
-    from lucepatch.builders.native import build_variant
-
     git.open_repo(src)
     return [build_variant(t, src, v, cache, jobs=jobs) for v in variants]
 
@@ -34,8 +35,7 @@ def build_device_plugin(ws: Workspace, cache: Path, *, from_image: str | None, s
                         save: str | None = None):
     """HAMi's device-plugin image `from_image` with the patched libvgpu.so (built from hami-core's
     series when `lib` is not given); `save` also writes it as a docker-save tar."""
-    from lucepatch.builders.native import build_variant
-    from lucepatch.k8s.plugin_image import build_plugin_image
+    from lucepatch.k8s.plugin_image import build_plugin_image  # lazy: the device-plugin image, 23 ms
 
     if not from_image:
         raise UsageError("build hami-device-plugin needs --from IMAGE (the HAMi device-plugin image in use)")
@@ -48,7 +48,7 @@ def build_device_plugin(ws: Workspace, cache: Path, *, from_image: str | None, s
     ev_sha = hashlib.sha256(Path(evidence_path).read_bytes()).hexdigest() if evidence_path else ""
     res = build_plugin_image(from_image, Path(lib), plugin_tag(from_image, repo), evidence_sha256=ev_sha)
     if save:
-        from lucepatch.builders.image import docker_client
+        from lucepatch.builders.image import docker_client  # lazy: the image builder, 24 ms
 
         with open(save, "wb") as f:
             for chunk in docker_client().images.get(res.tag).save(named=True):
@@ -68,7 +68,7 @@ class Rendered:
 def render_image(t: Target, profile: str | None, *, repo: str | None = None, builder_image: str | None = None,
                  runtime_image: str | None = None, jobs: int | None = None, out_dir: str | None = None,
                  cuda_archs: str | None = None, node_report: str | None = None) -> Rendered:
-    from lucepatch.builders import image as img
+    from lucepatch.builders import image as img  # lazy: the image builder, 24 ms
 
     prof, files = img.render_profile(t, profile, builder_image=builder_image, runtime_image=runtime_image, jobs=jobs,
                                      cuda_archs=cuda_archs)
@@ -84,7 +84,7 @@ def render_image(t: Target, profile: str | None, *, repo: str | None = None, bui
 
 def base_runs_node_library(base: str | None, node_report: str) -> dict:
     """The runtime base image against the node report's library (the base's glibc is the image's)."""
-    from lucepatch.builders import image as img
+    from lucepatch.builders import image as img  # lazy: the image builder, 24 ms
 
     report = load_node_report(node_report)
     client = img.docker_client()
@@ -102,17 +102,14 @@ def build_image(t: Target, src: Path, cache: Path, *, profile: str | None = None
                 node_driver=None, node_report: str | None = None):
     """The target's container image; for the patched variant the target's probes run first and a
     build known to fail is refused (preflight=False skips them)."""
-    from lucepatch.builders import image as img
+    from lucepatch.builders import image as img  # lazy: the image builder, 24 ms
 
     pname, prof = img.image_profile(t, profile)
     img.image_cuda_archs(t, prof, cuda_archs)  # a list the target cannot honour: exit 2 before any work
     if node_driver is not None:  # an image the node's driver cannot start is not built
-        from lucepatch.node import driver as drv
 
         cuda = img.cuda_version_of(runtime_image or prof.get("runtime_image") or prof.get("builder_image"))
         if not cuda:
-            from lucepatch.errors import UsageError
-
             raise UsageError(f"--node-driver: the CUDA version of {runtime_image or prof.get('runtime_image')} is not "
                              "readable from its tag (nvidia/cuda:<X.Y>...)")
         progress(drv.require(cuda, node_driver).message)
@@ -122,8 +119,6 @@ def build_image(t: Target, src: Path, cache: Path, *, profile: str | None = None
     if preflight and variant == "patched" and not (t.dir / "probes.toml").is_file():
         progress(f"preflight: {t.name} defines no probes ({t.dir / 'probes.toml'}); building without")
     elif preflight and variant == "patched":
-        from lucepatch.builders.probe import preflight as run_preflight
-
         run = run_preflight(t, src, profile, cache)
         evidence = run.to_json()
         progress(f"preflight: {len(run.results)} probe(s) proven in {run.seconds:.0f}s")

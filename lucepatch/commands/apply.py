@@ -8,6 +8,7 @@ from lucepatch import report
 from lucepatch.commands._common import cache, json_option, require_source, source_option, workspace
 from lucepatch.engine.apply import CONFLICT
 from lucepatch.engine.onto import apply_onto_checkout
+from lucepatch.engine.session import notice
 from lucepatch.errors import EXIT_CHECK_FAILED, UsageError
 from lucepatch.target import load_target
 
@@ -27,7 +28,6 @@ def load_checked(ctx, target):
     if not t.series:
         raise UsageError(f"series {t.dir / 'series'} lists no patches; add patch names, one per line")
     _ = t.patches  # parse every patch now, before any output
-    from lucepatch.engine.session import notice
 
     line = notice(cache(ctx), t)
     if line:  # an open (or interrupted) rebase session: say so, and how to resume or abort it

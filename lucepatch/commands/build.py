@@ -10,6 +10,8 @@ import click
 from lucepatch import report
 from lucepatch.commands._common import cache, json_option, require_source, source_option, workspace
 from lucepatch.builders import service
+from lucepatch.commands import build_superproject
+from lucepatch.node import report as noderep
 from lucepatch.target import load_target
 
 
@@ -77,8 +79,6 @@ def command(ctx, target, source, baseline, both, jobs, as_image, profile, repo, 
         if r.node_library is not None:
             report.progress(r.node_library["message"])
         return 1 if r.node_library is not None and r.node_library["ok"] is False else 0
-    if as_image:
-        from lucepatch.node import report as noderep
     src = require_source(source, t.name, family=t.family)
     if as_image:
         res = service.build_image(t, src, cache(ctx), profile=profile, variant="baseline" if baseline else "patched",
@@ -100,7 +100,6 @@ def command(ctx, target, source, baseline, both, jobs, as_image, profile, repo, 
         return 1 if res.node_library is not None and res.node_library["ok"] is False else 0
     variants = ["baseline", "patched"] if both else (["baseline"] if baseline else ["patched"])
     if t.profiles and not t.build.artifacts:  # a superproject built per profile (Lucebox)
-        from lucepatch.commands import build_superproject
         return build_superproject.run(ws, t, src, cache(ctx), variants, profile, jobs, keep_build, cuda_archs,
                                       summary, as_json)
     results = service.build_native(t, src, variants, cache(ctx), jobs=jobs)

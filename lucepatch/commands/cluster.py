@@ -6,6 +6,7 @@ import click
 
 from lucepatch import report
 from lucepatch.commands._common import json_option
+from lucepatch.k8s import client
 
 
 @click.group("cluster")
@@ -20,8 +21,6 @@ def command():
 @json_option
 def status(namespace, name, context, as_json):
     """Per node: current library sha256 vs the expected one (drift = overwritten, e.g. by a HAMi update)."""
-    from lucepatch.k8s import client
-
     api = client.load(context)
     ds = api.AppsV1Api().read_namespaced_daemon_set(name, namespace)
     expected = (ds.metadata.annotations or {}).get("lucepatch.dev/lib-sha256") or None

@@ -79,7 +79,7 @@ def command(ctx, for_verbs, lib, image, pod, pod_root, node_report, namespace, c
 
 
 def _node_library(ctx, *, as_json, **kw):
-    from lucepatch.lines.service import inspect_node_library, report_lines  # lazy: --lib/--pod/... only, 250 ms
+    from lucepatch.lines.service import inspect_node_library, report_lines  # lazy: --lib/--pod/... only, 11 ms
 
     node = inspect_node_library(ws=workspace(ctx), exec_pod=kclient.pod_exec if kw.get("pod") else None, **kw)
     if as_json:
@@ -104,7 +104,7 @@ def _node_library(ctx, *, as_json, **kw):
 
 
 def _drops(ctx, hami_versions, as_json):
-    from lucepatch.lines.service import drops_lines, what_a_line_drops  # lazy: --hami-version alone, 250 ms
+    from lucepatch.lines.service import drops_lines, what_a_line_drops  # lazy: --hami-version alone, 11 ms
 
     found = [what_a_line_drops(v, ws=workspace(ctx)) for v in hami_versions]
     if as_json:

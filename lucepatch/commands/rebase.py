@@ -14,6 +14,7 @@ from lucepatch.engine.apply import pause_at
 from lucepatch.engine.subtargets import for_rebase
 from lucepatch.errors import EXIT_CHECK_FAILED, UsageError
 from lucepatch.target import list_targets, load_target
+from lucepatch.upstream import retire  # noqa: F401  (registers the `needed` judge: engine/needed.py)
 
 
 @click.command("rebase")

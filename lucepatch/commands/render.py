@@ -11,8 +11,11 @@ from pathlib import Path
 import click
 
 from lucepatch import report
-from lucepatch.commands._common import json_option
+from lucepatch.commands._common import json_option, workspace
 from lucepatch.errors import CheckFailed
+from lucepatch.k8s import validate, values
+from lucepatch.node import driver as drv, report as noderep
+from lucepatch.verify.reproducer import list_reproducers
 
 SET_ALIASES = {"daemonset": "hami-core-swap", "swap": "hami-core-swap", "verify-jobs": "verify-job", "job": "verify-job"}
 
@@ -30,9 +33,7 @@ def command():
 @click.pass_context
 def real_clients(ctx, paths, target_name, as_json):
     """Print the "Real clients" markdown table (what PyTorch, NCCL and vLLM's patterns did) from evidence."""
-    from lucepatch.commands._common import workspace
-    from lucepatch.upstream import real_clients as rc
-    from lucepatch.verify.reproducer import list_reproducers
+    from lucepatch.upstream import real_clients as rc  # lazy: `render real-clients` only, 20 ms
 
     ws = workspace(ctx)
     hashes = {r.name: r.hash for r in list_reproducers(ws)}
@@ -62,7 +63,7 @@ def real_clients(ctx, paths, target_name, as_json):
               help="lucebox: the node report JSON (driver_version) to check image_cuda against.")
 def k8s(manifest_set, values_file, sets, out, show_values, validate_versions, as_json, node_driver, node_report):
     """Render SET: lucebox | rbac | verify-job (both variants) | hami-core-swap (alias daemonset)."""
-    from lucepatch.k8s import manifests, values
+    from lucepatch.k8s import manifests, values  # lazy: `render k8s` only, 18 ms
 
     name = SET_ALIASES.get(manifest_set, manifest_set)
     if show_values:
@@ -77,8 +78,6 @@ def k8s(manifest_set, values_file, sets, out, show_values, validate_versions, as
     _driver_gate(vals, node_driver, node_report, lucebox=name == "lucebox")
     docs = manifests.render_verify_jobs(vals) if name == "verify-job" else manifests.render(name, vals)
     if validate_versions:
-        from lucepatch.k8s import validate
-
         problems = validate.strict_validate(manifests.to_objects(docs), [v.strip() for v in validate_versions.split(",")])
         if problems:
             raise CheckFailed(f"{len(problems)} schema problem(s), first: {problems[0]}")
@@ -106,9 +105,6 @@ def k8s(manifest_set, values_file, sets, out, show_values, validate_versions, as
 def _driver_gate(vals: dict, node_driver: str | None, node_report: str | None, *, lucebox: bool,
                  default=None) -> None:
     """Refuse (exit 1) an image whose CUDA the node's driver cannot start; say so when it can."""
-    from lucepatch.node import driver as drv
-    from lucepatch.node import report as noderep
-
     d = noderep.node_driver(node_driver, node_report) or default
     if d is None:
         return
@@ -150,7 +146,7 @@ def helm(app, out, values_file, sets, node_driver, node_report, as_json):
 
     It renders the objects `render k8s lucebox` renders for the same values: `helm template lucebox
     OUT/lucebox --set port=9000` = `lucepatch render k8s lucebox --set port=9000`."""
-    from lucepatch.k8s import chart, values
+    from lucepatch.k8s import chart, values  # lazy: `render chart` only, 19 ms
 
     overrides = [values.load_file(values_file) if values_file else {}, values.parse_set(sets)]
     _driver_gate(values.resolve("lucebox", *overrides), node_driver, node_report, lucebox=True)
@@ -166,9 +162,7 @@ def olares(app, out, values_file, sets, node_driver, node_report, as_json):
     OlaresManifest 0.12.0, apiVersion v3, Olares >= 1.12.6, one nvidia accelerator; checked against
     Olares' app lint rules before it is written. The image's CUDA is gated against the oldest driver
     Olares ships (lucepatch/data/cuda_drivers.toml) unless --node-driver / --node-report name the node."""
-    from lucepatch.k8s import olares as ol
-    from lucepatch.k8s import values
-    from lucepatch.node import driver as drv
+    from lucepatch.k8s import olares as ol  # lazy: `render olares` only, 19 ms
 
     overrides = {}
     for o in (values.load_file(values_file) if values_file else {}, values.parse_set(sets)):

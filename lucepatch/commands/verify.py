@@ -13,6 +13,7 @@ from lucepatch.node.report import load_node_report
 from lucepatch.show.model import build_view
 from lucepatch.show.terminal import print_parts, verdict_parts
 from lucepatch.target import load_target
+from lucepatch.upstream import coverage, retire
 from lucepatch.verify.evidence import write_evidence
 from lucepatch.verify.progress import clock
 from lucepatch.verify.node import node_section
@@ -20,8 +21,6 @@ from lucepatch.verify.service import ClusterOptions, VerifyRequest, run_verify, 
 
 
 def _retire(ctx, ws, target_name, source, ref, driver, runs, as_json, coverage_map, reproducer_names) -> int:
-    from lucepatch.upstream import coverage, retire
-
     if not target_name and reproducer_names:  # the target is the reproducers' (as verify --reproducer R)
         target_name = select(ws, reproducers=list(reproducer_names))[0].name
     t = load_target(ws, target_name)

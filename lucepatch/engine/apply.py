@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucepatch import git, trailers
+from lucepatch.engine import fastapply
 from lucepatch.engine.checkout import pid_alive
 from lucepatch.engine.core import (
     APPLIED,
@@ -35,7 +36,7 @@ from lucepatch.engine.core import (
     validate_diffs,
 )
 from lucepatch.engine.faults import PAUSE_ENV, pause  # noqa: F401 (PAUSE_ENV re-exported)
-from lucepatch.engine.safety import check_series_safety
+from lucepatch.engine.safety import base_listing, check_series_safety
 from lucepatch.errors import EnvironmentMissing, UsageError
 from lucepatch.series import Patch
 from lucepatch.target import Target
@@ -361,8 +362,6 @@ class FastSeries:
     nothing else: the objects are written here), not two per patch."""
 
     def __init__(self, work: WorkArea, source: Path, base: str, listing: str, write_objects: bool):
-        from lucepatch.engine import fastapply
-
         self.fa = fastapply
         self.work, self.source = work, source
         self.algo = "sha256" if len(base) == 64 else "sha1"
@@ -474,8 +473,6 @@ class FastSeries:
 
 
 def safety_listing(repo: Path, tree: str) -> str:
-    from lucepatch.engine.safety import base_listing
-
     return base_listing(repo, tree)
 
 
@@ -529,8 +526,6 @@ def apply_series(target: Target, source: Path, patches: list[Patch], work: WorkA
     Patches that git would apply exactly are applied in Python (FastSeries),
     the others by the per-patch engine; LUCEPATCH_ENGINE=per-patch uses the engine for all.
     """
-    from lucepatch.engine.safety import base_listing
-
     base_sha = resolve_base(source, base or target.base, target.name, fetch=fetch, upstream=target.upstream,
                             what=base_label)
     listing = base_listing(source, base_sha)

@@ -24,7 +24,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lucepatch import git, signals
+from lucepatch import git, report, signals
 from lucepatch.engine.faults import pause
 from lucepatch.errors import EnvironmentMissing, LucepatchError, UsageError
 
@@ -414,8 +414,6 @@ def _completed(d: dict) -> bool:
 def _recover_one(jp: Path, *, strict: bool) -> str | None:
     """Restore (or, past the commit point, finish) a killed switch — with every other member of
     its group (a target and its submodules switch all together or not at all)."""
-    from lucepatch import report
-
     d = _read_journal(jp)
     if d is None:
         jp.unlink(missing_ok=True)

@@ -21,9 +21,12 @@ decides then); tests/test_fastapply.py compares with `git apply --cached` on gen
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import struct
 import zlib
 from dataclasses import dataclass, field
+from pathlib import Path
 
 _HUNK = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _INDEX = re.compile(rb"^index ([0-9a-f]+)\.\.([0-9a-f]+)(?: ([0-7]{6}))?$")
@@ -377,10 +380,6 @@ def write_pack(pack_dir, objects: dict[str, tuple[str, bytes]]) -> str:
     `git index-pack` would leave them (pack-<checksum>.pack, then .idx: git looks a pack up by its
     index, so the index appears last). Whole objects, no deltas: a pack git reads like any other,
     two files instead of one per object. Returns the pack's checksum."""
-    import os
-    import struct
-    from pathlib import Path
-
     pack_dir = Path(pack_dir)
     pack_dir.mkdir(parents=True, exist_ok=True)
     items = sorted(objects.items())

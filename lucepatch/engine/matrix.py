@@ -35,8 +35,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucepatch import git
+from lucepatch.engine.apply import WorkArea, open_engine
 from lucepatch.engine.core import ALREADY_UPSTREAM, APPLIED, APPLIED_3WAY, CONFLICT, PURE_CONFIG, IndexEngine
 from lucepatch.engine.safety import diff_paths
+from lucepatch.engine.subtargets import gitlinks, sub_targets
+from lucepatch.errors import UsageError
 from lucepatch.series import Patch
 
 SYMBOL = {APPLIED: "A", APPLIED_3WAY: "3", ALREADY_UPSTREAM: "U", CONFLICT: "X"}
@@ -624,9 +627,6 @@ class SubMatrix:
 def matrix_of(t, src: Path, cache: Path, rev_range: str, *, independent: bool = False, first_parent: bool = False,
               jobs: int | None = None) -> tuple[MatrixResult, list[SubMatrix]]:
     """`matrix`: the target's cells at every commit of the range, and each sub-target's."""
-    from lucepatch.engine.apply import WorkArea, open_engine
-    from lucepatch.errors import UsageError
-
     if ".." not in rev_range:
         raise UsageError(f"--range {rev_range!r} must be a git range A..B")
     a, b = rev_range.split("..", 1)
@@ -641,8 +641,6 @@ def matrix_of(t, src: Path, cache: Path, rev_range: str, *, independent: bool = 
         res = run_matrix(work.repo, work.path, t.patches, files, commits, subjects, independent=independent, jobs=jobs)
     subs = []
     if t.submodules:
-        from lucepatch.engine.subtargets import gitlinks, sub_targets
-
         for st in sub_targets(t)[1:]:
             if not st.target.series:
                 continue

@@ -17,13 +17,14 @@ the session moves a `superseded` patch to absorbed/ only with `--drop-superseded
 the judgement names a code signal and was made under the invariant (engine/retirement.py); a
 `retire-candidate` (behaviour alone) is never dropped.
 
-To wire a judge in:  ``needed.register_judge(fn)`` from the module that implements it, and add
-that module's name to ``JUDGE_MODULES`` so the session imports it.
+To wire a judge in:  ``needed.register_judge(fn)`` from the module that implements it (the
+retirement rule, lucepatch.upstream.retire, does so when imported). The engine never imports it —
+it sits floors above (docs/design.md "Layers"): the verbs that start sessions (commands/rebase.py,
+api.rebase) import it.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
@@ -39,9 +40,6 @@ UNTESTABLE = "untestable"
 INCONCLUSIVE = "inconclusive"
 NOT_JUDGED = "not-judged"
 VERDICTS = (STILL_NEEDED, SUPERSEDED, RETIRE_CANDIDATE, UNTESTABLE, INCONCLUSIVE, NOT_JUDGED)
-
-# Modules that register a judge when imported (the retirement rule adds its own here).
-JUDGE_MODULES: tuple[str, ...] = ("lucepatch.upstream.retire",)  # the retirement rule (issue 11)
 
 
 @dataclass(frozen=True)
@@ -109,7 +107,6 @@ def judge(target, source: Path, ref: str, patches: Sequence, *, no_behaviour: bo
     keywords handed to the judge (cache, reproducers)."""
     if no_behaviour:
         return not_judged(target, source, ref, patches, reason="--no-behaviour")
-    _load()
     if not _judges:
         return not_judged(target, source, ref, patches)
     answer = _judges[-1](target, source, ref, patches, **where) or {}

@@ -4,11 +4,13 @@ files the series would overwrite, with `stash` carrying uncommitted changes acro
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucepatch.engine import checkout as co
 from lucepatch.engine.apply import SeriesResult, WorkArea, apply_series
+from lucepatch.engine.subtargets import applied_each, sub_targets
 from lucepatch.errors import UsageError
 from lucepatch.target import Target
 
@@ -26,10 +28,6 @@ def apply_onto_checkout(t: Target, src: Path, cache: Path, *, partial: bool = Fa
                         stash: bool = False, fetch: bool = False) -> Applied:
     """With [[submodule]] sub-targets, each submodule checkout is switched too (its own series, a
     branch of the same name), all of them or none (checkout.switch_group)."""
-    import contextlib
-
-    from lucepatch.engine.subtargets import applied_each
-
     co.open_checkout(src)
     branch = t.branch_name
     journals = cache / "switch"  # the switch's journal: a killed switch is restored by the next command
@@ -74,8 +72,6 @@ class _Single:
 
 
 def _submodule_checkouts(t: Target, src: Path):
-    from lucepatch.engine.subtargets import sub_targets
-
     for st in sub_targets(t)[1:]:
         if st.target.series:
             yield st.source(src), st

@@ -33,11 +33,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from lucepatch import git, trailers
+from lucepatch import git, report, trailers
 from lucepatch.engine import needed as needed_mod, retirement
 from lucepatch.engine import transaction, upstreamed
-from lucepatch.engine.apply import (FORMAT_PATCH_ARGS, PURE_ENV, apply_loop, clone_private, commit_message, format_commits, pause_at,
-                                    patch_author, resolve_base, series_trailers, with_trailers)
+from lucepatch.engine.apply import (FORMAT_PATCH_ARGS, PURE_ENV, WorkArea, apply_loop, clone_private, commit_message,
+                                    format_commits, patch_author, pause_at, resolve_base, series_trailers,
+                                    with_trailers)
 from lucepatch.engine.checkout import pid_alive
 from lucepatch.engine.core import ALREADY_UPSTREAM, APPLIED, APPLIED_3WAY, CONFLICT, IndexEngine, validate_diffs
 from lucepatch.engine.safety import check_series_safety
@@ -696,9 +697,7 @@ def _build(d: Path, t: Target, st: State, plan: dict) -> None:
 
 def ask_human(sess: Session) -> str:
     """Interactive mode (a terminal, no --no-interactive): what to do about the stopped patch."""
-    import click
-
-    from lucepatch import report
+    import click  # lazy: the library (lucepatch.api) never loads click (tests/test_api.py), 6 ms
 
     report.table(f"rebase {sess.st.target}: stopped", TABLE_COLUMNS, table_rows(summary(sess.st, sess.store)))
     report.err.print(describe(sess.st, sess.store), markup=False)
@@ -719,7 +718,6 @@ def run_until_stop(sess: Session, on_conflict: Callable[[Session], str] | None =
                     sess.resolve()
                     break
                 except CheckFailed as exc:
-                    from lucepatch import report
                     report.progress(str(exc))
                     continue
             if choice == "skip":
@@ -774,8 +772,6 @@ def conflicted_paths(detail: str) -> list[str]:
 
 def dry_run(cache: Path, t: Target, source: Path, onto_ref: str, opts: Options, *, fetch: bool = False) -> dict:
     """Walk the whole series (a conflict does not stop it) in a throwaway area; nothing kept."""
-    from lucepatch.engine.apply import WorkArea
-
     with WorkArea(cache, f"rebase-{t.name}") as work:
         sess = Session.start(cache, t, source, onto_ref, opts, fetch=fetch, where=work.path / "session")
         sess.walk(stop_at_conflict=False)

@@ -11,6 +11,7 @@ from pathlib import Path
 from lucepatch import git
 from lucepatch.engine import upstreamed
 from lucepatch.engine.apply import CONFLICT, WorkArea, applied_patch_ids, open_engine, resolve_base
+from lucepatch.engine.subtargets import sub_targets
 
 APPLIED = "applied"
 NOT_APPLIED = "not-applied"
@@ -59,8 +60,6 @@ def status_of(t, src: Path, cache: Path, *, fetch: bool = False) -> dict:
 
 def status_all(t, src: Path, cache: Path, *, fetch: bool = False) -> dict:
     """The target's status, with `submodules`: each sub-target's at its own checkout's HEAD."""
-    from lucepatch.engine.subtargets import sub_targets
-
     doc = status_of(t, src, cache, fetch=fetch)
     if t.submodules:
         doc["submodules"] = [{**st.to_json(), **status_of(st.target, st.source(src), cache, fetch=fetch)}
@@ -77,7 +76,7 @@ def judged_by_behaviour(t, src: Path, cache: Path, ws):
     """`status --behaviour`: the retirement rule's report at HEAD (the one `verify --retire HEAD`
     saved, else made and saved now), answering the upstreamed detector while the status runs.
     Its hook answers only at the superproject's HEAD, so sub-targets are not judged by it."""
-    from lucepatch.upstream import retire
+    from lucepatch.upstream import retire  # lazy: `status --behaviour` only, 33 ms
 
     head = git.resolve_commit(src, "HEAD", what="HEAD", remedy="the checkout has no commits")
     judged = retire.load_saved(t, head, cache, ws)

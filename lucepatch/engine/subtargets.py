@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from lucepatch import git
+from lucepatch import git, report
+from lucepatch.engine.apply import WorkArea, apply_series
 from lucepatch.errors import EnvironmentMissing, UsageError
 from lucepatch.target import Target, sub_target
 from lucepatch.target_sections import Submodule
@@ -86,8 +87,6 @@ def applied_each(target: Target, source: Path, cache: Path, stack: contextlib.Ex
     probes pass `lambda t: t.variant_patches(variant)`); `bases` maps a sub-target's path ("." for
     the superproject) to a base other than its pinned one (carried trees). Nothing is written in
     the user's checkouts."""
-    from lucepatch.engine.apply import WorkArea, apply_series
-
     out = []
     for st in sub_targets(target):
         if skip_empty and not st.is_superproject and not st.target.series:
@@ -218,7 +217,6 @@ def for_rebase(target: Target, source: Path, cache: Path, onto_ref: str, *, dry_
                 if not d["onto"] or not st.target.series:
                     continue
                 work = stack.enter_context(_work_area(cache, f"rebase-{st.target.name}"))
-                from lucepatch.engine.apply import apply_series
 
                 res = apply_series(st.target, st.source(source), st.target.patches, work, base=d["onto"],
                                    checkout=False, write_objects=False, fetch=fetch)
@@ -229,15 +227,11 @@ def for_rebase(target: Target, source: Path, cache: Path, onto_ref: str, *, dry_
 
 
 def _work_area(cache: Path, label: str):
-    from lucepatch.engine.apply import WorkArea
-
     return WorkArea(cache, label)
 
 
 def print_rebase(subs: list[dict], *, as_json: bool = False) -> None:
     """The sub-targets of a rebase, for people."""
-    from lucepatch import report
-
     for d in subs:
         at = (d["onto"] or "-")[:12]
         if not d["moved"]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import fcntl
 import hashlib
 import os
 import shutil
@@ -66,8 +67,6 @@ def first_difference(a: dict[str, str], b: dict[str, str]) -> str | None:
 @contextlib.contextmanager
 def locked(folder: Path, *, timeout: float = 30.0):
     """Exclusive flock on `folder` (a directory) for the duration of the block."""
-    import fcntl
-
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
         t0 = time.monotonic()

@@ -14,11 +14,11 @@ from lucepatch.gate.result import FAIL, SKIP, WARN, Step, TargetResult
 from lucepatch.gate.steps import check_on, named_scenarios, step_build_and_verify, step_lint, step_probes
 from lucepatch.target import Target
 from lucepatch.verify.driver import driver_identity
+from lucepatch.verify.reproducer import list_reproducers
+from lucepatch.workspace import source_env
 
 
 def cache_key(t: Target, ws, src: Path, upstream_head: str | None, driver_ident: dict, runs: int) -> str:
-    from lucepatch.verify.reproducer import list_reproducers
-
     repros = {r.name: r.hash for r in list_reproducers(ws)}
     named = named_scenarios(t)
     doc = {
@@ -92,8 +92,6 @@ def gate_target(ws, t: Target, src: Path, cache: Path, *, upstream_head: str | N
 def find_checkout(source: str | None, target: Target) -> tuple[Path | None, str]:
     """The target's upstream checkout (the one given, else $LUCEPATCH_SRC_<TARGET>) when it is a git
     checkout; otherwise (None, why) — `ci --all` then reports the target as skipped."""
-    from lucepatch.workspace import source_env
-
     env = source_env(target.name)
     path = source or os.environ.get(env)
     if not path:

@@ -5,8 +5,14 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from lucepatch.builders.probe import run_probes
+from lucepatch.engine.apply import WorkArea, apply_series
 from lucepatch.gate.result import FAIL, PASS, SKIP, WARN, Step
+from lucepatch.lint import lint_target
 from lucepatch.target import Target
+from lucepatch.verify.driver import choose_driver
+from lucepatch.verify.evidence import write_evidence
+from lucepatch.verify.reproducer import list_reproducers
 
 
 def named_scenarios(t: Target) -> dict[str, list[str] | None]:
@@ -24,8 +30,6 @@ def named_scenarios(t: Target) -> dict[str, list[str] | None]:
 
 
 def step_lint(ws, t: Target) -> Step:
-    from lucepatch.lint import lint_target
-
     findings = lint_target(ws, t.name, pending_days=90, now=time.time())
     errors = [f for f in findings if f.level == "error"]
     warns = [f for f in findings if f.level != "error"]
@@ -37,8 +41,6 @@ def step_lint(ws, t: Target) -> Step:
 
 
 def check_on(t: Target, src: Path, cache: Path, ref: str, name: str) -> Step:
-    from lucepatch.engine.apply import WorkArea, apply_series
-
     with WorkArea(cache, f"ci-{name}-{t.name}") as work:
         res = apply_series(t, src, list(t.patches), work, base=ref)
     cases = [{"name": o.patch.name, "status": FAIL if o.status == "conflict" else PASS,
@@ -55,10 +57,7 @@ def check_on(t: Target, src: Path, cache: Path, ref: str, name: str) -> Step:
 
 def step_build_and_verify(ws, t: Target, src: Path, cache: Path, driver: str, runs: int,
                           evidence_dir: Path | None) -> tuple[list[Step], str | None]:
-    from lucepatch.verify.driver import choose_driver
-    from lucepatch.verify.evidence import write_evidence
-    from lucepatch.verify.reproducer import list_reproducers
-    from lucepatch.verify.service import VerifyRequest, build_variants, run_verify
+    from lucepatch.verify.service import VerifyRequest, build_variants, run_verify  # lazy: targets with reproducers only, 20 ms
 
     if not t.build:
         return [Step("build", SKIP, "target has no [build] table"), Step("verify", SKIP, "nothing built")], None
@@ -126,7 +125,6 @@ def step_build_and_verify(ws, t: Target, src: Path, cache: Path, driver: str, ru
 def step_probes(t: Target, src: Path, cache: Path) -> Step:
     if not (t.dir / "probes.toml").is_file():
         return Step("probes", SKIP, "no probes.toml")
-    from lucepatch.builders.probe import run_probes
 
     run = run_probes(t, src, None, "patched", cache, None)
     cases = [{"name": f"{r.spec.fix} {r.spec.name}", "status": PASS if r.as_declared else FAIL, "detail": r.detail[:200]}

@@ -22,7 +22,7 @@ def kubeconfig_path(explicit: str | None = None) -> str | None:
 
 def load(context: str | None = None, kubeconfig: str | None = None):
     try:
-        from kubernetes import client, config
+        from kubernetes import client, config  # optional: the k8s extra
     except ModuleNotFoundError:
         raise EnvironmentMissing("the kubernetes client is missing: pip install 'lucepatch[k8s]'")
     path = kubeconfig_path(kubeconfig)
@@ -37,8 +37,8 @@ def load(context: str | None = None, kubeconfig: str | None = None):
 def apply(objs: list[dict], context: str | None = None, kubeconfig: str | None = None) -> list[str]:
     """Create each object, or replace it when it exists (server-side create-or-replace)."""
     client = load(context, kubeconfig)
-    from kubernetes import utils
-    from kubernetes.client.rest import ApiException
+    from kubernetes import utils  # optional: the k8s extra
+    from kubernetes.client.rest import ApiException  # optional: the k8s extra
 
     api = client.ApiClient()
     done = []
@@ -116,8 +116,8 @@ def pod_exec(pod: str, *, namespace: str = "default", container: str | None = No
     (doctor --pod runs lucepatch/lines/pod.py's script this way; lines sits a floor below and gets
     this function from the caller)."""
     k8s = load(context=context, kubeconfig=kubeconfig)
-    from kubernetes.client.rest import ApiException  # lazy: the kubernetes client 1070 ms
-    from kubernetes.stream import stream  # lazy: the kubernetes client 1070 ms
+    from kubernetes.client.rest import ApiException  # optional: the k8s extra
+    from kubernetes.stream import stream  # optional: the k8s extra
 
     kw = {"container": container} if container else {}
     try:

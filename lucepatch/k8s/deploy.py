@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from lucepatch.errors import CheckFailed, UsageError
 from lucepatch.files import sha256_file
+from lucepatch.k8s import client, gates, manifests, values
 
 PLACEHOLDER_IMAGE = "REPLACE-ME/hami-core-lib:TAG"
 
@@ -18,8 +19,6 @@ def deploy_hami_core(*, lib=None, evidence=None, lib_image=None, lib_path="/luce
                      context=None, on_gate=lambda g: None, on_refused=lambda report: None,
                      on_apply=lambda line: None) -> tuple[dict, list, str]:
     """(report, rendered documents, namespace). Live runs fill report["nodes"] and report["result"]."""
-    from lucepatch.k8s import client, gates, manifests, values
-
     live = not dry_run
     if live and not client.kubeconfig_path():
         raise UsageError("no cluster: set LUCEPATCH_KUBECONFIG, or pass --dry-run to only check and print")

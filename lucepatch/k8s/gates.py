@@ -42,8 +42,9 @@ from pathlib import Path
 from lucepatch.errors import UsageError
 from lucepatch.files import sha256_file
 from lucepatch.k8s import swap
+from lucepatch.lines.fit import drop_in_commands, fit_node, load_lines
 from lucepatch.lines.identity import FORK, LINE_BUILD, UPSTREAM, Identity, identify
-from lucepatch.lines.libfacts import LibFacts
+from lucepatch.lines.libfacts import LibFacts, read_lib
 from lucepatch.lines.replace import Side, judge
 from lucepatch.node.report import load_node_report
 from lucepatch.verify.evidence import Evidence, load_evidence
@@ -91,9 +92,6 @@ def reference_library(evidence: Evidence, installed: str | None) -> tuple[str | 
 
 def line_gate(evidence: Evidence, installed: str | None, hami_versions, node_facts=None) -> Gate:
     """Is the evidence's line the one that fits the nodes? (`node_facts`: a node report's library facts.)"""
-    from lucepatch.lines.fit import drop_in_commands, fit_node, load_lines
-    from lucepatch.lines.libfacts import read_lib
-
     lines = load_lines()
     base = (evidence.upstream or {}).get("base") or ""
     own = next((l for l in lines if l.target == evidence.target), None) or next(

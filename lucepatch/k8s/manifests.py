@@ -156,7 +156,7 @@ def render_verify_jobs(vals: dict) -> list[Rendered]:
 
 def to_objects(docs: list[Rendered]) -> list[dict]:
     try:
-        import yaml
+        import yaml  # optional: the k8s extra (PyYAML)
     except ModuleNotFoundError:
         raise EnvironmentMissing("PyYAML is needed to parse manifests: pip install 'lucepatch[k8s]'")
     objs = []

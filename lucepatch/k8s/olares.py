@@ -146,7 +146,7 @@ def manifest(vals: dict) -> dict:
 
 
 def manifest_text(doc: dict) -> str:
-    import yaml
+    import yaml  # optional: the k8s extra (PyYAML)
 
     head = ("# Rendered by lucepatch (`lucepatch render olares lucebox`): OlaresManifest 0.12.0, apiVersion v3.\n"
             "# No template expressions here (0.12.0 renders none); the chart's values carry the rest.\n"
@@ -169,7 +169,7 @@ class OlaresPackage:
 
 def render_olares(out: Path, overrides: dict) -> OlaresPackage:
     try:
-        import yaml  # noqa: F401
+        import yaml  # optional: the k8s extra (PyYAML)  # noqa: F401
     except ModuleNotFoundError:
         raise EnvironmentMissing("PyYAML is needed to write OlaresManifest.yaml: pip install 'lucepatch[k8s]'")
     vals = package_values(overrides)
@@ -247,7 +247,7 @@ def quantity(q) -> float:
 def lint(pkg: Path, *, objects: list[dict]) -> list[str]:
     """Olares' app lint rules (see the module doc) over a package folder and the objects it installs.
     Returns the problems, each naming its rule; [] = passes."""
-    import yaml
+    import yaml  # optional: the k8s extra (PyYAML)
 
     p: list[str] = []
     pkg = Path(pkg)

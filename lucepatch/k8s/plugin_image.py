@@ -39,7 +39,7 @@ class PluginImage:
 
 def _read_plugin_libs(client, image: str) -> dict[str, bytes]:
     """libvgpu.so.* files in the image's plugin lib dir, read without running the image."""
-    import docker
+    import docker  # optional: the docker extra
 
     try:
         client.images.get(image)

@@ -14,6 +14,7 @@ Two independent checks, both used by the tests and by ``render --validate``:
 
 from __future__ import annotations
 
+import inspect
 import json
 
 from lucepatch.errors import CheckFailed, EnvironmentMissing
@@ -24,8 +25,8 @@ DEFAULT_VERSIONS = ("1.29.0", "1.31.0", "1.33.0")
 def strict_validate(objs: list[dict], versions=DEFAULT_VERSIONS) -> list[str]:
     """Problems found (empty = valid under every version). Raises EnvironmentMissing without the schemas."""
     try:
-        import kubernetes_validate
-        from kubernetes_validate.utils import SchemaNotFoundError
+        import kubernetes_validate  # optional: kubernetes-validate (the test extra)
+        from kubernetes_validate.utils import SchemaNotFoundError  # optional: kubernetes-validate (the test extra)
     except ModuleNotFoundError:
         raise EnvironmentMissing("kubernetes-validate is needed for offline schema checks: pip install kubernetes-validate")
     problems = []
@@ -49,8 +50,6 @@ class _FakeResponse:
 
 def _deserialize(api, obj: dict, name: str):
     """kubernetes < 35 takes a response object (``.data``); newer clients take the text."""
-    import inspect
-
     params = list(inspect.signature(api.deserialize).parameters)
     if params and params[0] == "response_text":
         return api.deserialize(json.dumps(obj), name, "application/json")
@@ -66,7 +65,7 @@ def model_class_name(obj: dict) -> str:
 def build_models(objs: list[dict]) -> list:
     """Deserialise into kubernetes client models; returns them. Raises CheckFailed on loss."""
     try:
-        from kubernetes import client
+        from kubernetes import client  # optional: the k8s extra
     except ModuleNotFoundError:
         raise EnvironmentMissing("the kubernetes client is needed: pip install 'lucepatch[k8s]'")
     api = client.ApiClient()

@@ -176,7 +176,7 @@ def load_file(path: str | Path) -> dict:
         data = json.loads(text)
     else:
         try:
-            import yaml
+            import yaml  # optional: the k8s extra (PyYAML)
         except ModuleNotFoundError:
             raise EnvironmentMissing("PyYAML is needed to read a YAML values file: pip install 'lucepatch[k8s]'")
         data = yaml.safe_load(text) or {}

@@ -80,7 +80,7 @@ def load_lines(data: dict | None = None, ws=None) -> list[Line]:
         line = Line(target=target, base=str(ser.get("base", "")), shrreg=ser.get("shrreg"),
                     compatible=[norm_release(v) for v in ser.get("compatible", [])])
         if ws is not None and (ws.patches_dir / target / "target.toml").is_file():
-            from lucepatch.target import load_target_dir
+            from lucepatch.target import load_target_dir  # lazy: target.toml's reader, 16 ms
 
             t = load_target_dir(ws.patches_dir / target)
             line.in_workspace, line.version, line.upstream = True, t.version, t.upstream or DEFAULT_UPSTREAM

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import struct
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -72,8 +73,8 @@ def returned_immediate(code: bytes, machine: str) -> int | None:
 
 def _elffile():
     try:
-        from elftools.elf.elffile import ELFFile
-        from elftools.elf.sections import NoteSection, SymbolTableSection
+        from elftools.elf.elffile import ELFFile  # lazy: pyelftools, 17 ms
+        from elftools.elf.sections import NoteSection, SymbolTableSection  # lazy: pyelftools, 17 ms
     except ImportError:
         raise EnvironmentMissing("pyelftools is missing: pip install 'pyelftools>=0.29'")
     return ELFFile, NoteSection, SymbolTableSection
@@ -96,9 +97,8 @@ def read_lib(path: str | Path) -> LibFacts:
     if data[:4] != b"\x7fELF":
         raise UsageError(f"{path} is not an ELF file: pass a libvgpu.so (HAMi-core's library)")
     ELFFile, NoteSection, SymbolTableSection = _elffile()
-    import io
 
-    from elftools.common.exceptions import ELFError
+    from elftools.common.exceptions import ELFError  # lazy: pyelftools, 17 ms
 
     try:
         elf = ELFFile(io.BytesIO(data))

@@ -28,7 +28,7 @@ IMAGE_CANDIDATES = (PLUGIN_LIB_DIR, POD_LIB_PATH)
 
 def _archive_files(container, path: str) -> dict[str, bytes]:
     """Regular files under ``path`` in a (created, not started) container, by base name."""
-    import docker
+    import docker  # optional: the docker extra
 
     try:
         stream, _ = container.get_archive(path)
@@ -55,10 +55,10 @@ def pick_library(files: dict[str, bytes]) -> tuple[str, bytes] | None:
 
 def from_image(image: str, path: str | None = None) -> tuple[bytes, str]:
     """(bytes, "IMAGE:PATH") of the libvgpu.so in ``image`` (present locally; never pulled, never run)."""
-    from lucepatch.builders.image import docker_client
+    from lucepatch.builders.image import docker_client  # lazy: the image builder, 55 ms
 
     client = docker_client()  # the SDK and a daemon that answers, else one line (exit 3)
-    import docker  # present: docker_client imported it
+    import docker  # optional: the docker extra  # present: docker_client imported it
     try:
         client.images.get(image)
     except docker.errors.ImageNotFound:
@@ -84,11 +84,11 @@ def from_image(image: str, path: str | None = None) -> tuple[bytes, str]:
 def from_pod(pod: str, *, namespace: str = "default", container: str | None = None, path: str = POD_LIB_PATH,
              context: str | None = None, kubeconfig: str | None = None) -> tuple[bytes, str]:
     """(bytes, "pod NS/NAME:PATH") of the library mapped into a running pod."""
-    from lucepatch.k8s import client as kclient
+    from lucepatch.k8s import client as kclient  # lazy: the cluster client, 14 ms
 
     k8s = kclient.load(context=context, kubeconfig=kubeconfig)
-    from kubernetes.client.rest import ApiException
-    from kubernetes.stream import stream
+    from kubernetes.client.rest import ApiException  # optional: the k8s extra
+    from kubernetes.stream import stream  # optional: the k8s extra
 
     api = k8s.CoreV1Api()
     kw = {"container": container} if container else {}

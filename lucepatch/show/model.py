@@ -15,7 +15,9 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from lucepatch.errors import LucepatchError
 from lucepatch.verify.evidence import Evidence, ScenarioResult, Tally
+from lucepatch.verify.reproducer import load_reproducer
 
 
 @dataclass(frozen=True)
@@ -242,8 +244,6 @@ def _reproducer_sources(workspace, reproducers: dict | None, name: str,
                         recorded_hash: str) -> tuple[list[dict], bool | None]:
     rep = (reproducers or {}).get(name)
     if rep is None and workspace is not None:
-        from lucepatch.errors import LucepatchError
-        from lucepatch.verify.reproducer import load_reproducer
         try:
             rep = load_reproducer(workspace, name)
         except LucepatchError:  # unknown or broken reproducer folder: no source to show

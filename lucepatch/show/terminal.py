@@ -5,12 +5,14 @@ unless `wide` (the full text is always in the evidence)."""
 
 from __future__ import annotations
 
+import textwrap
+
 from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from lucepatch.report import wrap
+from lucepatch.report import _break_name, _wrap_text, wrap
 from lucepatch.show.model import GLYPHS, VARIANTS, View
 
 VERDICT_STYLE = {"proven": "bold green", "pass": "green", "guarded": "cyan", "not-proven": "yellow",
@@ -159,8 +161,6 @@ def provenance_parts(view: View, width: int) -> list[Text]:
     """What was built from which commit, on which driver: one `what  value` per line, the value
     wrapped at spaces under itself; a path or a sha256 is never broken (it is copied as printed):
     wider than the value column, it gets a line of its own from column 2."""
-    import textwrap
-
     rows = view.provenance
     kw = max([len(k) for k, _ in rows] + [4])
     room = max(20, width - kw - 2)

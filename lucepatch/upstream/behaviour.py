@@ -24,7 +24,8 @@ from lucepatch.target import Target
 from lucepatch.verify.driver import DriverChoice, choose_driver
 from lucepatch.verify.reproducer import Reproducer
 from lucepatch.verify.rules import FixedRule
-from lucepatch.verify.runner import CRASH, FAIL, FAIL_LOG, INVALID, PASS, SKIPPED, TIMEOUT, RunRecord
+from lucepatch.verify.runner import CRASH, FAIL, FAILURES, FAIL_LOG, INVALID, PASS, SKIPPED, TIMEOUT, RunRecord
+from lucepatch.verify.service import VariantSpec, build_variants
 from lucepatch.verify.session import Execution, Variant, derive_driver, plan_execution, run_matrix, run_scenarios
 from lucepatch.verify.verdict import tally
 
@@ -176,8 +177,6 @@ class Lab:
 
     def __init__(self, target: Target, source: Path, cache: Path, driver: DriverChoice | str,
                  reproducers: list[Reproducer], runs: int, jobs: int | None = None):
-        from lucepatch.verify.service import VariantSpec  # noqa: F401  (import cycle: service imports session)
-
         self.target, self.source, self.cache = target, Path(source), Path(cache)
         self.driver = driver if isinstance(driver, DriverChoice) else choose_driver(driver, self.cache)
         self.repros = {r.name: r for r in reproducers}
@@ -190,8 +189,6 @@ class Lab:
 
     # -- builds --------------------------------------------------------------------------------
     def build(self, name: str, ref: str, patches: list[str] | tuple[str, ...], coverage: bool = False) -> Build:
-        from lucepatch.verify.service import VariantSpec, build_variants
-
         key = (ref, tuple(patches), coverage)
         if key not in self.builds:
             taken = {x.name for x in self.builds.values()}
@@ -365,8 +362,6 @@ def measure_behaviour(repro: Reproducer, scenarios: list[str], variants: list[Va
     Returns {(variant name, scenario name): Behaviour} and the raw run records. A scenario
     "fails" when any run fails and "passes" only when every run passes; controls must pass on the
     same variant for either to count (otherwise control_ok is False)."""
-    from lucepatch.verify.runner import FAILURES
-
     checked = [s for s in scenarios if not repro.scenario(s).control]
     records = run_matrix([repro], variants, runs, driver, cache, checked or None)
     out: dict[tuple[str, str], Behaviour] = {}

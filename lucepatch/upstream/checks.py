@@ -82,7 +82,7 @@ def _cpplint_cmd() -> list[str]:
     if exe:
         return [exe]
     try:
-        import cpplint  # noqa: F401
+        import cpplint  # optional: cpplint (the test extra)  # noqa: F401
     except ImportError:
         raise EnvironmentMissing("cpplint is not installed; pip install cpplint (the upstream's PR check needs it)")
     return [sys.executable, "-m", "cpplint"]

@@ -42,6 +42,7 @@ from lucepatch.verify.runner import CRASH, SKIPPED, TIMEOUT, compile_reproducer,
 from lucepatch.verify import bindshim
 from lucepatch.verify.session import requirements
 from lucepatch.verify.workload import build_program, build_reporter
+from lucepatch.verify.launch import build_isolate
 
 VERSION = 2
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
@@ -346,7 +347,6 @@ def _program(repro, cache: Path, lab, unmet: dict) -> Path | None:
 def _launcher(lab):
     if lab.execution.isolation != "namespace":
         return None
-    from lucepatch.verify.launch import build_isolate
 
     return build_isolate(lab.cache)
 

@@ -18,7 +18,10 @@ files (tests/fixtures/crashlogs/).
 
 from __future__ import annotations
 
+import argparse
+import json
 import re
+import sys
 import tomllib
 from functools import lru_cache
 from pathlib import Path
@@ -218,10 +221,6 @@ def render_crash_log(run: dict) -> str:
 def _main(argv=None) -> int:
     """python3 -m lucepatch.upstream.fingerprints EVIDENCE SCENARIO [--variant V] [--index N]:
     print the first failing run of SCENARIO as a corpus log (tests/fixtures/crashlogs/)."""
-    import argparse
-    import json
-    import sys
-
     ap = argparse.ArgumentParser(description=_main.__doc__)
     ap.add_argument("evidence")
     ap.add_argument("scenario", help="reproducer:scenario")

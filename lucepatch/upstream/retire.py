@@ -65,8 +65,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucepatch import git, report
-from lucepatch.engine import retirement
+from lucepatch.engine import needed, retirement
 from lucepatch.engine.apply import WorkArea, apply_series
+from lucepatch.engine.upstreamed import content_match, tree_reader, upstream_patch_ids
 from lucepatch.errors import UsageError
 from lucepatch.series import Patch
 from lucepatch.target import Target
@@ -74,9 +75,11 @@ from lucepatch.upstream import review
 from lucepatch.upstream.behaviour import (B_FAIL, B_MIXED, B_PASS, B_SKIPPED, DIFFERENT, IDENTICAL,  # noqa: F401
                                           INCONCLUSIVE as C_INCONCLUSIVE, Behaviour, Comparison, Lab,
                                           describe_signature, measure_behaviour, resolve_driver)
+from lucepatch.upstream.bisect import FOUND, bisect_behaviour
 from lucepatch.upstream.coverage import coverage_map
 from lucepatch.verify.driver import DriverChoice
 from lucepatch.verify.reproducer import Reproducer, Scenario, list_reproducers, load_reproducer_dir
+from lucepatch.workspace import resolve_cache
 
 SCHEMA_VERSION = 2
 KIND = "lucepatch-retire"
@@ -686,8 +689,6 @@ def _name_upstream_commits(target, source, base, commit, cache, drv, n, rows, re
     difference on, on unpatched upstream, to name the commit where the behaviour changed — for a
     superseded patch the commit of its Applied-Upstream: trailer (bisect --record checks the code
     signal there again), for a candidate what its reviewer reads first."""
-    from lucepatch.upstream.bisect import FOUND, bisect_behaviour
-
     for r in rows:
         if r["status"] not in (SUPERSEDED, RETIRE_CANDIDATE) or not r.get("scenario"):
             continue
@@ -898,9 +899,6 @@ def judge(target: Target, source: Path, ref: str, patches, *, cache: Path | None
     not-judged with the command that judges it (a rebase session never builds and runs by itself).
     A row the invariant does not accept as superseded (a report made before it) reads as a
     retire-candidate."""
-    from lucepatch.engine import needed
-    from lucepatch.workspace import resolve_cache
-
     cache = Path(cache or resolve_cache(None))
     commit = git.try_resolve(Path(source), ref) or ref
     doc = load_saved(target, commit, cache, reproducers=reproducers)
@@ -935,8 +933,6 @@ def coverage_map_at(target, source, ref: str, cache: Path, driver="auto", *, wor
 
 
 def _register() -> None:
-    from lucepatch.engine import needed
-
     needed.register_judge(judge)
 
 

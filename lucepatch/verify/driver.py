@@ -7,6 +7,7 @@ from this choice.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -151,7 +152,6 @@ class hold_driver:
     def __enter__(self) -> DriverHold:
         if self.drv.chosen != "real":
             return self.hold
-        import os
 
         env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "CUDA_DEVICE_MEMORY_SHARED_CACHE")}
         try:

@@ -23,6 +23,7 @@ import datetime as dt
 import json
 import os
 import platform
+import tempfile
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from lucepatch import __version__
-from lucepatch.errors import UsageError
+from lucepatch.errors import EnvironmentMissing, UsageError, environment_oserror
 from lucepatch.engine.faults import pause
 from lucepatch.files import write_atomic
 
@@ -281,7 +282,7 @@ def schema() -> dict:
 def schema_validator():
     """The schema's validator, made once per process (importing jsonschema is most of validation's cost;
     verify makes it in the background while its runs go on)."""
-    import jsonschema
+    import jsonschema  # lazy: jsonschema, 34 ms
 
     return jsonschema.Draft202012Validator(schema())
 
@@ -350,10 +351,6 @@ def check_destination(path: str | Path, option: str = "--evidence") -> None:
     """Can the evidence be written there? Asked before anything is built or run, so that an unusable path
     costs a second, not a verification: not a folder, its folder exists, and a file can be created in it
     (tried: permissions, a read-only file system or a full disk say so only when writing)."""
-    import tempfile
-
-    from lucepatch.errors import EnvironmentMissing, environment_oserror
-
     p = Path(path)
     if p.is_dir():
         raise UsageError(f"{option} {p} is a directory; give a file name")

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucepatch.errors import UsageError
+from lucepatch.verify.workload import HASHED_FILES
 from lucepatch.workspace import Workspace
 
 KINDS = ("c", "workload")
@@ -439,8 +440,6 @@ def load_reproducer_dir(rdir: Path) -> Reproducer:
             raise UsageError(f"{toml_path}: source {src} does not exist")
     extra = []
     if workload:
-        from lucepatch.verify.workload import HASHED_FILES
-
         extra = list(HASHED_FILES)
     return Reproducer(
         name=data.get("name", rdir.name), dir=rdir, common_dir=rdir.parent / "common",

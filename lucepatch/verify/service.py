@@ -6,14 +6,19 @@ what comes back.
 
 from __future__ import annotations
 
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lucepatch import git
+from lucepatch import git, report
+from lucepatch.builders.native import build_variant
 from lucepatch.errors import EnvironmentMissing, UsageError
 from lucepatch.target import Target, load_target
 from lucepatch.engine.faults import pause
-from lucepatch.verify.driver import DriverChoice, choose_driver, require_driver
+from lucepatch.upstream.fingerprints import match_fingerprint
+from lucepatch.verify.driver import DriverChoice, choose_driver, hold_driver, require_driver
 from lucepatch.verify.evidence import Evidence, RunPolicy, check_destination, schema_validator
 from lucepatch.verify.reproducer import Reproducer, list_reproducers, load_reproducer
 from lucepatch.verify.bounds import error_bounds
@@ -107,8 +112,6 @@ def build_variants(target: Target, source: Path, cache: Path, artifact: str, *,
     leave-one-out builds through `specs`, the coverage map). Every build is logged under its own
     name: in ref-vs-ref mode "baseline (REF)" and "patched (REF)". `between`: called after each build
     (verify refuses there as soon as the driver probe beside the builds has failed)."""
-    from lucepatch.builders.native import build_variant
-
     if specs is not None:
         by_name = {p.name: p for p in target.patches}
         out = []
@@ -175,13 +178,6 @@ def run_verify(req: VerifyRequest, cache: Path, *, progress=None) -> Evidence:
 
     The driver probe runs beside the builds (it is a process doing cuInit on a GPU machine); with
     the real driver a helper holds it open during the runs (lucepatch.verify.driver.hold_driver)."""
-    import threading
-    import time
-    from concurrent.futures import ThreadPoolExecutor
-
-    from lucepatch import report
-    from lucepatch.verify.driver import hold_driver
-
     say = progress or report.progress
     check_request(req)
     cluster = req.cluster
@@ -197,7 +193,7 @@ def run_verify(req: VerifyRequest, cache: Path, *, progress=None) -> Evidence:
     threading.Thread(target=schema_validator, name="lucepatch-schema", daemon=True).start()
     with ThreadPoolExecutor(max_workers=1) as probe:
         if cluster is not None:
-            from lucepatch.k8s import incluster
+            from lucepatch.k8s import incluster  # lazy: --cluster only, 16 ms
 
             drv_f = None
             drv = DriverChoice(requested="in-cluster", chosen="real", env={}, fake_dir=None, note="the node's driver")
@@ -232,7 +228,7 @@ def run_verify(req: VerifyRequest, cache: Path, *, progress=None) -> Evidence:
         say(f"{key}: not applicable at {req.target.name}'s base, not run ({why})")
     t1 = time.monotonic()
     if cluster is not None:
-        from lucepatch.k8s import incluster
+        from lucepatch.k8s import incluster  # lazy: --cluster only, 16 ms
 
         plan = incluster.plan_runs(run_repros, run_filter, [v.name for v in variants])
         shas = {v.name: v.sha256 for v in variants}
@@ -277,8 +273,6 @@ def attach_fingerprints(ev: Evidence, records) -> None:
     """Name the known upstream issue each scenario's baseline failure matches (crash fingerprints):
     from the interposer's log lines and the call path the preloaded reporter recorded. A crash that
     only shows the bug family's log line is recorded as such (`ambiguous`), never as one issue."""
-    from lucepatch.upstream.fingerprints import match_fingerprint
-
     for s in ev.scenarios:
         failing = [r for r in records if r.scenario == s.scenario and r.variant == "baseline" and r.failed]
         for r in failing[:1]:

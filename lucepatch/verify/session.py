@@ -16,13 +16,16 @@ from lucepatch.errors import UsageError
 from lucepatch.target import Target
 from lucepatch.verify import bindshim
 from lucepatch.verify import evidence as ev
+from lucepatch.verify.bounds import error_bounds
 from lucepatch.verify.driver import DriverChoice, classify_driver
+from lucepatch.verify.launch import build_isolate
 from lucepatch.verify.progress import RunProgress
 from lucepatch.verify.reproducer import Reproducer
+from lucepatch.verify.requirements import device_count, unmet
 from lucepatch.verify.rules import FixedRule, Rule, proof_hint
 from lucepatch.verify.runner import INVALID, SKIPPED, RunRecord, compile_reproducer, namespace_isolation, run_once
 from lucepatch.verify.schedule import Job, Scheduler, kind_of
-from lucepatch.verify.verdict import NOT_PROVEN, overall, scenario_verdict
+from lucepatch.verify.verdict import NOT_PROVEN, not_applicable as na_result, overall, scenario_verdict
 from lucepatch.verify.workload import build_program, build_reporter, workload_env
 
 
@@ -161,8 +164,6 @@ def run_scenarios(repros: list[Reproducer], variants: list[Variant], rule: Rule,
     slots = ex.jobs if ex.mode == "parallel" else 1
     launcher = None
     if ex.isolation == "namespace" and ex.launcher != "unshare+sh+mount":
-        from lucepatch.verify.launch import build_isolate
-
         launcher = build_isolate(cache)
         ex.launcher = "lucepatch-isolate (one exec: unshare, private tmpfs on /tmp/vgpulock, no core dumps)"
     how = f"{rule.max_runs} runs" if rule.name == "fixed" else f"≤{rule.max_runs} runs"  # ≤: the sequential rule
@@ -227,8 +228,6 @@ def requirements(selected: list, driver: DriverChoice) -> dict[str, str]:
     CUDA_VISIBLE_DEVICES=1,0 names finds no device on a 1-GPU machine, before it can prove what it
     loaded, so its runs would be invalid, not skipped). The GPUs are counted once, only when some
     scenario needs more than one."""
-    from lucepatch.verify.requirements import device_count, unmet
-
     devices = device_count(driver.env) if any(s.min_devices > 1 for _, s in selected) else None
     return {f"{r.name}:{s.name}": unmet(r, s, driver.chosen, devices=devices,
                                         pythonpath=workload_env(r, s).get("PYTHONPATH", "") if r.is_workload else "")
@@ -294,12 +293,8 @@ def build_evidence(target: Target, repros: list[Reproducer], variants: list[Vari
     rule/spend: the rule the runs were spent under and run_scenarios' account per scenario
     (default: the fixed rule with `runs`). not_applicable: {reproducer or reproducer:scenario:
     reason} the target declares; those scenarios were not run and are recorded with the reason."""
-    from lucepatch.verify.verdict import not_applicable as na_result
-
     rule = rule or FixedRule(runs)
     if policy is None:
-        from lucepatch.verify.bounds import error_bounds
-
         policy = ev.RunPolicy.from_json({**rule.policy(), "bounds": error_bounds(rule)})
     hint = proof_hint(rule)
     scenarios: list[ev.ScenarioResult] = []

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 from lucepatch import compiling
 from lucepatch.builders.toolchain import cuda_include
+from lucepatch.verify.driver import _PROBE
 from lucepatch.verify.fakecuda import build_fakecuda
 from lucepatch.verify.reproducer import list_reproducers, scenario_env
 from lucepatch.verify.runner import compile_reproducer
@@ -42,10 +44,6 @@ def compile_semantics(cache: Path, stub_dir: Path) -> Path:
 
 def device_count(env: dict) -> int:
     """CUDA devices the driver in `env` reports (0 when it cannot be asked)."""
-    import os
-
-    from lucepatch.verify.driver import _PROBE
-
     r = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=60,
                        env={**os.environ, **env})
     parts = r.stdout.split()

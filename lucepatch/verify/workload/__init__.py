@@ -5,9 +5,12 @@ lucepatch.compiling. Both are part of a workload reproducer's hash: they decide 
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 from lucepatch import compiling
+from lucepatch.builders import toolchain
 
 HERE = Path(__file__).resolve().parent
 HELPER = HERE / "lp_workload.py"
@@ -34,16 +37,11 @@ PYTHONPATH_ENV = "LUCEPATCH_WORKLOAD_PYTHONPATH"  # prepended to a workload's PY
 
 
 def python_for(repro=None) -> str:
-    import os
-    import sys
-
     return os.environ.get(PYTHON_ENV) or sys.executable
 
 
 def expand(text: str, repro, scenario_name: str, build: Path | None = None) -> str:
     """{python} {dir} {scenario} {workload} {build} and ${VAR} in one command argument or env value."""
-    import os
-
     out = (text.replace("{python}", python_for(repro)).replace("{dir}", str(repro.dir))
            .replace("{scenario}", scenario_name).replace("{workload}", str(HERE)))
     if build is not None:
@@ -62,10 +60,6 @@ def build_program(repro, cache: Path) -> Path:
     (expanded here, so a different library folder is a different key); `headers` are hashed into
     the key (a rebuilt library with changed headers recompiles the client). A compile failure is
     the reproducer's fault (exit 1, the compiler's first error line)."""
-    import os
-
-    from lucepatch.builders import toolchain
-
     b = repro.build
 
     def sub(a: str) -> str:
@@ -86,8 +80,6 @@ def workload_env(repro, scenario, params: dict | None = None) -> dict:
     """The reproducer's and the scenario's env, expanded. PYTHONPATH is the workload's own (plus
     $LUCEPATCH_WORKLOAD_PYTHONPATH), never the caller's: lucepatch's own dependencies on the caller's
     path (the carried wheels) must not shadow the packages the workload's interpreter has (torch's)."""
-    import os
-
     env = {k: expand(v, repro, scenario.name) for k, v in {**repro.env, **scenario.env}.items()}
     env.update(scenario.param_env(params))
     extra = os.environ.get(PYTHONPATH_ENV, "")

@@ -1,0 +1,317 @@
+"""The house's structure, read from the code (ast; nothing of lucepatch is imported here).
+
+docs/design.md "Layers" declares the floors in its ```layers block: a module may import modules
+on its own floor and the floors below. This file fails on
+  - any import cycle inside lucepatch/ (module-level, function-level, TYPE_CHECKING and
+    importlib-by-name imports alike: a cycle hidden in a function is still a cycle),
+  - any import running up a floor that ALLOWED_UP does not list — and on any ALLOWED_UP entry that
+    no longer runs up (the ratchet: the list may only shrink; delete the entry),
+  - any module no floor places,
+  - any import inside a function that does not say why it is there: `# lazy: <what>, <N> ms` (the
+    start-up cost it saves, measured by tools/import_cost.py) or `# optional: <extra>` (a package
+    only an optional extra installs).
+The checks run on a small package written here first, so each can be seen to fail.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DESIGN = ROOT / "docs" / "design.md"
+
+# Imports that run up a floor today, each with what would take it down. Shrink only: when one
+# is gone, the ratchet test fails until its line is deleted here.
+ALLOWED_UP = {
+    ("lucepatch.engine.status", "lucepatch.upstream.retire"):
+        "`status --behaviour` joins the retirement report; the join belongs in a service above both",
+    ("lucepatch.show.documents", "lucepatch.upstream.retire"):
+        "show validates retirement reports with RETIRE_SCHEMA; the schema belongs in data/ beside "
+        "evidence.schema.json",
+    ("lucepatch.verify.service", "lucepatch.k8s.incluster"):
+        "verify's --cluster branch runs the runs in Jobs; an execution backend handed in by the caller "
+        "would keep verify below k8s/",
+}
+
+LAZY_NOTE = re.compile(r"#.*\b(lazy: [^#]*\b\d+ ms\b|optional: \S)")
+
+
+@dataclass(frozen=True)
+class Edge:
+    src: str
+    dst: str
+    kind: str  # module | function | type-checking | by-name
+    where: str  # file:line
+
+
+# ---- reading the code ---------------------------------------------------------------------------
+def module_name(pkg_dir: Path, path: Path) -> str:
+    parts = list(path.relative_to(pkg_dir.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def read_package(pkg_dir: Path) -> tuple[set[str], list[Edge], list[tuple[str, ast.stmt, list[str]]]]:
+    """(modules, import edges between them, function-level import statements with their source lines)."""
+    files = sorted(pkg_dir.rglob("*.py"))
+    mods = {module_name(pkg_dir, f) for f in files}
+    edges: list[Edge] = []
+    inner: list[tuple[str, ast.stmt, list[str]]] = []
+    for f in files:
+        name = module_name(pkg_dir, f)
+        pkg = name if f.name == "__init__.py" else name.rpartition(".")[0]
+        src = f.read_text(encoding="utf-8")
+        lines = src.splitlines()
+        tree = ast.parse(src, str(f))
+        where = f"{f.relative_to(pkg_dir.parent)}"
+
+        def resolve(target: str) -> str | None:
+            while target and target not in mods:
+                target = target.rpartition(".")[0]
+            return target if target and target != name else None
+
+        def visit(node: ast.AST, kind: str) -> None:
+            for child in ast.iter_child_nodes(node):
+                k = kind
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                    k = "function"
+                elif isinstance(child, ast.If) and _is_type_checking(child.test) and kind == "module":
+                    for sub in child.body:
+                        visit_stmt(sub, "type-checking")
+                    for sub in child.orelse:
+                        visit_stmt(sub, kind)
+                    continue
+                visit_stmt(child, k)
+
+        def visit_stmt(node: ast.AST, kind: str) -> None:
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = pkg.split(".")
+                    up = up[: len(up) - (node.level - 1)] if node.level > 1 else up
+                    base = ".".join(up + ([base] if base else []))
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in mods:
+                edges.append(Edge(name, node.value, "by-name", f"{where}:{node.lineno}")) if node.value != name else None
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                if kind == "function":
+                    above = lines[node.lineno - 2] if node.lineno > 1 else ""
+                    own = lines[node.lineno - 1: node.end_lineno]
+                    inner.append((where, node, own + ([above] if above.strip().startswith("#") else [])))
+                for t in targets:
+                    dst = resolve(t)
+                    if dst:
+                        edges.append(Edge(name, dst, kind, f"{where}:{node.lineno}"))
+            visit(node, kind)
+
+        visit(tree, "module")
+    # a package's __init__ importing its own submodules is how a package exports; not a cycle
+    edges = [e for e in edges if not e.dst.startswith(e.src + ".")]
+    return mods, edges, inner
+
+
+def cycles(mods: set[str], edges: list[Edge]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for e in edges:
+        graph[e.src].add(e.dst)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+# ---- the declared floors ------------------------------------------------------------------------
+def read_floors(text: str) -> list[tuple[int, str, list[str]]]:
+    """docs/design.md's ```layers block: `<floor> <name> <room> <room> ...` per line (# comments)."""
+    m = re.search(r"^```layers\n(.*?)^```", text, re.M | re.S)
+    if not m:
+        raise AssertionError("docs/design.md has no ```layers block")
+    floors = []
+    for line in m.group(1).splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            n, name, *rooms = line.split()
+            floors.append((int(n), name, rooms))
+    return floors
+
+
+class Floors:
+    def __init__(self, floors: list[tuple[int, str, list[str]]], top: str):
+        self.top = top
+        self.rooms = {room: (n, name) for n, name, rooms in floors for room in rooms}
+
+    def room_of(self, module: str) -> str | None:
+        """The longest room that is `module` or a package above it (the top package only itself)."""
+        best = None
+        for room in self.rooms:
+            if module == room or (room != self.top and module.startswith(room + ".")):
+                if best is None or len(room) > len(best):
+                    best = room
+        return best
+
+    def floor(self, module: str) -> int:
+        return self.rooms[self.room_of(module)][0]
+
+
+def upward(edges: list[Edge], floors: Floors) -> dict[tuple[str, str], list[Edge]]:
+    out: dict[tuple[str, str], list[Edge]] = {}
+    for e in edges:
+        if floors.floor(e.dst) > floors.floor(e.src):
+            out.setdefault((e.src, e.dst), []).append(e)
+    return out
+
+
+def unexplained_inner(inner) -> list[str]:
+    bad = []
+    for where, node, lines in inner:
+        if not any(LAZY_NOTE.search(line) for line in lines):
+            bad.append(f"{where}:{node.lineno}: {lines[0].strip()}")
+    return bad
+
+
+# ---- the checks on a package written to fail them -------------------------------------------------
+def _toy(tmp_path: Path) -> Path:
+    pkg = tmp_path / "toy"
+    files = {
+        "__init__.py": "",
+        "base.py": "import os\n",
+        "low.py": "from toy import base\n\ndef f():\n    from toy import high  # lazy: high, 1 ms\n",  # up, a cycle
+        "high.py": "from toy import low\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from toy import base\n",
+        "reg.py": "MODULES = ('toy.high',)\n",  # by name: up
+        "lazy.py": ("def g():\n    import json  # lazy: json, 3 ms\n    import csv\n\n"
+                    "def h():\n    # optional: the docs extra\n    import docutils\n"),
+        "sub/__init__.py": "from toy.sub import a\n",
+        "sub/a.py": "",
+    }
+    for name, text in files.items():
+        (pkg / name).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / name).write_text(text)
+    return pkg
+
+
+def test_checks_fail_on_a_package_that_breaks_them(tmp_path):
+    pkg = _toy(tmp_path)
+    mods, edges, inner = read_package(pkg)
+    assert {(e.src, e.dst, e.kind) for e in edges} >= {
+        ("toy.low", "toy.high", "function"), ("toy.high", "toy.low", "module"),
+        ("toy.high", "toy.base", "type-checking"), ("toy.reg", "toy.high", "by-name")}
+    assert cycles(mods, edges) == [["toy.high", "toy.low"]]  # sub/__init__ -> sub.a is no cycle
+    floors = Floors(read_floors("```layers\n1 top toy.high toy.reg toy.lazy toy.sub\n0 base toy toy.base toy.low\n```\n"),
+                    "toy")
+    assert floors.room_of("toy.sub.a") == "toy.sub" and floors.room_of("toy.base") == "toy.base"
+    assert sorted(upward(edges, floors)) == [("toy.low", "toy.high")]
+    assert Floors(read_floors("```layers\n0 base toy\n```\n"), "toy").room_of("toy.low") is None  # the top: itself only
+    assert unexplained_inner(inner) == ["toy/lazy.py:3: import csv"]  # a note on the line above is another's
+
+
+# ---- lucepatch ----------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def house():
+    mods, edges, inner = read_package(ROOT / "lucepatch")
+    floors = Floors(read_floors(DESIGN.read_text(encoding="utf-8")), "lucepatch")
+    return mods, edges, inner, floors
+
+
+def test_no_import_cycles(house):
+    mods, edges, _inner, _floors = house
+    found = cycles(mods, edges)
+    lines = []
+    for comp in found:
+        inside = [f"{e.src} -> {e.dst} ({e.kind}, {e.where})" for e in edges if e.src in comp and e.dst in comp]
+        lines.append("cycle: " + ", ".join(comp) + "\n    " + "\n    ".join(inside))
+    assert not found, "import cycles (break them by moving what sits on the wrong side):\n" + "\n".join(lines)
+
+
+def test_every_module_has_a_floor(house):
+    mods, _edges, _inner, floors = house
+    homeless = sorted(m for m in mods if floors.room_of(m) is None)
+    assert not homeless, f"modules no floor of docs/design.md's ```layers block places: {homeless}"
+    unused = sorted(r for r in floors.rooms if r not in mods)
+    assert not unused, f"rooms in docs/design.md's ```layers block that are no module: {unused}"
+
+
+def test_imports_go_down_the_floors_beyond_the_allow_list(house):
+    _mods, edges, _inner, floors = house
+    up = upward(edges, floors)
+    new = {k: v for k, v in up.items() if k not in ALLOWED_UP}
+    assert not new, ("imports running up a floor (docs/design.md \"Layers\"): import downward or move the code;\n"
+                     + "\n".join(f"  {a} (floor {floors.floor(a)}) -> {b} (floor {floors.floor(b)}) at "
+                                 + ", ".join(f"{e.where} ({e.kind})" for e in es) for (a, b), es in sorted(new.items())))
+
+
+def test_allow_list_only_shrinks(house):
+    """The ratchet: an allowed upward import that is gone must leave ALLOWED_UP with it."""
+    _mods, edges, _inner, floors = house
+    up = upward(edges, floors)
+    stale = sorted(k for k in ALLOWED_UP if k not in up)
+    assert not stale, f"these no longer run up a floor: delete them from ALLOWED_UP in {Path(__file__).name}: {stale}"
+
+
+def test_function_level_imports_say_why(house):
+    _mods, _edges, inner, _floors = house
+    bad = unexplained_inner(inner)
+    assert not bad, ("imports inside functions without `# lazy: <what>, <N> ms` (tools/import_cost.py measures it) "
+                     "or `# optional: <extra>`; move them to module level (it creates no cycle: the cycle test reads "
+                     "function-level imports too):\n  " + "\n  ".join(bad))
+
+
+if __name__ == "__main__":  # the numbers for a closing note
+    mods, edges, inner = read_package(ROOT / "lucepatch")
+    fl = Floors(read_floors(DESIGN.read_text(encoding="utf-8")), "lucepatch")
+    pairs = {(e.src, e.dst) for e in edges}
+    print(f"modules {len(mods)}, import arrows {len(pairs)}, cycles {len(cycles(mods, edges))}, "
+          f"upward {len(upward(edges, fl))}, function-level import statements {len(inner)}")
+    for (a, b), es in sorted(upward(edges, fl).items()):
+        print(f"  up: {a} -> {b} ({', '.join(e.kind for e in es)})")
+    sys.exit(0)
