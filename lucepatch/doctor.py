@@ -150,6 +150,7 @@ def check_docker() -> Item:
                                       "reachable (DOCKER_HOST), and pip install 'lucepatch[docker]'")
     try:
         import docker  # optional: the docker extra
+        import requests  # optional: the docker extra (the SDK's transport)
     except ImportError:
         it.detail = "the docker Python SDK is not installed"
         return it
@@ -160,7 +161,7 @@ def check_docker() -> Item:
         it.version = str(v.get("Version", ""))
         it.detail = f"daemon API {v.get('ApiVersion', '?')} (min {v.get('MinAPIVersion', '?')})"
         client.close()
-    except Exception as exc:  # the SDK raises several types for "no daemon"
+    except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:  # no daemon answers
         it.detail = f"no daemon: {str(exc).splitlines()[0][:160]}"
     return it
 

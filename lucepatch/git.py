@@ -133,12 +133,49 @@ def _environment(env: dict | None) -> dict:
     return {k: v for k, v in full.items() if v is not None}
 
 
+TIMEOUT_ENV = "LUCEPATCH_GIT_TIMEOUT"
+DEFAULT_TIMEOUT = 900.0  # seconds: a fetch of a large upstream fits; a git waiting on a prompt or a hook does not
+
+
+def timeout() -> float | None:
+    """Seconds one git command may take ($LUCEPATCH_GIT_TIMEOUT; 0 or less: no limit)."""
+    raw = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        raise UsageError(f"{TIMEOUT_ENV}={raw!r} is not a number of seconds (0: no limit)")
+    return value if value > 0 else None
+
+
+class GitTimedOut(EnvironmentMissing):
+    """A git command that did not finish in time; it was killed (exit 3)."""
+
+    def __init__(self, repo_dir, args, seconds: float):
+        shown = list(args)
+        while len(shown) >= 2 and shown[0] == "-c":
+            shown = shown[2:]
+        super().__init__(f"git {' '.join(shown[:2])} did not finish within {seconds:g} s in {repo_dir} and was "
+                         "stopped; run it there by hand to see what it waits for (a remote, a credential prompt, "
+                         f"a hook, a lock), or give it longer: {TIMEOUT_ENV}=SECONDS (0: no limit)")
+
+
+def _run(repo_dir, args, stdin: bytes | None, env: dict | None) -> subprocess.CompletedProcess:
+    limit = timeout()
+    try:
+        return subprocess.run(["git", *args], cwd=str(repo_dir), input=stdin if stdin is not None else b"",
+                              capture_output=True, env=_environment(env), timeout=limit)
+    except subprocess.TimeoutExpired:
+        raise GitTimedOut(repo_dir, args, limit) from None
+
+
 def run(repo_dir: Path | str, *args: str, stdin: bytes | None = None, check: bool = True,
         env: dict | None = None) -> Result:
-    """Run `git <args>` in repo_dir. Raises GitFailed (a one-line LucepatchError) when check and status != 0."""
+    """Run `git <args>` in repo_dir. Raises GitFailed (a one-line LucepatchError) when check and status != 0,
+    GitTimedOut when it runs past timeout()."""
     try:
-        p = subprocess.run(["git", *args], cwd=str(repo_dir), input=stdin if stdin is not None else b"",
-                           capture_output=True, env=_environment(env))
+        p = _run(repo_dir, args, stdin, env)
     except NotADirectoryError:
         raise UsageError(f"{repo_dir} is not a directory")
     except FileNotFoundError as exc:
@@ -155,8 +192,7 @@ def run(repo_dir: Path | str, *args: str, stdin: bytes | None = None, check: boo
 def run_bytes(repo_dir: Path | str, *args: str, stdin: bytes | None = None, env: dict | None = None) -> bytes:
     """`git <args>` whose stdout is binary (cat-file --batch); GitFailed on a non-zero status."""
     try:
-        p = subprocess.run(["git", *args], cwd=str(repo_dir), input=stdin if stdin is not None else b"",
-                           capture_output=True, env=_environment(env))
+        p = _run(repo_dir, args, stdin, env)
     except FileNotFoundError as exc:
         raise EnvironmentMissing("git not found on PATH: install git (apt-get install git) or fix PATH") from exc
     if p.returncode != 0:

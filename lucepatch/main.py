@@ -126,6 +126,7 @@ def cli(ctx, workspace, cache_dir, quiet):
     ctx.ensure_object(dict)
     ctx.obj["workspace"] = workspace
     ctx.obj["cache_dir"] = cache_dir
+    _CACHE[0] = cache_location(cache_dir)  # the error path names a full disk under it as the cache's
     _recover_interrupted_switches(cache_dir)
 
 
@@ -133,8 +134,11 @@ def _recover_interrupted_switches(cache_dir) -> None:
     """A checkout switch killed half-way (SIGKILL, power loss) left a journal in the cache: the
     next lucepatch command, whatever it is, puts that checkout back (engine/checkout.py)."""
     jdir = cache_location(cache_dir) / "switch"
-    if jdir.is_dir() and any(jdir.glob("*.json")):
+    if jdir.is_dir() and any(jdir.glob("*.json*")):
         checkout.recover_all(jdir)
+
+
+_CACHE: list = [None]
 
 
 def _bug() -> int:
@@ -152,6 +156,7 @@ def _interrupted(what: str, code: int) -> int:
 
 def main(argv=None) -> int:
     signals.install()
+    _CACHE[0] = None
     try:
         rc = cli.main(args=argv, prog_name="lucepatch", standalone_mode=False)
     except LucepatchError as exc:
@@ -168,7 +173,7 @@ def main(argv=None) -> int:
         signals.ignore_further()
         return _interrupted("terminated", 143)
     except Exception as exc:  # environment (OSError, a hung tool) -> one line; anything else is a bug
-        err = from_exception(exc)
+        err = from_exception(exc, cache=_CACHE[0])
         if err is None:
             return _bug()
         click.echo(f"lucepatch: error: {err}", err=True)

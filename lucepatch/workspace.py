@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from lucepatch.errors import EnvironmentMissing, UsageError
+from lucepatch.errors import EnvironmentMissing, UsageError, oserror_fix
 
 MARKER = "lucepatch.toml"
 PACKAGED = Path(__file__).resolve().parent / "_workspace"
@@ -93,9 +93,16 @@ def cache_location(explicit: str | os.PathLike | None = None) -> Path:
 
 def resolve_cache(explicit: str | os.PathLike | None = None) -> Path:
     path = cache_location(explicit)
-    if path.exists() and not path.is_dir():
-        raise UsageError(f"cache {path} exists and is not a directory; pass --cache-dir DIR")
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        if path.exists() and not path.is_dir():
+            raise UsageError(f"cache {path} exists and is not a directory; pass --cache-dir DIR")
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file where a folder belongs, a name too long, a read-only disk ...
+        fix = oserror_fix(exc, cache=path)
+        if fix is None:
+            raise
+        raise EnvironmentMissing(f"cache {path}: {os.strerror(exc.errno)}; {fix} (--cache-dir, $LUCEPATCH_CACHE)") \
+            from None
     return path.resolve()
 
 

@@ -51,12 +51,13 @@ def docker_client():
     """A docker SDK client whose daemon answers; else EnvironmentMissing (one line, exit 3)."""
     try:
         import docker  # optional: the docker extra  # noqa: PLC0415
+        import requests  # optional: the docker extra (the SDK's transport)  # noqa: PLC0415
     except ImportError:
         raise EnvironmentMissing("the docker SDK is not installed: pip install 'lucepatch[docker]'")
     try:
         client = docker.from_env(timeout=int(os.environ.get("LUCEPATCH_DOCKER_TIMEOUT", "600")))
         client.ping()
-    except Exception as exc:  # DockerException, requests errors, FileNotFoundError on the socket
+    except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:  # no daemon answers
         reason = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
         raise EnvironmentMissing(f"no Docker daemon answers at {os.environ.get('DOCKER_HOST', 'unix:///var/run/docker.sock')} "
                                  f"({reason}): start dockerd or set DOCKER_HOST")

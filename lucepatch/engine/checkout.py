@@ -26,7 +26,7 @@ from pathlib import Path
 
 from lucepatch import git, report, signals
 from lucepatch.engine.faults import pause
-from lucepatch.errors import EnvironmentMissing, LucepatchError, UsageError
+from lucepatch.errors import EnvironmentMissing, LucepatchError, UsageError, oserror_fix
 
 RO = {"GIT_OPTIONAL_LOCKS": "0"}
 _IDENT = {"GIT_AUTHOR_NAME": "lucepatch", "GIT_AUTHOR_EMAIL": "lucepatch@localhost",
@@ -159,6 +159,7 @@ class Journal:
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
+        self.path.with_name(self.path.name + ".tmp").unlink(missing_ok=True)  # a save a SIGKILL cut short
 
 
 def journal_path(journal_dir: Path, gd: Path) -> Path:
@@ -274,16 +275,113 @@ def begin(src: Path, workrepo: Path, branch: str, new_head: str, journal_dir: Pa
     return j
 
 
+def _common_dir(gd: Path) -> Path:
+    """Where refs and objects live (a linked worktree's git dir names it in `commondir`)."""
+    if (gd / "commondir").is_file():
+        return (gd / (gd / "commondir").read_text().strip()).resolve()
+    return gd
+
+
+def _git_processes_in(src: Path, gd: Path) -> list[tuple[int, str]]:
+    """Live git processes working in this checkout that are not this lucepatch's own: an orphan
+    of a killed lucepatch finishing its command, or the user's own git. Read from /proc (their
+    working folder); none where there is no /proc."""
+    me = os.getpid()
+    roots = {str(Path(src).resolve()), str(Path(gd).resolve())}
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit() and int(e) != me]
+    except OSError:
+        return []
+    out = []
+    for e in entries:
+        try:
+            comm = Path(f"/proc/{e}/comm").read_text().strip()
+            if not comm.startswith("git"):
+                continue
+            fields = Path(f"/proc/{e}/stat").read_text().rsplit(")", 1)[1].split()
+            cwd = os.readlink(f"/proc/{e}/cwd")
+        except (OSError, IndexError):
+            continue  # gone meanwhile, or not ours to read
+        if fields[0] == "Z" or int(fields[1]) == me:  # a zombie; a child of ours (GitPython's helpers)
+            continue
+        if any(cwd == r or cwd.startswith(r + "/") for r in roots):
+            out.append((int(e), comm))
+    return out
+
+
+SETTLE_SECONDS = 30.0
+
+
+def _settle(src: Path, gd: Path, seconds: float = SETTLE_SECONDS) -> None:
+    """Wait until no other git works in the checkout: a git the killed lucepatch started may still
+    be finishing its command (SIGKILL reaches lucepatch, not its children), and nothing may be
+    restored under it."""
+    t0 = time.monotonic()
+    while True:
+        busy = _git_processes_in(src, gd)
+        if not busy:
+            return
+        if time.monotonic() - t0 > seconds:
+            raise EnvironmentMissing(f"cannot restore {src}: a git process (pid {busy[0][0]}) is still running there; "
+                                     "let it finish (or end it), then run any lucepatch command to finish the restore")
+        time.sleep(0.05)
+
+
+def clear_private_locks(folder: Path) -> list[str]:
+    """Lock files killed gits left in a private work area of lucepatch's (a rebase session, whose
+    lock the caller holds: no other lucepatch works there). Waits for gits still finishing there
+    first; returns what it removed."""
+    folder = Path(folder)
+    _settle(folder, folder)
+    gone = []
+    for f in sorted({*folder.glob("*.lock"), *folder.glob("*/.git/**/*.lock"), *folder.glob("*/.git/*.lock")}):
+        if f.is_file():
+            f.unlink(missing_ok=True)
+            gone.append(str(f.relative_to(folder)))
+    return gone
+
+
+def _stale_files(gd: Path, since: float) -> list[Path]:
+    """Lock and temporary files a killed git (or the killed switch's object copy) left: made after
+    the switch began. Called only once no git runs in the checkout (_settle), so none is in use."""
+    common = _common_dir(gd)
+    found = {*gd.glob("*.lock"), *gd.glob("index.stash.*"), *common.glob("*.lock"),
+             *(common / "refs").rglob("*.lock"), *(common / "logs").rglob("*.lock"),
+             *(common / "objects" / "pack").glob("tmp*"), *(common / "objects").glob("??/tmp_obj_*"),
+             *(common / "objects").glob("??/.lucepatch-*")}
+    out = []
+    for f in sorted(found):
+        try:
+            if f.is_file() and f.lstat().st_mtime >= since - 2:
+                out.append(f)
+        except OSError:
+            continue
+    return out
+
+
+def _clear_stale(d: dict) -> list[str]:
+    """Wait for git processes in the checkout, then remove what killed ones left; the names removed."""
+    src, gd = Path(d["src"]), Path(d["git_dir"])
+    _settle(src, gd)
+    names = []
+    for f in _stale_files(gd, float(d.get("started", 0))):
+        f.unlink(missing_ok=True)
+        if f.name.endswith(".lock"):
+            names.append(str(f.relative_to(_common_dir(gd) if f.is_relative_to(_common_dir(gd)) else gd)))
+    return names
+
+
 def _wait_unlocked(src: Path, gd: Path, seconds: float = 5.0) -> None:
-    """A git killed with us may still be finishing; a lock still there after that is stale."""
+    """Another git may hold the index for a moment; a lock still there after that is not ours to
+    remove (a killed switch's stale locks are gone already: _clear_stale)."""
     lock = gd / "index.lock"
     t0 = time.monotonic()
     while lock.exists() and time.monotonic() - t0 < seconds:
         time.sleep(0.05)
     if lock.exists():
-        raise EnvironmentMissing(f"cannot restore {src}: {lock} exists (another git process is running there, or "
-                                 "one killed with lucepatch left it); remove that file once no git command runs, "
-                                 "then run any lucepatch command to finish the restore")
+        raise EnvironmentMissing(f"cannot restore {src}: {lock} exists (another git process is running there); "
+                                 "remove that file once no git command runs, then run any lucepatch command to "
+                                 "finish the restore")
 
 
 def rollback(d: dict) -> str:
@@ -313,21 +411,145 @@ def rollback(d: dict) -> str:
             _w(d, "update-ref", f"refs/heads/{branch}", before)
         elif _rev(src, f"refs/heads/{branch}"):
             _w(d, "update-ref", "-d", f"refs/heads/{branch}")
-    restored_stash = None
-    ours = d.get("stash")
-    if ours is None and "stash" in steps:  # killed right after `stash push`, before the journal said so
-        top = _rev(src, "refs/stash")
-        msg = git.run(src, "log", "-1", "--format=%s", top, env=RO).stdout if top and top != d.get("stash_before") else ""
-        ours = top if f"lucepatch apply {branch}" in msg else None
-    if ours and _rev(src, "stash@{0}") == ours:
-        res = _w(d, *NO_HOOKS, "stash", "pop", "--index", "--quiet", check=False)
-        restored_stash = res.status == 0
+    ours = _our_stash(d)
+    kept = why = None  # our stash, when the user's changes could not go back into the work tree
+    if ours:
+        where = _stash_state(src, ours)
+        if where == ABSENT:
+            res = _w(d, *NO_HOOKS, "stash", "apply", "--index", "--quiet", ours, check=False)
+            if res.status != 0:
+                kept, why = ours, (res.stderr.strip().splitlines() or ["git stash apply failed"])[0]
+        elif where == PARTIAL:  # a push (or its reset) a SIGKILL cut short: finish putting them back
+            _put_back(d, ours)
+        elif where == OTHER:
+            kept, why = ours, "the work tree holds other changes to those files"
     _restore_reflogs(gd, d.get("reflogs", {}))
     _restore_meta(gd, d.get("meta", {}))
+    if ours:
+        _reset_stash_ref(d)
+        if kept:  # in the list, where the message says it is (`git stash store`: ref and reflog)
+            subject = git.run(src, "log", "-1", "--format=%s", kept, env=RO).stdout.strip()
+            _w(d, "stash", "store", "-m", subject, kept)
+    _check_restored(d, kept)
     note = f"{src} restored to {orig or 'its detached HEAD'} ({orig_head[:12]})"
-    if restored_stash is False:
-        note += "; your uncommitted changes are kept in `git stash list`"
+    if kept:
+        note += f"; your uncommitted changes are kept in `git stash list` (stash@{{0}}: git stash pop --index; {why})"
     return note
+
+
+ABSENT, APPLIED, PARTIAL, OTHER = "absent", "applied", "partial", "other"
+
+
+def _our_stash(d: dict) -> str | None:
+    """The stash commit the switch pushed, if it is still at the top of refs/stash."""
+    src = Path(d["src"])
+    ours, top = d.get("stash"), _rev(src, "refs/stash")
+    if ours is None and "stash" in d.get("steps", []) and top and top != d.get("stash_before"):
+        # killed inside `stash push`, before the journal recorded the commit
+        msg = git.run(src, "log", "-1", "--format=%s", top, env=RO).stdout
+        ours = top if f"lucepatch apply {d['branch']}" in msg else None
+    return ours if ours and top == ours else None
+
+
+def _stash_paths(src: Path, ours: str) -> set[str]:
+    names = set()
+    for a, b in ((f"{ours}^1", ours), (f"{ours}^1", f"{ours}^2")):
+        out = git.run(src, "diff", "--name-only", "-z", "--no-renames", a, b, env=RO).stdout
+        names |= {n for n in out.split("\0") if n}
+    return names
+
+
+def _blobs(src: Path, rev: str, names: set[str]) -> dict[str, str]:
+    out = {}
+    for e in git.run(src, "ls-tree", "-r", "-z", "--full-tree", rev, env=RO).stdout.split("\0"):
+        meta, _, path = e.partition("\t")
+        if path in names:
+            out[path] = meta.split()[2]
+    return out
+
+
+def _stash_state(src: Path, ours: str) -> str:
+    """Where the user's changes held in our stash are now, path by path (work tree and index):
+    ABSENT (none there: apply the stash), APPLIED (all there: a push or a pop that a SIGKILL cut
+    short had done that part), PARTIAL (each path either way: cut short in the middle), OTHER
+    (something else is there: not ours to overwrite). The paths never overlap the series'
+    (apply refuses --stash then), so "not there" is HEAD's content."""
+    names = _stash_paths(src, ours)
+    if not names:
+        return APPLIED
+    w, i, h = _blobs(src, ours, names), _blobs(src, f"{ours}^2", names), _blobs(src, "HEAD", names)
+    index = {}
+    for e in git.run(src, "ls-files", "-s", "-z", env=RO).stdout.split("\0"):
+        meta, _, path = e.partition("\t")
+        if path in names:
+            index[path] = meta.split()[1]
+    present = sorted(n for n in names if (src / n).is_file())
+    hashes = git.run(src, "hash-object", "--stdin-paths", stdin="\n".join(present).encode() + b"\n",
+                     env=RO).stdout.split() if present else []
+    tree = dict(zip(present, hashes))
+    seen = set()
+    for n in names:
+        for now, theirs, in_tree in ((tree.get(n), w.get(n), True), (index.get(n), i.get(n), False)):
+            if now == theirs:
+                seen.add(APPLIED if now != h.get(n) else "both")
+            elif now == h.get(n):
+                seen.add(ABSENT)
+            elif in_tree and _torn(src, n, (theirs, h.get(n))):
+                seen.add(PARTIAL)  # a file a killed git was writing: the start of one of the two
+            elif not in_tree and now == w.get(n):
+                seen.add(PARTIAL)  # `stash apply --index` between its merge (W staged) and putting I back
+            else:
+                return OTHER
+    seen.discard("both")
+    return PARTIAL if len(seen) > 1 else seen.pop() if seen else APPLIED
+
+
+def _torn(src: Path, rel: str, blobs) -> bool:
+    """Is the work-tree file what git leaves when killed while writing it: the start of one of
+    these blobs, or no file at all where both have one (git unlinks, then writes)?"""
+    try:
+        data = (src / rel).read_bytes() if (src / rel).is_file() else None
+    except OSError:
+        return False
+    if data is None:
+        return not (src / rel).is_symlink() and all(blobs)
+    for b in blobs:
+        if b and git.run_bytes(src, "cat-file", "blob", b, env=RO).startswith(data):
+            return True
+    return False
+
+
+def _put_back(d: dict, ours: str) -> None:
+    """The stash's paths as the stash holds them: the work tree from it, the index from its index commit."""
+    paths = [f":(literal){n}" for n in sorted(_stash_paths(Path(d["src"]), ours))]
+    _w(d, *NO_HOOKS, "restore", f"--source={ours}", "--worktree", "--", *paths)
+    _w(d, *NO_HOOKS, "restore", f"--source={ours}^2", "--staged", "--", *paths)
+
+
+def _reset_stash_ref(d: dict) -> None:
+    """refs/stash back to what it was before the switch, its reflog as it was (cut after the update)."""
+    src, gd = Path(d["src"]), Path(d["git_dir"])
+    before = d.get("stash_before")
+    if _rev(src, "refs/stash") != before:
+        if before:
+            _w(d, "update-ref", "refs/stash", before)
+        else:
+            _w(d, "update-ref", "-d", "refs/stash")
+        _restore_reflogs(gd, {"refs/stash": d.get("reflogs", {}).get("refs/stash")})
+
+
+def _check_restored(d: dict, kept: str | None) -> None:
+    """Say "restored" only when it is: HEAD, the branch and the stash are where the note says."""
+    src = Path(d["src"])
+    wrong = []
+    if git.current_branch(src) != d["orig_branch"] or _rev(src, "HEAD") != d["orig_head"]:
+        wrong.append("HEAD")
+    if _rev(src, "refs/stash") != (kept or d.get("stash_before")):
+        wrong.append("refs/stash")
+    if wrong:
+        raise EnvironmentMissing(f"could not restore {src} after an interrupted apply ({', '.join(wrong)} differ from "
+                                 f"before: {d['orig_branch'] or d['orig_head'][:12]}); check it with git status and "
+                                 "git stash list")
 
 
 def _moved(d: dict) -> bool:
@@ -396,19 +618,44 @@ def _read_journal(jp: Path) -> dict | None:
 
 def _finish(d: dict) -> str:
     """Roll a member forward: its switch had reached the commit point (the group's, or its own
-    stash pop); only the pop of our stash may be left."""
+    stash pop); only the pop of our stash may be left — or be half done, or done but not dropped."""
     src = Path(d["src"])
-    if d.get("stash") and _rev(src, "stash@{0}") == d["stash"] and "popped" not in d.get("steps", []):
-        res = _w(d, "stash", "pop", "--index", "--quiet", check=False)
-        if res.status != 0:
-            _w(d, "stash", "pop", "--quiet", check=False)
-    return f"the apply interrupted in {src} had completed ({d['branch']} checked out)"
+    note = f"the apply interrupted in {src} had completed ({d['branch']} checked out)"
+    ours = d.get("stash") if _rev(src, "refs/stash") == d.get("stash") else None
+    if ours and "popped" not in d.get("steps", []):
+        where = _stash_state(src, ours)
+        if where == ABSENT and _w(d, "stash", "apply", "--index", "--quiet", ours, check=False).status != 0:
+            where = OTHER
+        elif where == PARTIAL:
+            _put_back(d, ours)
+        if where == OTHER:
+            return note + "; your uncommitted changes are kept in `git stash list` (stash@{0}: git stash pop --index)"
+        _w(d, "stash", "drop", "--quiet", "stash@{0}")
+    if git.current_branch(src) != d["branch"]:
+        raise EnvironmentMissing(f"could not finish the interrupted apply in {src}: it is not on {d['branch']}; "
+                                 "check it with git status")
+    return note
 
 
 def _completed(d: dict) -> bool:
     steps = d.get("steps", [])
     return "commit" in steps or "popped" in steps or \
         ("pop" in steps and _rev(Path(d["src"]), "refs/stash") != d.get("stash"))
+
+
+def _drop_stale_save(tmp: Path) -> None:
+    """A journal save that a SIGKILL cut short (written, not yet renamed): the journal beside it,
+    if any, is the one that counts; a save of a living switch is renamed within a moment."""
+    try:
+        pid = int(json.loads(tmp.read_text()).get("pid", 0))
+    except (OSError, ValueError, AttributeError):
+        pid = 0
+    try:
+        fresh = time.time() - tmp.stat().st_mtime < 2.0
+    except OSError:
+        return
+    if (pid and pid != os.getpid() and not pid_alive(pid)) or (not pid and not fresh):
+        tmp.unlink(missing_ok=True)
 
 
 def _recover_one(jp: Path, *, strict: bool) -> str | None:
@@ -429,17 +676,24 @@ def _recover_one(jp: Path, *, strict: bool) -> str | None:
             if od is not None and (od.get("group") or {}).get("id") == group.get("id"):
                 members.append((op, od))
     members.sort(key=lambda m: (m[1].get("group") or {}).get("index", 0))
-    forward = any(_completed(m[1]) for m in members)
     notes = []
     try:
         with signals.held():
-            for mp, md in (members if forward else list(reversed(members))):
-                src = Path(md["src"])
-                if not (src / ".git").exists() and not Path(md["git_dir"]).is_dir():
-                    mp.unlink(missing_ok=True)  # the checkout is gone: nothing to restore
+            live = []
+            for mp, md in members:
+                if not (Path(md["src"]) / ".git").exists() and not Path(md["git_dir"]).is_dir():
+                    Journal(mp).remove()  # the checkout is gone: nothing to restore
                     continue
+                # the killed run's git may still be finishing (it decides whether the switch
+                # completed); then what killed gits left is stale
+                stale = _clear_stale(md)
+                if stale:
+                    notes.append(f"removed {', '.join(stale)} that a killed git left in {md['src']}")
+                live.append((mp, md))
+            forward = any(_completed(md) for _mp, md in live)
+            for mp, md in (live if forward else list(reversed(live))):
                 notes.append(_finish(md) if forward else "an apply was killed while switching; " + rollback(md))
-                mp.unlink(missing_ok=True)
+                Journal(mp).remove()
     except LucepatchError as exc:
         if strict:
             raise
@@ -453,6 +707,8 @@ def _recover_one(jp: Path, *, strict: bool) -> str | None:
 def recover_all(journal_dir: Path) -> list[str]:
     """Every journal left by a killed switch (main.py calls this before any verb)."""
     notes = []
+    for tmp in sorted(Path(journal_dir).glob("*.json.tmp")):
+        _drop_stale_save(tmp)
     for jp in sorted(Path(journal_dir).glob("*.json")):
         n = _recover_one(jp, strict=False)
         if n:
@@ -475,27 +731,38 @@ def _copy_objects(d: dict, workrepo: Path) -> None:
     if d.get("shared_repository") or not dest.is_dir():
         git.run(src, *QUIET_GC, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(workrepo), "HEAD")
         return
-    for idx in sorted((mine / "pack").glob("pack-*.idx")):
-        for f in (idx.with_suffix(".pack"), idx):
-            final = dest / "pack" / f.name
-            if not final.exists():
-                tmp = final.with_name(f"tmp-lucepatch-{f.name}-{os.getpid()}")
-                shutil.copyfile(f, tmp)
-                os.chmod(tmp, 0o444)
-                os.replace(tmp, final)
-    for fan in mine.iterdir():
-        if len(fan.name) != 2 or not fan.is_dir():
-            continue
-        target = dest / fan.name
-        for obj in fan.iterdir():
-            final = target / obj.name
-            if final.exists() or obj.name.startswith("."):
+    try:
+        for idx in sorted((mine / "pack").glob("pack-*.idx")):
+            for f in (idx.with_suffix(".pack"), idx):
+                final = dest / "pack" / f.name
+                if not final.exists():
+                    _copy_in(f, final, final.with_name(f"tmp-lucepatch-{f.name}-{os.getpid()}"))
+        for fan in mine.iterdir():
+            if len(fan.name) != 2 or not fan.is_dir():
                 continue
-            target.mkdir(exist_ok=True)
-            tmp = target / f".lucepatch-{obj.name}-{os.getpid()}"
-            shutil.copyfile(obj, tmp)
-            os.chmod(tmp, 0o444)
-            os.replace(tmp, final)
+            target = dest / fan.name
+            for obj in fan.iterdir():
+                final = target / obj.name
+                if final.exists() or obj.name.startswith("."):
+                    continue
+                target.mkdir(exist_ok=True)
+                _copy_in(obj, final, target / f".lucepatch-{obj.name}-{os.getpid()}")
+    except OSError as exc:  # the checkout's disk (full, read-only, ...), named as the checkout's
+        fix = oserror_fix(OSError(exc.errno, exc.strerror, str(dest)))
+        if fix is None:
+            raise
+        raise EnvironmentMissing(f"cannot copy the series' objects into {dest}: {exc.strerror}; {fix}") from None
+
+
+def _copy_in(f: Path, final: Path, tmp: Path) -> None:
+    """One object file into the checkout: a temporary name, then a rename (removed if the copy fails)."""
+    try:
+        shutil.copyfile(f, tmp)
+        os.chmod(tmp, 0o444)
+        os.replace(tmp, final)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 @dataclass
@@ -570,7 +837,10 @@ def switch_group(members: list[Member], journal_dir: Path) -> list[dict]:
             with signals.held():
                 for j in reversed(journals):
                     if j.path.exists():
-                        notes.append(rollback(j.data))
+                        # a git of ours killed at its timeout left its locks; any other lock is not ours
+                        stale = _clear_stale(j.data) if isinstance(exc, git.GitTimedOut) else []
+                        notes.append(rollback(j.data) + (f" (removed {', '.join(stale)} a killed git left)"
+                                                         if stale else ""))
                         j.remove()
             note = "; ".join(reversed(notes))
             if isinstance(exc, LucepatchError):

@@ -39,7 +39,7 @@ from lucepatch.engine import transaction, upstreamed
 from lucepatch.engine.apply import (FORMAT_PATCH_ARGS, PURE_ENV, WorkArea, apply_loop, clone_private, commit_message,
                                     format_commits, patch_author, pause_at, resolve_base, series_trailers,
                                     with_trailers)
-from lucepatch.engine.checkout import pid_alive
+from lucepatch.engine.checkout import clear_private_locks, pid_alive
 from lucepatch.engine.core import ALREADY_UPSTREAM, APPLIED, APPLIED_3WAY, CONFLICT, IndexEngine, validate_diffs
 from lucepatch.engine.safety import check_series_safety
 from lucepatch.errors import CheckFailed, UsageError
@@ -535,8 +535,10 @@ class Session:
         return st.phase != CONFLICT_PHASE
 
     def recover_interrupted(self) -> None:
-        """Before resuming: the recorded head is the truth, whatever a killed step left behind."""
+        """Before resuming: the recorded head is the truth, whatever a killed step left behind —
+        including the locks a killed git left in the session's private repository."""
         self._engine = None
+        clear_private_locks(self.root)
         if self.st.phase == WRITING:
             transaction.recover(Path(self.st.target_dir).parent)
 

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from lucepatch import git
+from lucepatch import git, report
+from lucepatch.errors import LucepatchError
 from lucepatch.series import Patch
 
 SIGNALS = ("patch-id", "reverse-apply", "content-match", "behaviour")
@@ -194,9 +195,9 @@ def detect(patch: Patch, patch_file: Path, *, repo: Path, ref: str, upstream_ids
         try:
             verdict = hook(target, patch, source, ref)
             code = getattr(hook, "code_signal", lambda p, r: None)(patch, ref) if verdict else None
-        except Exception as exc:  # a hook's failure is not ours to crash on
+        except LucepatchError as exc:  # the check could not run (a build, a tool): no signal, and say so
+            report.progress(f"note: the behavioural check of {patch.name} at {ref[:12]} could not run: {exc}")
             verdict = code = None
-            del exc
         # behaviour alone is never "upstream has it": only with the code signal the hook names
         if verdict and isinstance(code, dict) and code.get("signal") in CODE_SIGNALS:
             return Upstreamed("behaviour", code.get("commit"), getattr(hook, "detail", lambda p, r: None)(patch, ref)

@@ -70,6 +70,8 @@ def _replace(client, o: dict) -> None:
 
 def swap_pod_logs(namespace: str, context: str | None = None, wait_s: float = 300) -> dict[str, str]:
     """node -> log text of each swap DaemonSet pod, waiting until each printed its result."""
+    from kubernetes.client.rest import ApiException  # optional: the k8s extra
+
     client = load(context)
     core = client.CoreV1Api()
     deadline = time.monotonic() + wait_s
@@ -81,7 +83,7 @@ def swap_pod_logs(namespace: str, context: str | None = None, wait_s: float = 30
                 continue
             try:
                 logs[p.spec.node_name] = core.read_namespaced_pod_log(p.metadata.name, namespace, container="swap")
-            except Exception:  # noqa: BLE001 - a pod not ready yet
+            except ApiException:  # a pod not ready yet: its log is not there to read
                 continue
         if pods and all(swap.parse_swap_result(t) for t in logs.values()) and len(logs) == len(pods):
             return logs

@@ -155,11 +155,14 @@ def run_live(plan, shas: dict[str, str], runs: int, *, image: str, namespace: st
 
 
 def cleanup(batch, namespace: str, run_id: str) -> None:
+    from kubernetes.client.rest import ApiException  # optional: the k8s extra
+    from urllib3.exceptions import HTTPError  # optional: the k8s extra (the kubernetes client's transport)
+
     try:
         batch.delete_collection_namespaced_job(namespace, label_selector=f"{RUN_ID_LABEL}={run_id}",
                                                propagation_policy="Background")
         report.progress(f"deleted the Jobs of {run_id}")
-    except Exception as exc:  # best effort while unwinding; say so
+    except (ApiException, HTTPError, OSError) as exc:  # the API would not delete them: say how, go on unwinding
         report.progress(f"could not delete the Jobs of {run_id} ({type(exc).__name__}); "
                         f"kubectl delete jobs -n {namespace} -l {RUN_ID_LABEL}={run_id}")
 
