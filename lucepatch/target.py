@@ -181,14 +181,24 @@ def _not_applicable(toml_path: Path, table) -> dict:
     return dict(table)
 
 
-def update_target_toml(path: Path, **keys) -> None:
-    """Set top-level keys of a target.toml (e.g. base=..., version=...) with tomlkit, keeping its
-    comments, key order and formatting; written atomically, and only when the result still loads
-    as a target (a bad value is a UsageError and the file is left as it was)."""
+def update_target_toml(path: Path, *, remove: tuple[str, ...] = (), after: str | None = None, **keys) -> None:
+    """THE writer of an existing target.toml (tomlkit; no regex edits a TOML file): removes the
+    top-level keys `remove`, then sets `keys` (e.g. base=..., version=...) — a key already there
+    keeps its place, its comment and its line; a new one goes after `after` (then after the one
+    before it), else after the other top-level keys. Written atomically, and only when the result
+    still loads as a target (a bad value is a UsageError and the file is left as it was)."""
     path = Path(path)
     doc = tomlkit.parse(path.read_text(encoding="utf-8"))
+    for key in remove:
+        if key in doc:
+            del doc[key]
+    prev = after
     for key, value in keys.items():
-        doc[key] = value
+        if key in doc or prev is None or prev not in doc:
+            doc[key] = value
+        else:
+            doc._insert_after(prev, key, value)  # tomlkit's own insertion: the file's layout kept
+            prev = key
     _write_checked(path, tomlkit.dumps(doc), write_atomic)
 
 
@@ -199,7 +209,9 @@ def write_target_toml(path: Path, data: dict) -> None:
 
 def _write_checked(path: Path, text: str, write_atomic) -> None:
     with tempfile.TemporaryDirectory() as d:  # validate the exact bytes before they replace the file
-        probe = Path(d) / path.parent.name
+        # in the folder its name says (a staged copy's own folder has another name)
+        name = tomllib.loads(text).get("name")
+        probe = Path(d) / (name if isinstance(name, str) and _NAME.match(name) else path.parent.name)
         probe.mkdir()
         (probe / "target.toml").write_text(text, encoding="utf-8")
         load_target_dir(probe)

@@ -117,3 +117,86 @@ def test_find_patch_by_name_or_slug_lists_the_names(toy):
     assert series.find_patch(t.patches, first.slug, where="toy") is first
     with pytest.raises(UsageError, match=first.slug):
         series.find_patch(t.patches, "nope", where="toy's series")
+
+
+# ---- one parser: every reader of trailers in lucepatch answers as trailers.parse (and git) ----------
+PID = "0123456789abcdef0123456789abcdef01234567"
+TRICKY = [
+    # a sign-off quoted in the body is not a trailer (the old DCO regex counted it)
+    "fix: x\n\nAs the docs say:\nSigned-off-by: Quoted <q@x>\nmeans you certify.\n\nReviewed-by: R <r@x>\n",
+    "fix: x\n\nSigned-off-by: Early <e@x>\n\nprose after it\n",
+    # a Patch-Id outside the trailer block (the old apply.py regex counted it)
+    f"fix: x\n\nPatch-Id: {PID}\n\nthe real block:\nLucepatch-Series: toy 1.0.0\n",
+    f"fix: x\n\nbody\n\nLucepatch-Series: toy 1.0.0\nPatch-Id: {PID}\n",
+    # keys compare case-insensitively; spaces before the colon; continuation lines
+    "fix: x\n\nbody\n\nsigned-off-by: Lower <l@x>\n",
+    "fix: x\n\nbody\n\nSigned-off-by : Spaced <s@x>\n",
+    "fix: x\n\nbody\n\nSigned-off-by: Long Name\n  <folded@x>\n",
+    f"fix: x\n\nbody\n\nPatch-Id : {PID}\n",
+    # a block that is one only by git's 25 % rule (a git-generated line among prose)
+    "fix: x\n\nbody\n\nsome prose\nmore prose\nSigned-off-by: A <a@x>\n",
+    "fix: x\n\nbody\n\nprose\nprose\nprose\nprose\nSigned-off-by: A <a@x>\n",
+    # a Patch-Id that is not an id
+    "fix: x\n\nbody\n\nPatch-Id: not-hex\n",
+    "Signed-off-by: Title Only <t@x>\n",
+]
+
+
+def _old_dco_regex(m):  # what upstream/checks.py used to do
+    import re
+    return re.findall(r"^Signed-off-by:\s*(.+)$", m, re.M)
+
+
+@pytest.mark.parametrize("msg", TRICKY)
+def test_every_trailer_reader_answers_as_git(msg):
+    from lucepatch.engine.apply import patch_id_trailer
+    from lucepatch.upstream.checks import signed_off_by
+
+    theirs = git_parse(msg)
+    assert trailers.parse(msg) == theirs
+    assert signed_off_by(msg) == [v for k, v in theirs if k.lower() == "signed-off-by"]
+    ids = [v for k, v in theirs if k.lower() == "patch-id"]
+    assert patch_id_trailer(msg) == (ids[0] if ids and len(ids[0]) == 40 and set(ids[0]) <= set("0123456789abcdef")
+                                     else None)
+
+
+def test_the_tricky_messages_are_tricky():
+    """The old regexes answer differently on some of them: the test above can tell."""
+    from lucepatch.upstream.checks import signed_off_by
+
+    assert any(_old_dco_regex(m) != signed_off_by(m) for m in TRICKY)
+
+
+def test_patch_files_read_their_trailers_as_git(tmp_path):
+    """series.parse_patch (what every verb reads) answers as git on a format-patch of each message."""
+    from conftest import git
+
+    up = init_repo(tmp_path / "up")
+    write(up, "a.c", "int a;\n")
+    base = commit_all(up, "base")
+    kept = [m for m in TRICKY if not m.startswith("Signed-off-by")]  # git refuses a message of a sign-off alone
+    for i, msg in enumerate(kept):
+        write(up, "a.c", f"int a = {i};\n")
+        commit_all(up, msg)
+    shas = git(up, "rev-list", "--reverse", f"{base}..HEAD").split()
+    for f, sha in zip(format_patches(up, f"{base}..HEAD", tmp_path / "fp"), shas):
+        assert parse_patch(f).trailers == git_parse(git(up, "log", "-1", "--format=%B", sha)), f.name
+
+
+def test_no_other_module_parses_trailers_with_a_regex():
+    """Trailer keys appear in patterns only in trailers.py (a `git log --grep` prefilter aside)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "lucepatch"
+    keys = ("Signed-off-by", "Patch-Id", "Upstream-Status", "Applied-Upstream", "Reproducer", "Lucepatch-Series",
+            "Build-Only")
+    bad = []
+    for f in sorted(root.rglob("*.py")):
+        if f.name == "trailers.py":
+            continue
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("^") \
+                    and any(k + ":" in node.value or k + r"\s*:" in node.value for k in keys):
+                bad.append(f"{f.relative_to(root.parent)}:{node.lineno}: {node.value[:60]!r}")
+    assert not bad, f"trailers parsed with a regex outside lucepatch/trailers.py: {bad}"

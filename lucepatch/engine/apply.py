@@ -581,9 +581,16 @@ def applied_patch_ids(repo: Path, base: str, head: str) -> dict[str, str]:
         if "\x00" not in entry:
             continue
         sha, body = entry.strip("\n").split("\x00", 1)
-        for m in re.finditer(r"^Patch-Id: ([0-9a-f]{40})\s*$", body, re.M):
-            out.setdefault(m.group(1), sha)
+        pid = patch_id_trailer(body)
+        if pid:
+            out.setdefault(pid, sha)
     return out
+
+
+def patch_id_trailer(message: str) -> str | None:
+    """The Patch-Id trailer lucepatch wrote into a commit message (trailer block, git's rules), if any."""
+    pid = next(iter(trailers.values(trailers.parse(message), "Patch-Id")), None)
+    return pid if pid is not None and re.fullmatch(r"[0-9a-f]{40}", pid) else None
 
 
 # -- export: commits -> patch files --------------------------------------------------------------
@@ -594,10 +601,7 @@ FORMAT_PATCH_ARGS = ("format-patch", "--zero-commit", "--no-signature", "--full-
 
 
 def strip_our_trailers(msg: str) -> tuple[str, str | None]:
-    pid = next(iter(trailers.values(trailers.parse(msg), "Patch-Id")), None)
-    if pid is not None and not re.fullmatch(r"[0-9a-f]{40}", pid):
-        pid = None
-    return trailers.edit(msg, remove=OUR_TRAILER_KEYS), pid
+    return trailers.edit(msg, remove=OUR_TRAILER_KEYS), patch_id_trailer(msg)
 
 
 def format_commits(repo: Path, base: str, head: str, out_dir: Path) -> list[tuple[Path, str | None, str]]:

@@ -45,7 +45,7 @@ from lucepatch.engine.safety import check_series_safety
 from lucepatch.errors import CheckFailed, UsageError
 from lucepatch.engine.rebase import attribute, bump_version
 from lucepatch.series import find_patch, parse_patch_bytes, read_series
-from lucepatch.target import Target, line_name, load_target_dir
+from lucepatch.target import Target, line_name, load_target_dir, update_target_toml
 
 SCHEMA = 1
 FORWARD, BACK, SIDEWAYS, NONE = "forward", "back", "sideways", "none"
@@ -618,13 +618,8 @@ class Session:
 
 def _as_line(orig: Path, t: Target, line: str) -> None:
     """Turn the session's copy of `t` into line `line` of its family (name, line_of, line, 1.0.0)."""
-    name = line_name(t.family, line)
-    toml = (orig / "target.toml").read_text(encoding="utf-8")
-    toml = re.sub(r'^(line|line_of)\s*=.*\n', "", toml, flags=re.M)
-    toml = re.sub(r'^name\s*=\s*"[^"]*"\n', f'name = "{name}"\nline_of = "{t.family}"\nline = "{line}"\n', toml,
-                  count=1, flags=re.M)
-    toml = re.sub(r'^(version\s*=\s*)"[^"]*"', r'\g<1>"1.0.0"', toml, count=1, flags=re.M)
-    (orig / "target.toml").write_text(toml, encoding="utf-8")
+    update_target_toml(orig / "target.toml", remove=("line", "line_of"), after="name",
+                       name=line_name(t.family, line), line_of=t.family, line=line, version="1.0.0")
 
 
 def _identity(source: Path) -> str:
@@ -689,10 +684,7 @@ def _build(d: Path, t: Target, st: State, plan: dict) -> None:
     keep = [ln for ln in lines if (ln.split("#", 1)[0].split() or [None])[0] not in left]
     if (d / "series").read_text() != "".join(keep):
         (d / "series").write_text("".join(keep))
-    toml = (d / "target.toml").read_text(encoding="utf-8")
-    toml = re.sub(r'^(base\s*=\s*)"[^"]*"', lambda m: f'{m.group(1)}"{st.onto}"', toml, count=1, flags=re.M)
-    toml = re.sub(r'^(version\s*=\s*)"[^"]*"', lambda m: f'{m.group(1)}"{plan["new_version"]}"', toml, count=1, flags=re.M)
-    (d / "target.toml").write_text(toml, encoding="utf-8")
+    update_target_toml(d / "target.toml", base=st.onto, version=plan["new_version"])
 
 
 

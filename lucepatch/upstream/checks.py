@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lucepatch import git
+from lucepatch import git, trailers
 from lucepatch.errors import EnvironmentMissing
 
 CPP_EXT = (".c", ".h", ".cc", ".cpp", ".cxx", ".hpp", ".hh", ".cu", ".cuh")
@@ -53,11 +53,13 @@ def _commits(repo: Path, base: str) -> list[dict]:
 
 
 def check_dco(repo: Path, base: str, conv: dict) -> CheckResult:
-    """Every commit has a Signed-off-by whose email is the commit author's (what the DCO app checks)."""
+    """Every commit has a Signed-off-by whose email is the commit author's (what the DCO app checks),
+    read from the trailer block by git's rules (lucepatch/trailers.py): a sign-off quoted in the
+    middle of a message is not one."""
     bad = []
     commits = _commits(repo, base)
     for c in commits:
-        signoffs = re.findall(r"^Signed-off-by:\s*(.+)$", c["body"], re.M)
+        signoffs = signed_off_by(c["body"])
         emails = {m.lower() for s in signoffs for m in _EMAIL.findall(s)}
         if not signoffs:
             bad.append(f"{c['sha'][:12]} {c['subject']}: no Signed-off-by")
@@ -66,6 +68,11 @@ def check_dco(repo: Path, base: str, conv: dict) -> CheckResult:
     if bad:
         return CheckResult("dco", False, f"{len(bad)} of {len(commits)} commit(s) fail DCO", bad)
     return CheckResult("dco", True, f"{len(commits)} commit(s) signed off by their authors")
+
+
+def signed_off_by(message: str) -> list[str]:
+    """The Signed-off-by values of a commit message's trailer block."""
+    return trailers.values(trailers.parse(message), "Signed-off-by")
 
 
 def check_conventional(repo: Path, base: str, conv: dict) -> CheckResult:
