@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -161,3 +162,142 @@ def test_pack_written_here_is_read_by_git(tmp_path):
         assert git(up, "cat-file", "-t", oid).strip() == kind
         r = subprocess.run(["git", "cat-file", kind, oid], cwd=up, capture_output=True, check=True)
         assert r.stdout == data
+
+
+# ---- where a hunk lands when its preimage is there more than once -------------------------------------
+# git searches from the hunk's *new* position (apply.c find_pos: `pos = newpos - 1`), alternately one
+# line forwards, then one backwards, and takes the first place that matches. Inputs where the
+# preimage repeats tell a matcher with another start or another order from git's: these must.
+
+MOTIF = st.lists(st.sampled_from([b"a\n", b"b\n", b"{\n", b"}\n", b"\n", b"x\r\n"]), min_size=1, max_size=4)
+
+
+@st.composite
+def repeated(draw):
+    """Files made of one motif repeated (with a few stray lines), patched at one to three places,
+    applied to a drifted copy — so each hunk's preimage is found at several places."""
+    motif = draw(MOTIF)
+    base = []
+    for _ in range(draw(st.integers(3, 8))):
+        base += motif
+        if draw(st.integers(0, 3)) == 0:
+            base.append(draw(st.sampled_from([b"s\n", b"t\n"])))
+    new = list(base)
+    for _ in range(draw(st.integers(1, 3))):  # edits from the end, so each keeps its place
+        pos = draw(st.integers(0, max(0, len(new) - 1)))
+        what = draw(st.sampled_from(["ins", "del", "rep"]))
+        if what == "ins":
+            new[pos:pos] = draw(st.lists(st.sampled_from([b"NEW\n", b"y\n"]), min_size=1, max_size=3))
+        elif what == "del" and new:
+            del new[pos:pos + draw(st.integers(1, 2))]
+        elif new:
+            new[pos] = b"changed\n"
+    target = list(base)
+    for _ in range(draw(st.integers(0, 3))):  # upstream drift: whole motifs or single lines in or out
+        pos = draw(st.integers(0, len(target)))
+        if draw(st.booleans()):
+            target[pos:pos] = motif if draw(st.booleans()) else [draw(st.sampled_from([b"s\n", b"u\n"]))]
+        elif target:
+            del target[min(pos, len(target) - 1)]
+    return b"".join(base), b"".join(new), b"".join(target), draw(st.sampled_from([1, 2, 3]))
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(repeated())
+def test_apply_file_is_git_apply_where_the_preimage_repeats(tmp_path_factory, case):
+    base, new, target, ctx = case
+    tmp = tmp_path_factory.mktemp("rep")
+    patch = _diff(tmp, base, new, ctx)
+    if patch is None:
+        return
+    parsed = F.parse(patch)
+    assert parsed is not None and len(parsed) == 1, patch
+    assert F.apply_file(target, parsed[0].hunks) == _git_apply(tmp, target, patch), (patch, target)
+
+
+def _lines_of(*names: str) -> bytes:
+    return "".join(n + "\n" for n in names).encode()
+
+
+SEARCH_CASES = {
+    # the hunk's preimage ("c X c") is 1 line after and 1 line before where the search starts, not
+    # at it: git looks forwards first and takes the one after; backwards-first takes the other
+    "forwards-before-backwards": (
+        _lines_of("p", "q", "c", "X", "c", "r", "s"),
+        _lines_of("p", "q", "c", "Y", "c", "r", "s"),
+        _lines_of("p", "c", "X", "c", "X", "c", "s"), 1),
+    # 2 lines behind and 3 ahead: git alternates and finds the nearer one behind; a matcher that
+    # runs forwards to the end first takes the one ahead
+    "alternating-not-forwards-only": (
+        _lines_of("p", "q", "r", "s", "c1", "X", "c2", "t", "u", "v"),
+        _lines_of("p", "q", "r", "s", "c1", "Y", "c2", "t", "u", "v"),
+        _lines_of("p", "q", "c1", "X", "c2", "r", "s", "t", "c1", "X", "c2"), 1),
+    # the second hunk's search starts at its *new* position (the first hunk added 4 lines): the
+    # preimage sits exactly there and exactly at its old position; git takes the new one
+    "second-hunk-starts-at-its-new-position": (
+        _lines_of("h", "A", "k", "m0", "m1", "m2", "m3", "m4", "m5", "c1", "X", "c2", "n0", "n1", "n2"),
+        _lines_of("h", "A", "A2", "A3", "A4", "A5", "k", "m0", "m1", "m2", "m3", "m4", "m5", "c1", "Y", "c2",
+                  "n0", "n1", "n2"),
+        _lines_of("h", "A", "k", "m0", "m1", "c1", "X", "c2", "m3", "c1", "X", "c2", "n0", "n1", "n2"), 1),
+    # and at newpos - 1 (apply.c: `pos = frag->newpos - 1`), not newpos: the preimage right
+    # at the start and one line later
+    "start-is-newpos-minus-one": (
+        _lines_of("p", "q", "c", "X", "c", "r", "s"),
+        _lines_of("p", "q", "c", "Y", "c", "r", "s"),
+        _lines_of("p", "q", "c", "X", "c", "X", "c", "s"), 1),
+}
+
+
+def test_search_cases_are_git_apply(tmp_path):
+    """Each case is checked against git itself (no expected bytes written here), and each really
+    has the preimage at more than one place — so a matcher with another start position or search
+    order than git's gives another result on at least one of them (see tests/test_fastapply.py's
+    history: the mutants `if not i & 1`, `oldpos - 1`, `newpos` (no -1) and forwards-only fail)."""
+    for name, (base, new, target, ctx) in SEARCH_CASES.items():
+        tmp = tmp_path / name
+        tmp.mkdir()
+        patch = _diff(tmp, base, new, ctx)
+        hunks = F.parse(patch)[0].hunks
+        img = F._lines(target)
+        places = [sum(img[k:k + len(h.pre)] == h.pre for k in range(len(img))) for h in hunks]
+        assert max(places) > 1, name  # ambiguous on purpose: the preimage is found at several places
+        theirs = _git_apply(tmp, target, patch)
+        assert theirs is not None, name
+        assert F.apply_file(target, hunks) == theirs, (name, patch, target)
+
+
+# the matcher's mutants the cases above must kill: (what is changed, the line in fastapply.py, the mutant)
+MUTANTS = {
+    "search order: backwards first": ("                if i & 1:\n", "                if not i & 1:\n"),
+    "search order: forwards to the end first": ("                if i & 1:\n                    if back == 0:",
+                                                "                if i & 1 and fwd == len(img):\n"
+                                                "                    if back == 0:"),
+    "start position: the old position": ("        line = h.newpos - 1 if h.newpos else 0\n",
+                                         "        line = h.oldpos - 1 if h.oldpos else 0\n"),
+    "start position: newpos, not newpos - 1": ("        line = h.newpos - 1 if h.newpos else 0\n",
+                                               "        line = h.newpos if h.newpos else 0\n"),
+}
+
+
+def test_each_matcher_mutant_gives_another_result_than_git(tmp_path):
+    """Mutation check, kept: each mutant of apply_file's search (built from fastapply.py's own text)
+    answers differently from git on at least one of SEARCH_CASES, so the cases can tell."""
+    import types
+
+    source = Path(F.__file__).read_text(encoding="utf-8")
+    theirs = {}
+    for name, (base, new, target, ctx) in SEARCH_CASES.items():
+        tmp = tmp_path / name
+        tmp.mkdir()
+        patch = _diff(tmp, base, new, ctx)
+        theirs[name] = (target, F.parse(patch)[0].hunks, _git_apply(tmp, target, patch))
+    for mutant, (old, new) in MUTANTS.items():
+        assert source.count(old) == 1, f"fastapply.py changed: update the mutant {mutant!r}"
+        mod = types.ModuleType("fastapply_mutant")
+        sys.modules[mod.__name__] = mod  # dataclasses look their module up there
+        try:
+            exec(compile(source.replace(old, new), F.__file__, "exec"), mod.__dict__)
+        finally:
+            del sys.modules[mod.__name__]
+        caught = [name for name, (target, hunks, want) in theirs.items() if mod.apply_file(target, hunks) != want]
+        assert caught, f"the mutant {mutant!r} gives git's result on every case: add a case that tells them apart"
