@@ -12,6 +12,7 @@ lucepatch printed:
   printed "restored to <branch>"          -> exactly the state before (every byte the user sees)
   printed "had completed"                 -> exactly the state an uninterrupted run leaves
   printed "kept in `git stash list`"      -> the state before, the user's changes at stash@{0}
+  (printed "removed ... a killed git left" -> those lock files were the killed git's: any of the above)
   printed nothing about it                -> before or completed, nothing in between
 and never a *.lock file, a temporary object file or a journal left behind. For `rebase` the
 user's checkout never changes and the workspace's target folder is the old one or the new one,
@@ -192,7 +193,7 @@ def calibrate(world: dict, tmp: Path, mode: str) -> dict:
 
 
 PRINTED = (("restored", "restored to main"), ("unchanged", "was not changed"), ("completed", "had completed"),
-           ("stash kept", "kept in `git stash list`"))
+           ("stash kept", "kept in `git stash list`"), ("stale locks removed", "a killed git left"))
 
 
 def printed(text: str) -> str:
@@ -259,7 +260,7 @@ def _stash_kept(state: dict, before: dict) -> bool:
 def judge(rec: dict) -> bool:
     if rec["leftovers"] or rec["next_exit"] != 0 or rec["outcome"].startswith("MIXED"):
         return False
-    said, outcome = rec["printed"], rec["outcome"]
+    said, outcome = rec["printed"].replace("+stale locks removed", ""), rec["outcome"]
     if said in ("restored", "unchanged"):
         return outcome == "as before"
     if said == "completed":
