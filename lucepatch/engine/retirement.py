@@ -25,6 +25,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from lucepatch import git
+from lucepatch.engine.apply import WorkArea, open_engine
+from lucepatch.engine.core import ALREADY_UPSTREAM
 from lucepatch.engine.upstreamed import CODE_SIGNALS, content_match, tree_reader, upstream_patch_ids
 
 SUPERSEDED = "superseded"
@@ -66,9 +68,6 @@ def code_signals(target, source: Path, base: str, ref: str, cache: Path) -> dict
     The textual signals first (patch-id over base..REF, reverse-apply, content-match), then each
     patch re-applied on REF in series order with a 3-way merge (a patch that does not apply is
     left out and the next one tried): a result identical to the tree before is the `3-way` signal."""
-    from lucepatch.engine.apply import WorkArea, open_engine
-    from lucepatch.engine.core import ALREADY_UPSTREAM
-
     source = Path(source)
     out: dict[str, dict | None] = {}
     ids = upstream_patch_ids(source, base, ref) if base != ref else {}

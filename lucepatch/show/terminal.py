@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from lucepatch.report import _break_name, _wrap_text, wrap
+from lucepatch.report import _BREAKS, _break_name, _wrap_text, wrap
 from lucepatch.show.model import GLYPHS, VARIANTS, View
 
 VERDICT_STYLE = {"proven": "bold green", "pass": "green", "guarded": "cyan", "not-proven": "yellow",
@@ -25,8 +25,6 @@ _NO_COUNTS = ("skipped", "not-applicable")  # nothing ran: no counts, only the r
 
 def _name_lines(name: str, first: int, rest: int) -> list[str]:
     """`name` broken after - _ . / , : — the first line at most `first` wide, the others `rest`."""
-    from lucepatch.report import _BREAKS
-
     lines, cur, width = [], "", first
     for part in _BREAKS.findall(name) or [name]:
         while len(cur) + len(part) > width:
@@ -98,8 +96,6 @@ def _rows_table(view: View, width: int) -> Table:
 
 
 def _wrap_why(text: str, width: int) -> list[str]:
-    from lucepatch.report import _wrap_text
-
     return _wrap_text(text, width, names=True) or [text]
 
 

@@ -15,7 +15,7 @@ scenario) once per Lab however many comparisons use it.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from lucepatch import report
@@ -247,10 +247,6 @@ class Lab:
         """Run `scenario` (reproducer:scenario) with its declared parameter `param` at `value` (the
         others at their defaults) N times on every build that has not run it; returns the key its
         results are kept under (`reproducer:scenario@param=value`) for compare(). An input sweep."""
-        from dataclasses import replace
-
-        from lucepatch.verify.service import VariantSpec  # noqa: F401  (import cycle, as in __init__)
-
         rname, sname = scenario.split(":", 1)
         repro = self.repros[rname]
         s = repro.scenario(sname)
