@@ -91,16 +91,6 @@ def unregister_judge(fn: Judge) -> None:
         _judges.remove(fn)
 
 
-def _load() -> None:
-    # a module registers its judge when first imported: that must not displace a judge registered
-    # explicitly before (the last registered wins, whatever was imported when)
-    before = list(_judges)
-    for mod in JUDGE_MODULES:
-        importlib.import_module(mod)
-    for fn in before:
-        register_judge(fn)
-
-
 def judge(target, source: Path, ref: str, patches: Sequence, *, no_behaviour: bool = False,
           **where) -> dict[str, Judgement]:
     """{name: Judgement} for every patch; `not-judged` where no judge answers. `where`: the

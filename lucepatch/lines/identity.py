@@ -225,7 +225,7 @@ def identify(path: str | Path, *, lines: list[Line] | None = None, hami_versions
         rules = group_rules("symbols")
         ident.foreign = grouped(foreign, rules, other="other (not upstream HAMi-core)", other_vendor=True)
         groups = ", ".join(f"{g.group} {len(g.names)}" for g in ident.foreign)
-        ident.summary = (f"a fork of HAMi-core" + (f" (line {ident.line}'s region {region})" if ident.line else "")
+        ident.summary = ("a fork of HAMi-core" + (f" (line {ident.line}'s region {region})" if ident.line else "")
                          + f": {len(foreign)} exported names upstream HAMi-core never had ({groups})")
         ident.decided_by += [f"{len(foreign)} of {len(exports)} exported names are defined by no upstream HAMi-core commit "
                              f"({hist.commits} first-parent commits to {hist.ref[:7]}) and added by no line of the series",

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from lucepatch.report import _BREAKS, _break_name, _wrap_text, wrap
+from lucepatch.report import _BREAKS, _wrap_text, wrap
 from lucepatch.show.model import GLYPHS, VARIANTS, View
 
 VERDICT_STYLE = {"proven": "bold green", "pass": "green", "guarded": "cyan", "not-proven": "yellow",

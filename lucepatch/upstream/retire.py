@@ -67,7 +67,7 @@ from pathlib import Path
 from lucepatch import git, report
 from lucepatch.engine import needed, retirement
 from lucepatch.engine.apply import WorkArea, apply_series
-from lucepatch.errors import LucepatchError, UsageError
+from lucepatch.errors import UsageError
 from lucepatch.series import Patch
 from lucepatch.target import Target
 from lucepatch.upstream import review
