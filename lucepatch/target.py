@@ -226,6 +226,19 @@ def list_targets(ws: Workspace) -> list[str]:
     return sorted(p.name for p in ws.patches_dir.iterdir() if not p.name.startswith(".") and (p / "target.toml").is_file())
 
 
+def family_lines(ws: Workspace, family: str) -> list[str]:
+    """The targets that are lines of `family` (line_of = family), by name."""
+    out = []
+    for name in list_targets(ws):
+        if name != family:
+            try:
+                if load_target_dir(ws.patches_dir / name).line_of == family:
+                    out.append(name)
+            except UsageError:
+                continue  # a broken target.toml is lint's to report, not a line
+    return out
+
+
 def line_name(family: str, line: str) -> str:
     """The target folder of `line` of `family`: hami-core + v2.5 -> hami-core-v2.5."""
     if not _NAME.match(line):

@@ -90,6 +90,23 @@ def test_list_status_lint_and_verify_know_the_lines(line):
 
     t, repros = select(resolve_workspace(ws), target="carry-v0.9", reproducers=[], run_all=True)
     assert t.name == "carry-v0.9" and [r.name for r in repros] == ["carry"]
+    # no --target: the family the reproducers are written for, not one of its lines
+    t, repros = select(resolve_workspace(ws), target=None, reproducers=[], run_all=True)
+    assert t.name == "carry" and [r.name for r in repros] == ["carry"]
+
+
+def test_verify_all_without_target_takes_hami_core_and_says_so(cli, monkeypatch):
+    """Regression: `verify --all` without --target exited 2 ("name a TARGET") once the workspace had
+    more targets than hami-core; it takes the reproducers' target again and names it on stderr. No
+    checkout here, so it stops at the source (exit 3) after choosing, before anything is built."""
+    from conftest import REPO_ROOT
+
+    for k in [k for k in os.environ if k.startswith("LUCEPATCH_SRC_")]:
+        monkeypatch.delenv(k)
+    r = cli("--workspace", REPO_ROOT, "verify", "--all")
+    assert r.code == 3, r.err
+    assert "verify --all: target hami-core (no --target" in r.err and "--target hami-core-v2.5 for its line" in r.err
+    assert "no upstream checkout of hami-core" in r.err and "name a TARGET" not in r.err
 
 
 def test_the_family_checkout_serves_every_line(line, monkeypatch):

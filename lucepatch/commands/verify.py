@@ -12,7 +12,7 @@ from lucepatch.errors import EXIT_CHECK_FAILED
 from lucepatch.node.report import load_node_report
 from lucepatch.show.model import build_view
 from lucepatch.show.terminal import print_parts, verdict_parts
-from lucepatch.target import load_target
+from lucepatch.target import family_lines, load_target
 from lucepatch.upstream import coverage, retire
 from lucepatch.verify.evidence import write_evidence
 from lucepatch.verify.progress import clock
@@ -100,6 +100,11 @@ def command(ctx, reproducer_names, run_all, scenarios, target_name, source, driv
     if retire_ref or coverage_map:
         return _retire(ctx, ws, target_name, source, retire_ref, driver, runs, as_json, coverage_map, reproducer_names)
     t, repros = select(ws, target=target_name, reproducers=list(reproducer_names), run_all=run_all)
+    if run_all and not target_name:
+        lines = family_lines(ws, t.name)
+        report.progress(f"verify --all: target {t.name} (no --target; the target the workspace's reproducers are "
+                        f"written for" + (f"; --target {lines[0]} for its line" if len(lines) == 1 else
+                                          f"; --target NAME for a line: {', '.join(lines)}" if lines else "") + ")")
     cluster = None
     if in_cluster or from_logs:
         cluster = ClusterOptions(image=image, kubeconfig=kubeconfig, context=kube_context, namespace=namespace,

@@ -65,6 +65,21 @@ class VerifyRequest:
         return self.reproducers[0].artifact
 
 
+def default_target(ws: Workspace) -> Target:
+    """The target `verify --all` takes without --target: the one the workspace's reproducers are
+    written for (lines share their family's reproducers, so the family's first target, hami-core,
+    not one of its lines), else the workspace's only target; UsageError when that is ambiguous."""
+    from lucepatch.target import list_targets
+
+    families = sorted({r.target for r in list_reproducers(ws)} & set(list_targets(ws)))
+    if len(families) == 1:
+        return load_target(ws, families[0])
+    if not families:
+        return load_target(ws, None)  # the only target, or "name a TARGET" with the list
+    raise UsageError(f"name a TARGET (--target): the reproducers of workspace {ws.path} are written for "
+                     f"{', '.join(families)}")
+
+
 def select(ws: Workspace, *, target: str | None, reproducers: list[str], run_all: bool) -> tuple[Target, list[Reproducer]]:
     """The target and reproducers a verify names (`--reproducer R...` or `--all --target T`)."""
     if run_all and reproducers:
@@ -72,7 +87,10 @@ def select(ws: Workspace, *, target: str | None, reproducers: list[str], run_all
     if not run_all and not reproducers:
         raise UsageError("name a reproducer (--reproducer async-sched) or pass --all")
     if run_all:
-        t = load_target(ws, target)
+        if target is None:
+            t = default_target(ws)
+        else:
+            t = load_target(ws, target)
         repros = [r for r in list_reproducers(ws) if r.target in (t.name, t.family)]  # every line shares them
     else:
         repros = [load_reproducer(ws, n) for n in reproducers]
