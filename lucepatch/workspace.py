@@ -111,13 +111,38 @@ def source_env(target_name: str) -> str:
     return f"LUCEPATCH_SRC_{target_name.upper().replace('-', '_').replace('.', '_')}"
 
 
+def source_envs(target_name: str, family: str | None = None) -> list[str]:
+    """The variables that may name a target's checkout, in the order they are read: one variable per
+    upstream repository serves every line of it ($LUCEPATCH_SRC_HAMI_CORE for hami-core and
+    hami-core-v2.5); a line's own $LUCEPATCH_SRC_<LINE> (LUCEPATCH_SRC_HAMI_CORE_V2_5), when set,
+    overrides it for that line alone (docs/series-engine.md "Lines")."""
+    return list(dict.fromkeys([source_env(target_name), source_env(family or target_name)]))
+
+
+def find_source(target_name: str, family: str | None = None) -> tuple[Path | None, str | None]:
+    """(the checkout a variable names, expanded, and that variable) or (None, None)."""
+    for env in source_envs(target_name, family):
+        if os.environ.get(env):
+            return Path(os.environ[env]).expanduser(), env
+    return None, None
+
+
 def resolve_source(source: str | os.PathLike | None, target_name: str, *, family: str | None = None) -> Path:
     """The upstream checkout of a target: the one given, else $LUCEPATCH_SRC_<TARGET>, else (for a
-    line of a series, docs/series-engine.md "Lines") $LUCEPATCH_SRC_<FAMILY>, else exit 3."""
+    line of a series, docs/series-engine.md "Lines") $LUCEPATCH_SRC_<FAMILY>, else exit 3. A leading
+    `~` is expanded here, where the path enters (an API caller's string, `--source=~/...`, a
+    variable set in an env file)."""
     if source:
-        return Path(source)
-    envs = list(dict.fromkeys([source_env(target_name), source_env(family or target_name)]))
-    for env in envs:
-        if os.environ.get(env):
-            return Path(os.environ[env])
-    raise EnvironmentMissing(f"no upstream checkout of {target_name}: pass --source PATH or set {' or '.join(envs)}")
+        return Path(source).expanduser()
+    path, _ = find_source(target_name, family)
+    if path is not None:
+        return path
+    raise EnvironmentMissing(f"no upstream checkout of {target_name}: pass --source PATH or set {source_hint(target_name, family)}")
+
+
+def source_hint(target_name: str, family: str | None = None) -> str:
+    """The variable to set, said once: the repository's, and for a line the override it may use."""
+    if family and family != target_name:
+        return (f"{source_env(family)} (it serves every line of {family}; {source_env(target_name)} overrides it "
+                f"for {target_name} alone)")
+    return source_env(target_name)

@@ -150,3 +150,51 @@ def test_ci_all_that_gates_nothing_exits_1_with_reports(cli, two_targets, tmp_pa
     # one named target still needs its checkout: exit 3, one line
     r = cli("--workspace", two_targets["ws"], "ci", "fakehami", "--driver", "fake")
     assert r.code == 3 and "LUCEPATCH_SRC_FAKEHAMI" in r.err and len(r.err.strip().splitlines()) <= 2
+
+
+def test_ci_all_one_variable_gates_every_line_and_no_line_goes_ungated(cli, tmp_path, monkeypatch):
+    """One variable per upstream repository serves every line of it: with only LUCEPATCH_SRC_FAKEHAMI
+    set, `ci --all` gates fakehami and its line fakehami-v1 (the v2.5 line of hami-core once stayed
+    silently ungated with only LUCEPATCH_SRC_HAMI_CORE set). A line whose checkout lacks its base
+    fails with one line naming the fetch; a family left without a checkout while its line is gated
+    fails too, never a silent skip."""
+    import shutil
+
+    fx = make_fakehami_ws(tmp_path)
+    ws, line = fx["ws"], fx["ws"] / "patches" / "fakehami-v1"
+    shutil.copytree(fx["tdir"], line)
+    toml = line / "target.toml"
+    toml.write_text(toml.read_text().replace('name = "fakehami"\n', 'name = "fakehami-v1"\nline_of = "fakehami"\nline = "v1"\n'))
+    for k in [k for k in __import__("os").environ if k.startswith("LUCEPATCH_SRC_")]:
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("LUCEPATCH_SRC_FAKEHAMI", str(fx["up"]))
+    args = ("--workspace", ws, "ci", "--all", "--driver", "fake", "--json")
+    r = cli(*args)
+    assert r.code == 0, r.out
+    by = {t["target"]: t for t in r.json["targets"]}
+    assert by["fakehami"]["gate"] == "pass" and by["fakehami-v1"]["gate"] == "pass", r.err
+    assert f"fakehami-v1: gating with {fx['up']}" in r.err
+    # the line's base is a commit the checkout never fetched: a failure naming the fetch, in one line
+    other = tmp_path / "elsewhere"
+    git(tmp_path, "clone", "-q", str(fx["up"]), str(other))
+    (other / "NEWS").write_text("v1 line base\n")
+    v1_base = commit_all(other, "a commit only the line's branch has")
+    toml.write_text(toml.read_text().replace(fx["base"], v1_base))
+    r = cli(*args)
+    assert r.code == 1
+    by = {t["target"]: t for t in r.json["targets"]}
+    step = by["fakehami-v1"]["steps"][0]
+    assert by["fakehami-v1"]["gate"] == "fail" and step["name"] == "checkout", by["fakehami-v1"]
+    assert f"base commit of fakehami-v1 {v1_base} is not in the checkout {fx['up']}" in step["detail"]
+    assert f"git -C {fx['up']} fetch" in step["detail"] and "\n" not in step["detail"]
+    assert by["fakehami"]["gate"] == "pass"
+    # only the line's own variable (the old per-line name): the family would go ungated — a failure
+    toml.write_text(toml.read_text().replace(v1_base, fx["base"]))
+    monkeypatch.delenv("LUCEPATCH_SRC_FAKEHAMI")
+    monkeypatch.setenv("LUCEPATCH_SRC_FAKEHAMI_V1", str(fx["up"]))
+    r = cli(*args)
+    assert r.code == 1
+    by = {t["target"]: t for t in r.json["targets"]}
+    assert by["fakehami-v1"]["gate"] == "pass" and by["fakehami"]["gate"] == "fail"
+    assert "fakehami would go ungated while fakehami-v1 of the same repository is gated" in by["fakehami"]["steps"][0]["detail"]
+    assert "set LUCEPATCH_SRC_FAKEHAMI" in by["fakehami"]["steps"][0]["detail"]

@@ -116,8 +116,19 @@ def test_the_family_checkout_serves_every_line(line, monkeypatch):
     monkeypatch.setenv("LUCEPATCH_SRC_CARRY", str(line["up"]))
     assert require_source(None, "carry-v0.9", family="carry") == Path(line["up"])
     monkeypatch.delenv("LUCEPATCH_SRC_CARRY")
-    with pytest.raises(Exception, match="LUCEPATCH_SRC_CARRY_V0_9 or LUCEPATCH_SRC_CARRY"):
+    with pytest.raises(Exception, match=r"set LUCEPATCH_SRC_CARRY \(it serves every line of carry; "
+                                        r"LUCEPATCH_SRC_CARRY_V0_9 overrides it for carry-v0.9 alone\)"):
         require_source(None, "carry-v0.9", family="carry")
+    # the line's own variable, when set, wins for that line: a checkout of another repository (a fork)
+    other = Path(str(line["up"]) + "-fork")
+    monkeypatch.setenv("LUCEPATCH_SRC_CARRY", str(line["up"]))
+    monkeypatch.setenv("LUCEPATCH_SRC_CARRY_V0_9", str(other))
+    assert require_source(None, "carry-v0.9", family="carry") == other
+    assert require_source(None, "carry", family="carry") == Path(line["up"])
+    # a leading ~ is expanded where the path enters (an env file's value, an API caller's string)
+    monkeypatch.setenv("LUCEPATCH_SRC_CARRY_V0_9", "~/src/carry")
+    assert require_source(None, "carry-v0.9", family="carry") == Path.home() / "src" / "carry"
+    assert require_source("~/x", "carry") == Path.home() / "x"
 
 
 def test_line_errors(line):

@@ -131,9 +131,21 @@ def test_torch_free_workload_proven_and_torch_workload_skipped(cli, cache):
     # at the pin: exit 0 with `Illegal device id` logged (the log line alone fails the run) ...
     sync = [r for r in doc["runs"] if r["variant"] == "baseline" and r["scenario"].endswith("threadpool-sync-alloc")]
     assert any(r["outcome"] == "fail-log" and r["returncode"] == 0 for r in sync)
-    # ... the async allocations are made but never charged (HAMi's usage vs the pool's reservation) ...
+    # ... the async allocations are made but under-charged (HAMi's usage vs the pool's reservation):
+    # add_chunk_async reads the device from a failed cuCtxGetDevice into an uninitialised `dev`, so
+    # each allocation is charged only when that stack slot happens to hold a valid device id (0) and
+    # refused by cuDeviceGetMemPool otherwise. Which calls see 0 is stack layout, not a rule: on the
+    # H200 (docs/evidence/ctypes-clients.h200.json) and here 1 of the 8 blocks is charged every run.
+    # What holds whatever the stack held: whole blocks only, at least one of them never charged, and
+    # every run logs `Illegal device id`.
+    block = 64 << 20
     base = [r for r in doc["runs"] if r["variant"] == "baseline" and r["scenario"].endswith("threadpool-async-alloc")]
-    assert all(r["values"]["accounted_delta"] == 0 and r["values"]["pool_reserved_delta"] > 0 for r in base)
+    assert base and all(r["values"]["pool_reserved_delta"] >= 8 * block for r in base), base
+    assert all(r["values"]["accounted_delta"] % block == 0 for r in base), base
+    assert all(r["values"]["accounted_delta"] <= r["values"]["pool_reserved_delta"] - block for r in base), base
+    assert all("Illegal device id" in r["reason"] for r in base), base
+    patched = [r for r in doc["runs"] if r["variant"] == "patched" and r["scenario"].endswith("threadpool-async-alloc")]
+    assert all(r["values"]["accounted_delta"] == r["values"]["pool_reserved_delta"] for r in patched), patched
     # ... and frees from worker threads are uncharged on a garbage device (usage stays, or a crash)
     free = [r for r in doc["runs"] if r["variant"] == "baseline" and r["scenario"].endswith("threadpool-async-free")]
     assert all(r["outcome"] == "crash" or "released with the frees" in r["reason"] for r in free), free

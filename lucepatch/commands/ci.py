@@ -6,9 +6,12 @@ probes.toml). Reports: JUnit XML (--junit), JSON (--json), markdown appended to
 $GITHUB_STEP_SUMMARY when set (and --markdown FILE).
 
 Exit 0 only when every gated target's pinned-base gate passes; a failing canary warns (exit 0)
-unless --strict. `--all` gates the targets that have a checkout ($LUCEPATCH_SRC_<TARGET>) and reports
-the others as skipped (JUnit <skipped>, markdown); they fail the gate only with --strict, and a run
-that gated nothing exits 1. Results are cached under <cache>/ci/<key>.json, key = sha256 of every input (series and
+unless --strict. `--all` gates the targets that have a checkout (one variable per upstream repository:
+$LUCEPATCH_SRC_HAMI_CORE serves hami-core and every line of it; $LUCEPATCH_SRC_<LINE> overrides it for
+one line) and reports the others as skipped (JUnit <skipped>, markdown); they fail the gate only with
+--strict, and a run that gated nothing exits 1. A target whose checkout lacks its pinned base fails
+(one line: the `git fetch` that brings it), and so does a line left without a checkout while another
+target of its repository is gated: a line never goes ungated silently. Results are cached under <cache>/ci/<key>.json, key = sha256 of every input (series and
 target.toml bytes, reproducer hashes, upstream commits, driver kind and version, runs, lucepatch
 version); --no-cache re-runs.
 """
@@ -23,7 +26,8 @@ from lucepatch import report
 from lucepatch.commands._common import cache as cache_dir
 from lucepatch.commands._common import json_option, require_source, workspace
 from lucepatch.errors import UsageError
-from lucepatch.gate import WARN, exit_code, find_checkout, gate_target, skipped_target, write_reports
+from lucepatch.gate import (WARN, exit_code, failed_target, find_checkout, gate_target, missing_base, skipped_target,
+                            ungated_lines, write_reports)
 from lucepatch.target import list_targets, load_target
 
 
@@ -31,7 +35,8 @@ from lucepatch.target import list_targets, load_target
 @click.argument("target", required=False)
 @click.option("--all", "all_targets", is_flag=True, help="Every target of the workspace.")
 @click.option("--source", type=click.Path(), default=None,
-              help="Upstream checkout (one target only; otherwise $LUCEPATCH_SRC_<TARGET> per target).")
+              help="Upstream checkout (one target only; otherwise $LUCEPATCH_SRC_<REPOSITORY>, e.g. "
+                   "LUCEPATCH_SRC_HAMI_CORE for hami-core and its lines).")
 @click.option("--upstream-head", default=None, metavar="REF", help="Canary: also check the series on this upstream ref.")
 @click.option("--strict", is_flag=True, help="A failing canary, or (with --all) a target without a checkout, fails the gate.")
 @click.option("--driver", type=click.Choice(["auto", "real", "fake"]), default="auto", show_default=True)
@@ -53,23 +58,31 @@ def command(ctx, target, all_targets, source, upstream_head, strict, driver, run
     if not names:
         raise UsageError(f"workspace {ws.path} has no targets")
     if source and len(names) > 1:
-        raise UsageError("--source names one checkout; with --all set LUCEPATCH_SRC_<TARGET> per target")
+        raise UsageError("--source names one checkout; with --all set LUCEPATCH_SRC_<TARGET> per upstream repository "
+                         "(LUCEPATCH_SRC_HAMI_CORE serves hami-core and its lines)")
     c = cache_dir(ctx)
-    results = []
+    results, targets = [], [load_target(ws, n) for n in names]
     report.progress(f"workspace {ws.describe()}; targets {', '.join(names)}")
-    for n in names:
-        t = load_target(ws, n)
+    for t in targets:
         src, why = find_checkout(source, t)
         if src is None:
             if not all_targets:
-                require_source(source, t.name)  # one named target: its checkout is required (exit 3)
+                require_source(source, t.name, family=t.family)  # one named target: its checkout is required (exit 3)
             results.append(skipped_target(t, why))
             report.progress(f"{t.name}: skipped — {why}" + ("" if strict else " (not gating; --strict fails on it)"))
+            continue
+        lacks = missing_base(t, src)
+        if lacks:  # the checkout is there but cannot gate this target: a failure, never a skip
+            results.append(failed_target(t, "checkout", lacks))
+            report.progress(f"{t.name}: {lacks}")
             continue
         report.progress(f"{t.name}: gating with {src}")
         results.append(gate_target(ws, t, src, c, upstream_head=upstream_head, driver=driver, runs=runs,
                                    use_cache=not no_cache, evidence_dir=Path(evidence_dir) if evidence_dir else None,
                                    probes=not no_probes))
+    results, ungated = ungated_lines(results, targets)
+    for r in ungated:
+        report.progress(f"{r.target}: {r.steps[0].detail}")
     code = exit_code(results, strict)
     write_reports(results, code, strict=strict, junit_path=junit_path, md_path=md_path)
     if as_json:

@@ -9,13 +9,13 @@ import time
 from pathlib import Path
 
 from lucepatch import __version__, git
-from lucepatch.errors import EXIT_CHECK_FAILED, UsageError, from_exception
+from lucepatch.errors import EXIT_CHECK_FAILED, EnvironmentMissing, UsageError, from_exception
 from lucepatch.gate.result import FAIL, SKIP, WARN, Step, TargetResult
 from lucepatch.gate.steps import check_on, named_scenarios, step_build_and_verify, step_lint, step_probes
 from lucepatch.target import Target
 from lucepatch.verify.driver import driver_identity
 from lucepatch.verify.reproducer import list_reproducers
-from lucepatch.workspace import source_env
+from lucepatch.workspace import find_source, source_env, source_hint
 
 
 def cache_key(t: Target, ws, src: Path, upstream_head: str | None, driver_ident: dict, runs: int) -> str:
@@ -90,17 +90,55 @@ def gate_target(ws, t: Target, src: Path, cache: Path, *, upstream_head: str | N
 
 
 def find_checkout(source: str | None, target: Target) -> tuple[Path | None, str]:
-    """The target's upstream checkout (the one given, else $LUCEPATCH_SRC_<TARGET>) when it is a git
-    checkout; otherwise (None, why) — `ci --all` then reports the target as skipped."""
-    env = source_env(target.name)
-    path = source or os.environ.get(env)
-    if not path:
-        return None, f"no upstream checkout: set {env} (or pass --source with one target)"
+    """The target's upstream checkout (the one given, else its repository's variable, which serves
+    every line of it: $LUCEPATCH_SRC_HAMI_CORE for hami-core-v2.5 too, a line's own variable
+    overriding it) when it is a git checkout; otherwise (None, why) — `ci --all` then reports the
+    target as skipped."""
+    if source:
+        path, what = Path(source).expanduser(), "--source"
+    else:
+        path, what = find_source(target.name, target.family)
+    if path is None:
+        return None, f"no upstream checkout: set {source_hint(target.name, target.family)} (or pass --source with one target)"
     try:
-        git.open_repo(path, what=env if not source else "--source")
+        git.open_repo(path, what=what)
     except UsageError as exc:
         return None, str(exc)
-    return Path(path), ""
+    return path, ""
+
+
+def missing_base(target: Target, src: Path) -> str | None:
+    """One line when the checkout lacks the target's pinned base (a line's base is often on a branch
+    or tag a clone did not fetch), naming the fetch that brings it; None when it is there."""
+    try:
+        git.resolve_commit(src, target.base, what=f"base commit of {target.name}", upstream=target.upstream)
+    except EnvironmentMissing as exc:
+        return str(exc)
+    return None
+
+
+def failed_target(t: Target, step: str, why: str) -> TargetResult:
+    r = TargetResult(t.name, "")
+    r.steps = [Step(step, FAIL, why)]
+    return r
+
+
+def ungated_lines(results: list[TargetResult], targets: list[Target]) -> tuple[list[TargetResult], list[TargetResult]]:
+    """`ci --all`: a target skipped for want of a checkout while another target of its family (the
+    same upstream repository) is gated fails instead — a line must not go ungated silently because
+    only the family's checkout was thought of (or only the line's). Returns (results, the ones failed here)."""
+    family = {t.name: t.family for t in targets}
+    gated = {family[r.target] for r in results if not r.skipped}
+    out, failed = [], []
+    for r in results:
+        if r.skipped and family[r.target] in gated:
+            others = [x.target for x in results if not x.skipped and family[x.target] == family[r.target]]
+            r = TargetResult(r.target, r.key, steps=[Step("checkout", FAIL,
+                             f"{r.target} would go ungated while {', '.join(others)} of the same repository is gated: "
+                             f"{r.skipped}")])
+            failed.append(r)
+        out.append(r)
+    return out, failed
 
 
 def skipped_target(t: Target, why: str) -> TargetResult:
