@@ -6,6 +6,12 @@ version line and the headers it includes from outside the project (cuda.h, nvml.
 a private temporary folder (pid + thread + random suffix, so two concurrent builds never share a
 path), then renamed into place; a half-built folder is never visible under the final name.
 Compiler failures are one-line `ToolFailed` errors naming the compiler's first error line.
+
+The bytes do not depend on where things are: every folder a compile step names (its `-I` folders,
+its sources' folders, the output folder, which is also the compiler's working directory) is mapped
+with `-ffile-prefix-map` to a name fixed by its place in the command (`inc0`, `src0`, `out`), so the
+same command from another venv, prefix or cache gives the same sha256 (the debug info, `__FILE__`
+and DW_AT_comp_dir would name them otherwise).
 """
 
 from __future__ import annotations
@@ -97,8 +103,10 @@ def build_cached(unit: Unit, cache_dir: Path, *, compiler: str | None = None) ->
     cc_tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.cc-", dir=final.parent))
     try:
         for step in unit.steps:
-            run_compiler([a.replace("{out}", str(tmp)) for a in step], unit.what, user_error=unit.user_error,
-                         tmpdir=cc_tmp)
+            cmd = [a.replace("{out}", str(tmp)) for a in step]
+            maps = prefix_maps(cmd, tmp)
+            run_compiler([cmd[0], *maps, *cmd[1:]] if maps else cmd, unit.what, user_error=unit.user_error,
+                         tmpdir=cc_tmp, cwd=tmp if maps else None)
         for name, dest in unit.links.items():
             os.symlink(dest, tmp / name)
         missing = [o for o in unit.outputs if not (tmp / o).exists()]
@@ -117,10 +125,38 @@ def build_cached(unit: Unit, cache_dir: Path, *, compiler: str | None = None) ->
     return final
 
 
-def run_compiler(cmd: list[str], what: str, *, user_error: bool = False, tmpdir: Path | None = None) -> None:
+_SOURCES = (".c", ".cc", ".cpp", ".cxx", ".C")
+
+
+def prefix_maps(cmd: list[str], out: Path) -> list[str]:
+    """`-ffile-prefix-map` options for a compile step (one naming a source file; a link of objects,
+    `mkdir` and the like get none): each `-I` folder -> `incN`, each source's folder -> `srcN`, in
+    command order, and `out` (the output folder, run as the working directory) -> `out`. GCC tries
+    the last map first, so a folder nested in another comes after it, whatever the paths' lengths."""
+    if not any(a.endswith(_SOURCES) and not a.startswith("-") for a in cmd[1:]):
+        return []
+    folders: list[tuple[str, str]] = []
+    for a in cmd[1:]:
+        if a.startswith("-I") and len(a) > 2:
+            folders.append(("inc", os.path.normpath(a[2:])))
+        elif a.endswith(_SOURCES) and not a.startswith("-"):
+            folders.append(("src", os.path.normpath(os.path.dirname(os.path.abspath(a)))))
+    named: dict[str, str] = {}
+    count = {"inc": 0, "src": 0}
+    for kind, d in folders:
+        if d not in named and d != "/":
+            named[d] = f"{kind}{count[kind]}"
+            count[kind] += 1
+    named[os.path.normpath(str(out))] = "out"
+    order = sorted(named, key=lambda d: sum(1 for o in named if o != d and Path(d).is_relative_to(o)))
+    return [f"-ffile-prefix-map={d}={named[d]}" for d in order]
+
+
+def run_compiler(cmd: list[str], what: str, *, user_error: bool = False, tmpdir: Path | None = None,
+                 cwd: Path | None = None) -> None:
     env = {**os.environ, "TMPDIR": str(tmpdir)} if tmpdir is not None else None
     try:
-        r = children.run(cmd, capture_output=True, text=True, env=env)
+        r = children.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)
     except FileNotFoundError:
         raise ToolFailed(command=Path(cmd[0]).name, fix=CC_REMEDY, stderr=f"{cmd[0]} not found")
     if r.returncode != 0:

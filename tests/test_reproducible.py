@@ -242,3 +242,97 @@ def test_real_hami_core_is_reproducible(cli, tmp_path):
     assert sha(rebuilt) == shas[0]
     header = (rebuilt.parent / "config" / "static_config.h").read_text()
     assert "GIT_HASH_;" in header and "GIT_BRANCH_;" in header  # the stamp, neutralised explicitly
+
+
+# ---- the same bytes from two venvs (issue 24): the include folders a build reads are mapped too ----
+
+NVML_PROBE_C = ('#include <nvml.h>\n'
+                '__attribute__((visibility("default"))) nvmlReturn_t fh_nvml_probe(nvmlDevice_t d) {\n'
+                '    (void)d;\n    return NVML_SUCCESS;\n}\n')
+
+
+def venv_with_nvml(where: Path) -> Path:
+    """A venv whose own site-packages hold nvml.h where pip puts it (nvidia/cu13/include), as
+    `pip install nvidia-nvml-dev` in that venv would; the rest (lucepatch's dependencies) comes from
+    the running environment. Returns its python."""
+    from lucepatch.builders.toolchain import nvml_include
+
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(where)], check=True)
+    py = where / "bin" / "python"
+    site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    inc = site / "nvidia" / "cu13" / "include"
+    inc.mkdir(parents=True)
+    shutil.copy(nvml_include() / "nvml.h", inc / "nvml.h")
+    return py
+
+
+def build_in(py: Path, ws: Path, target: str, src: Path, cache: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV",)}
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    r = subprocess.run([str(py), "-m", "lucepatch", "--workspace", str(ws), "--cache-dir", str(cache), "build", target,
+                        "--source", str(src), "--json"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)["builds"][0]
+
+
+def test_two_venvs_give_identical_bytes(tmp_path):
+    """The NVML headers pip installs sit at a different path in every venv; a Debug build records
+    the include folders it read in its line table, so without a prefix map for them the same source
+    gave a different libvgpu.so per venv (two cache folders in one venv agreed)."""
+    from lucepatch.builders.toolchain import cuda_include
+
+    if (cuda_include() / "nvml.h").is_file() or Path("/usr/include/nvml.h").is_file():
+        pytest.skip("no-tool: this machine's CUDA toolkit ships nvml.h, so no venv's copy would be read")
+    fx = make_fakehami_ws(tmp_path / "fx")
+    (fx["up"] / "src" / "nvml_probe.c").write_text(NVML_PROBE_C)
+    with open(fx["up"] / "CMakeLists.txt", "a") as f:
+        f.write("target_sources(vgpu PRIVATE src/nvml_probe.c)\n")
+    base = commit_all(fx["up"], "fakehami: a function typed by nvml.h, as HAMi-core's NVML hooks are")
+    toml = fx["tdir"] / "target.toml"
+    toml.write_text(toml.read_text().replace(fx["base"], base).replace('targets = ["vgpu"]', 'targets = ["vgpu"]\nneeds = ["cuda.h", "nvml.h"]'))
+    pys = [venv_with_nvml(tmp_path / name) for name in ("venv-one", "a-longer-prefix" + "/x" * 5 + "/venv-two")]
+    builds = [build_in(py, fx["ws"], "fakehami", fx["up"], tmp_path / f"cache-{i}") for i, py in enumerate(pys)]
+    incs = [next(f for f in b["recipe"]["configure"] if "-I" in f) for b in builds]
+    assert "venv-one" in incs[0] and "venv-two" in incs[1]  # each build read its own venv's nvml.h ...
+    art = [Path(b["artifacts"]["libvgpu.so"]["path"]) for b in builds]
+    assert all(b"fh_nvml_probe" in a.read_bytes() for a in art)
+    assert b"venv-one" not in art[0].read_bytes() and b"venv-two" not in art[1].read_bytes()  # ... and names neither
+    assert sha(art[0]) == sha(art[1])
+
+
+def test_compiled_helpers_do_not_depend_on_where_their_sources_are(tmp_path):
+    """compiling.py (the simulated driver, the reproducers, the trace interposer): the same sources
+    and headers in two other folders, built into two caches with -g, give the same bytes — the
+    folders are mapped (`inc0`, `src0`, `out`), the working directory is the output folder."""
+    from lucepatch import compiling
+
+    outs = []
+    for where in ("one", "somewhere/much/deeper/two"):
+        d = tmp_path / where
+        (d / "include").mkdir(parents=True)
+        (d / "include" / "lp_probe.h").write_text("typedef struct { int device; } lp_probe_t;\n#define LP_WHERE __FILE__\n")
+        (d / "probe.c").write_text('#include "lp_probe.h"\nconst char *lp_where(lp_probe_t *p) { (void)p; return LP_WHERE; }\n')
+        unit = compiling.Unit(what="probe", steps=[[compiling.cc(), "-shared", "-fPIC", "-g", "-O0", "-o", "{out}/libprobe.so",
+                                                     str(d / "probe.c"), f"-I{d / 'include'}"]],
+                              outputs=["libprobe.so"], inputs=[d / "probe.c"])
+        outs.append(compiling.build_cached(unit, tmp_path / f"cache-{where.replace('/', '-')}") / "libprobe.so")
+    data = [o.read_bytes() for o in outs]
+    assert str(tmp_path).encode() not in data[0] and str(tmp_path).encode() not in data[1]
+    assert b"src0/probe.c" in data[0] and b"inc0" in data[0]  # __FILE__ and the header folder, under fixed names
+    assert sha(outs[0]) == sha(outs[1])
+
+
+@pytest.mark.upstream
+def test_real_hami_core_same_bytes_from_two_venvs(tmp_path):
+    src = os.environ.get("LUCEPATCH_SRC_HAMI_CORE")
+    if not src or not Path(src, "src", "static_config.h.in").is_file():
+        pytest.skip("no-upstream: set LUCEPATCH_SRC_HAMI_CORE to a HAMi-core checkout")
+    from lucepatch.builders.toolchain import cuda_include
+
+    if (cuda_include() / "nvml.h").is_file() or Path("/usr/include/nvml.h").is_file():
+        pytest.skip("no-tool: this machine's CUDA toolkit ships nvml.h, so no venv's copy would be read")
+    pys = [venv_with_nvml(tmp_path / name) for name in ("venv-one", "elsewhere/venv-two")]
+    builds = [build_in(py, REPO_ROOT, "hami-core", Path(src), tmp_path / f"cache-{i}") for i, py in enumerate(pys)]
+    assert builds[0]["key"] != builds[1]["key"]  # the recipes name their own venv's headers
+    assert builds[0]["artifacts"]["libvgpu.so"]["sha256"] == builds[1]["artifacts"]["libvgpu.so"]["sha256"]

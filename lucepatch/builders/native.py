@@ -95,11 +95,16 @@ def build_variant(target: Target, source: Path, variant: str, cache: Path, *, jo
         if series.conflicts:
             names = ", ".join(o.patch.name for o in series.conflicts)
             raise CheckFailed(f"{target.name} {label}: patch(es) {names} do not apply on {series.base[:12]}; run lucepatch check")
-        c_flags = [f"-I{toolchain.nvml_include()}"] if "nvml.h" in needs else []
+        nvml = str(toolchain.nvml_include()) if "nvml.h" in needs else None
+        c_flags = [f"-I{nvml}"] if nvml else []
+        cuda = str(toolchain.cuda_home())
+        # every include folder outside the system's gets a fixed name in the debug info: the NVML
+        # headers' path differs in every venv, CUDA_HOME between machines (reproducible.py)
+        maps = {**({nvml: "nvml"} if nvml else {}), cuda: "cuda"}
         recipe = recipe_for(cfg, c_flags=c_flags + (["--coverage"] if coverage else []),
                             link_dirs=[str(stubs)], ld_flags=["--coverage"] if coverage else [],
-                            env={"CUDA_HOME": str(toolchain.cuda_home()),
-                                 "SOURCE_DATE_EPOCH": git.commit_time(work.repo, series.base)})
+                            env={"CUDA_HOME": cuda, "SOURCE_DATE_EPOCH": git.commit_time(work.repo, series.base)},
+                            toolchain_maps=maps)
         key_doc = {
             # the stubs enter by content (their folder name is their hash), not by where the cache is
             "target": target.name, "tree": series.tree, "build": cfg.to_json(),

@@ -6,6 +6,10 @@ What would otherwise make the bytes differ, and what neutralises it:
   `__FILE__` and assertion strings: `-ffile-prefix-map` (it implies `-fdebug-prefix-map` and
   `-fmacro-prefix-map`) maps them to `src` and `build`; GCC does not record these options in
   DW_AT_producer, so the mapping itself leaves no trace;
+- the toolchain's include folders outside the system's, which the debug line table names too: the
+  NVML headers pip installed into a venv (`.../site-packages/nvidia/cu13/include`, a different path
+  in every venv and prefix) and CUDA_HOME (`/usr/local/cuda` or `/usr/local/cuda-13.0`): mapped
+  to `nvml` and `cuda` (`Recipe.toolchain_maps`), so two venvs give the same bytes;
 - build-tree RPATHs naming the build folder: `CMAKE_BUILD_RPATH_USE_ORIGIN`;
 - `__DATE__`/`__TIME__`: `SOURCE_DATE_EPOCH` = the committer time of the upstream base commit
   (the same for every build of that base, whoever commits the patches on top);
@@ -31,7 +35,7 @@ from lucepatch.errors import CheckFailed
 from lucepatch.target_sections import BuildConfig
 
 SRC, BUILD = "$SRC", "$BUILD"  # placeholders in the recorded recipe
-RECIPE_VERSION = 2  # part of the build cache key: builds made by an older recipe are not reused
+RECIPE_VERSION = 3  # part of the build cache key: builds made by an older recipe are not reused
 
 
 @dataclass
@@ -44,12 +48,15 @@ class Recipe:
     env: dict[str, str] = field(default_factory=dict)  # CUDA_HOME, SOURCE_DATE_EPOCH
     unset_env: list[str] = field(default_factory=list)
     ld_flags: list[str] = field(default_factory=list)  # extra linker flags (coverage builds: --coverage)
+    # toolchain folders the compiler reads headers from -> the name debug info gives them instead
+    toolchain_maps: dict[str, str] = field(default_factory=dict)
 
-    @staticmethod
-    def prefix_maps(src: str, build: str) -> list[str]:
+    def prefix_maps(self, src: str, build: str) -> list[str]:
         # GCC checks the last -ffile-prefix-map first, so a build folder inside the source folder
-        # (the usual `cmake -B build`) still maps to `build`, not `src/build`.
-        return [f"-ffile-prefix-map={src}=src", f"-ffile-prefix-map={build}=build"]
+        # (the usual `cmake -B build`) still maps to `build`, not `src/build`, and the source and
+        # build folders win over a toolchain folder that would contain them.
+        tool = [f"-ffile-prefix-map={path}={name}" for path, name in self.toolchain_maps.items()]
+        return [*tool, f"-ffile-prefix-map={src}=src", f"-ffile-prefix-map={build}=build"]
 
     def configure(self, src: str, build: str) -> list[str]:
         flags = " ".join([*self.c_flags, *self.prefix_maps(src, build)])
@@ -88,11 +95,11 @@ class Recipe:
 
 
 def recipe_for(build_cfg: BuildConfig, *, c_flags: list[str], link_dirs: list[str], env: dict[str, str],
-               ld_flags: list[str] | None = None) -> Recipe:
+               ld_flags: list[str] | None = None, toolchain_maps: dict[str, str] | None = None) -> Recipe:
     rep = build_cfg.reproducible
     return Recipe(configure_args=[*build_cfg.configure_args, *rep.configure_args], c_flags=c_flags,
                   link_dirs=link_dirs, targets=list(build_cfg.targets), env=env, unset_env=list(rep.unset_env),
-                  ld_flags=list(ld_flags or []))
+                  ld_flags=list(ld_flags or []), toolchain_maps=dict(toolchain_maps or {}))
 
 
 def check_stamps(build_cfg: BuildConfig, build_dir: Path, commit: str, *, where: str) -> None:
