@@ -64,6 +64,15 @@ def test_wheel_installs_into_a_fresh_venv_with_its_dependencies(tmp_path):
     assert where.returncode == 0, where.stderr
     for f in where.stdout.split():
         assert Path(f).is_relative_to(Path(site)), (f, site)
+    # the main job's headers come with `pip install .` (issue 24: `verify` exited 3 "nvml.h not found"
+    # after a plain install): nvml.h is the toolkit's where it has one, else the venv's own
+    nvml = subprocess.run([str(py), "-c", "from lucepatch.builders.toolchain import nvml_include; print(nvml_include())"],
+                          cwd=empty, env=env, capture_output=True, text=True)
+    assert nvml.returncode == 0, nvml.stderr
+    inc = Path(nvml.stdout.strip())
+    assert (inc / "nvml.h").is_file()
+    if not any(Path(d, "nvml.h").is_file() for d in ("/usr/local/cuda/include", "/usr/include")):
+        assert inc.is_relative_to(Path(site)), (inc, site)
     run = subprocess.run([str(env_dir / "bin" / "lucepatch"), "list", "--json"], cwd=empty, env=env,
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
