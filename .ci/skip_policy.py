@@ -13,6 +13,11 @@ the CI machine or the test is broken and must fail the build.
 Strict mode is on when the environment has ``CI=true`` (case-insensitive),
 unless forced with ``--strict`` / ``--report-only``.
 
+``--with-upstream`` says the run had every upstream CI can have (.ci/run clones
+../shared/upstream/hami-core.bundle and sets LUCEPATCH_SRC_HAMI_CORE): a ``no-upstream:`` skip is then
+allowed only when its reason names an upstream CI cannot have (``ABSENT_IN_CI``, each with why), so a
+HAMi-core test that skips for want of its checkout fails CI.
+
 ``--allow PREFIX`` replaces the allowed prefixes (repeatable); ``--expect PREFIX`` fails unless at
 least one skip reason starts with PREFIX -- the newcomer stage (.ci/newcomer) allows ``no-docker:`` and
 ``no-tool:`` and expects ``no-docker:``, proving Docker really was out of reach for that run.
@@ -30,6 +35,17 @@ import sys
 from dataclasses import dataclass
 
 ALLOWED_PREFIXES: tuple[str, ...] = ("no-gpu:", "no-cluster:", "no-upstream:")
+UPSTREAM_PREFIX = "no-upstream:"
+
+# The upstreams CI cannot have, by the name a skip reason gives them. Everything else a no-upstream:
+# skip could want (HAMi-core's history, its PR heads, the v2.5 base) is in ../shared/upstream/.
+ABSENT_IN_CI: dict[str, str] = {
+    "LUCEPATCH_SRC_LUCEBOX": "lucebox-hub 8305b6c with its submodules (llama.cpp, ...) is not in ../shared/upstream "
+                             "and CI has no network to GitHub",
+    "LUCEPATCH_GGML_DIR": "a ggml build needs Lucebox's llama.cpp submodule (above) and a build of it",
+    "LUCEPATCH_FORK_LIB": "beclab/HAMi v2.5.4's prebuilt lib/nvidia/libvgpu.so is a vendor binary: never committed, "
+                          "not in ../shared/upstream",
+}
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _SUMMARY_HEADER = re.compile(r"^=+ short test summary info =+\s*$")
@@ -52,8 +68,12 @@ class Skip:
     reason: str
     line: str
 
-    def allowed(self, prefixes: tuple[str, ...]) -> bool:
-        return self.reason.startswith(prefixes)
+    def allowed(self, prefixes: tuple[str, ...], with_upstream: bool = False) -> bool:
+        if not self.reason.startswith(prefixes):
+            return False
+        if with_upstream and self.reason.startswith(UPSTREAM_PREFIX):
+            return any(name in self.reason for name in ABSENT_IN_CI)
+        return True
 
 
 def _reason(text: str | None) -> str:
@@ -109,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
                       help="only list skips, never fail")
     ap.add_argument("--allow", action="append", metavar="PREFIX",
                     help=f"allowed reason prefix (repeatable; default: {' '.join(ALLOWED_PREFIXES)})")
+    ap.add_argument("--with-upstream", action="store_true",
+                    help="the run had every upstream CI can have: a no-upstream: skip must name one of "
+                         + ", ".join(ABSENT_IN_CI))
     ap.add_argument("--expect", action="append", default=[], metavar="PREFIX",
                     help="fail unless at least one skip reason starts with PREFIX (repeatable)")
     args = ap.parse_args(argv)
@@ -130,12 +153,17 @@ def main(argv: list[str] | None = None) -> int:
 
     skips, stats = parse_skips(text)
     listed = sum(s.count for s in skips)
-    bad = [s for s in skips if not s.allowed(prefixes)]
+    wu = args.with_upstream
+    bad = [s for s in skips if not s.allowed(prefixes, wu)]
 
     print(f"skip_policy: {listed} skipped test(s) listed"
           f" (allowed prefixes: {' '.join(prefixes)}; strict={'yes' if strict else 'no'})")
+    if wu:
+        print(f"skip_policy: with the upstreams CI has, {UPSTREAM_PREFIX} only for what CI cannot have:")
+        for name, why in ABSENT_IN_CI.items():
+            print(f"  {name}: {why}")
     for s in skips:
-        tag = "ok " if s.allowed(prefixes) else "BAD"
+        tag = "ok " if s.allowed(prefixes, wu) else "BAD"
         print(f"  [{tag}] {s.line}")
 
     failed = False
@@ -149,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
                   " (the run's premise did not hold)")
             failed = True
     if bad:
-        print(f"skip_policy: {len(bad)} skip reason(s) not starting with an allowed prefix:")
+        print(f"skip_policy: {len(bad)} skip reason(s) not starting with an allowed prefix"
+              + (f" (or a {UPSTREAM_PREFIX} skip of an upstream CI has)" if wu else "") + ":")
         for s in bad:
             print(f"  - {s.location}: {s.reason or '<no reason>'} (x{s.count})")
         failed = True

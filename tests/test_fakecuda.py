@@ -300,7 +300,7 @@ def test_real_hami_core_baseline_crashes(tmp_path, repro_bin, fakedir):
         pytest.skip("no-upstream: set LUCEPATCH_SRC_HAMI_CORE to a HAMi-core checkout")
     nvml = _nvml_include()
     if nvml is None or shutil.which("cmake") is None or shutil.which("make") is None:
-        pytest.skip("no-upstream: needs cmake, make and nvml.h")
+        pytest.skip("no-tool: needs cmake, make and nvml.h (pip install nvidia-nvml-dev; apt-get install cmake make)")
     build = tmp_path / "hami-build"
     subprocess.run(
         ["cmake", "-S", src, "-B", str(build), "-DCMAKE_POLICY_VERSION_MINIMUM=3.5", "-DCMAKE_BUILD_TYPE=Debug",
