@@ -312,3 +312,54 @@ def test_needs_skips_here_and_fails_under_ci(tmp_path, ci):
         assert "no-docker: no Docker daemon answers at unix://" in out
         assert run_policy(out, "--strict", "--allow", "no-docker:", "--allow", "no-tool:").returncode == 0
         assert run_policy(out, ci="true").returncode == 1
+
+
+# ------------------------------------------------------------ the real upstreams in CI (issue 24)
+
+def test_with_upstream_allows_no_upstream_only_for_what_ci_cannot_have():
+    """With the bundle cloned, a HAMi-core test that skips for want of its checkout fails CI; Lucebox,
+    a ggml build and the vendor's fork library may still skip, each listed with why."""
+    hami = "SKIPPED [1] tests/test_a.py:3: no-upstream: set LUCEPATCH_SRC_HAMI_CORE to a HAMi-core checkout"
+    lucebox = "SKIPPED [1] tests/test_b.py:7: no-upstream: LUCEPATCH_SRC_LUCEBOX is not set (lucebox-hub 8305b6c)"
+    fork = "SKIPPED [1] tests/test_c.py:9: no-upstream: set LUCEPATCH_FORK_LIB to beclab/HAMi v2.5.4's libvgpu.so"
+    ok = fake_log([lucebox, fork, "SKIPPED [1] tests/test_d.py:1: no-gpu: none"], "3 skipped in 0.1s")
+    r = run_policy(ok, "--with-upstream", ci="true")
+    assert r.returncode == 0, r.stdout
+    assert "LUCEPATCH_SRC_LUCEBOX: lucebox-hub" in r.stdout and "LUCEPATCH_FORK_LIB: beclab" in r.stdout
+    bad = fake_log([lucebox, hami], "2 skipped in 0.1s")
+    r = run_policy(bad, "--with-upstream", ci="true")
+    assert r.returncode == 1 and "[BAD] " + hami in r.stdout, r.stdout
+    assert run_policy(bad, ci="true").returncode == 0  # without the bundle (a developer's CI=true run) it may skip
+
+
+def test_ci_run_clones_the_bundle_and_gates_the_upstream_skips(tmp_path):
+    run = CI_RUN.read_text()
+    for needle in ("stage upstream", "bash .ci/upstream", 'export LUCEPATCH_SRC_HAMI_CORE=',
+                   'skip_policy.py $WITH_UPSTREAM', "../shared/upstream/hami-core.bundle"):
+        assert needle in run, f".ci/run lost {needle!r}"
+    up = REPO / ".ci" / "upstream"
+    assert os.access(up, os.X_OK) and subprocess.run(["bash", "-n", str(up)]).returncode == 0
+    assert '"$REPO/../shared/upstream/hami-core.bundle"' in up.read_text()
+    # no bundle: exit 3 and nothing cloned
+    env = {**os.environ, "LUCEPATCH_HAMI_CORE_BUNDLE": str(tmp_path / "none.bundle")}
+    r = subprocess.run(["bash", str(up), str(tmp_path / "clone")], capture_output=True, text=True, env=env)
+    assert r.returncode == 3 and "no HAMi-core bundle" in r.stderr and not (tmp_path / "clone").exists()
+
+
+def _bundle() -> Path | None:
+    for cand in (os.environ.get("LUCEPATCH_HAMI_CORE_BUNDLE"), REPO.parent / "shared" / "upstream" / "hami-core.bundle"):
+        if cand and Path(cand).is_file():
+            return Path(cand)
+    return None
+
+
+@pytest.mark.skipif(_bundle() is None, reason="no-upstream: ../shared/upstream/hami-core.bundle is not beside the checkout")
+def test_ci_upstream_clone_has_every_base_and_the_pr_heads(tmp_path):
+    env = {**os.environ, "LUCEPATCH_HAMI_CORE_BUNDLE": str(_bundle())}
+    r = subprocess.run(["bash", str(REPO / ".ci" / "upstream"), str(tmp_path / "hc")], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == str(tmp_path / "hc")
+    assert "hami-core base 8f3a89c67b03 present" in r.stdout and "hami-core-v2.5 base 54b130550325 present" in r.stdout
+    rev = lambda ref: subprocess.run(["git", "-C", str(tmp_path / "hc"), "rev-parse", "-q", "--verify", ref],  # noqa: E731
+                                     capture_output=True, text=True).stdout.strip()
+    assert rev("refs/pull/188/head") and rev("HEAD").startswith("8f3a89c")
