@@ -32,7 +32,8 @@ from lucepatch.lines.identity import Identity, identify
 from lucepatch.lint import lint_target
 from lucepatch.node.report import NodeReport, load_node_report
 from lucepatch.target import Target, list_targets, load_target
-from lucepatch.verify.evidence import Evidence, load_evidence, write_evidence
+from lucepatch.verify import evidence as _evidence
+from lucepatch.verify.evidence import Evidence
 from lucepatch.verify.reproducer import list_reproducers
 from lucepatch.workspace import Workspace, resolve_cache, resolve_source, resolve_workspace
 
@@ -45,6 +46,11 @@ __all__ = [
 
 
 # ---- where things are --------------------------------------------------------------------------
+
+def _path(p: str | Path | None) -> Path | None:
+    """A path as a caller wrote it: `~` expanded here, where it enters (a notebook's "~/src/HAMi-core")."""
+    return Path(p).expanduser() if p is not None and str(p) != "" else None
+
 
 def open_workspace(path: str | Path | None = None) -> Workspace:
     """The workspace (patches/, reproducers/): `path`, else $LUCEPATCH_WORKSPACE, the nearest
@@ -160,9 +166,9 @@ def verify(ws: Workspace, t: Target, reproducer_names: list[str] | None = None, 
     from lucepatch.verify.service import VerifyRequest, run_verify  # lazy: verify's pipeline, 16 ms
 
     _, repros = reproducers(ws, reproducer_names, target_name=t.name)
-    req = VerifyRequest(workspace=ws, target=t, reproducers=repros, source=source, driver=driver, runs=runs,
-                        scenarios=list(scenarios or []), lib=Path(lib) if lib else None,
-                        baseline_lib=Path(baseline_lib) if baseline_lib else None, baseline_ref=baseline_ref,
+    req = VerifyRequest(workspace=ws, target=t, reproducers=repros, source=_path(source), driver=driver, runs=runs,
+                        scenarios=list(scenarios or []), lib=_path(lib), baseline_lib=_path(baseline_lib),
+                        baseline_ref=baseline_ref,
                         patched_ref=patched_ref, jobs=jobs, fixed=fixed)
     return run_verify(req, cache, progress=progress)
 
@@ -188,8 +194,9 @@ def write_pr(ws: Workspace, t: Target, src: Path, cache: Path, out_dir: Path, *,
     from lucepatch.upstream.pr import prepare_pr  # lazy: the PR writer, 22 ms
 
     repros = {r.name: r for r in list_reproducers(ws)}
-    return prepare_pr(t, src, cache, Path(out_dir), patch_names=patches,
-                      evidence_path=[Path(e) for e in evidence or []] or None, no_evidence=no_evidence,
+    # a relative out_dir ("pr/") is the caller's working directory's, ~ expanded (prepare_pr makes it absolute)
+    return prepare_pr(t, _path(src), cache, _path(out_dir), patch_names=patches,
+                      evidence_path=[_path(e) for e in evidence or []] or None, no_evidence=no_evidence,
                       repro_hashes={n: r.hash for n, r in repros.items()}, reproducers=repros,
                       workspace=ws.path, **options)
 
@@ -198,18 +205,28 @@ def gate(ws: Workspace, t: Target, src: Path, cache: Path, *, upstream_head: str
          runs: int = 5, use_cache: bool = True, evidence_dir: Path | None = None, probes: bool = True):
     """The CI gate for one target (lint, check, canary, build, verify, probes); a TargetResult
     (gate, canary, steps). Reports: lucepatch.gate.junit_xml / markdown."""
-    return gate_target(ws, t, src, cache, upstream_head=upstream_head, driver=driver, runs=runs,
-                       use_cache=use_cache, evidence_dir=evidence_dir, probes=probes)
+    return gate_target(ws, t, _path(src), cache, upstream_head=upstream_head, driver=driver, runs=runs,
+                       use_cache=use_cache, evidence_dir=_path(evidence_dir), probes=probes)
 
 
 def identify_library(path: str | Path) -> Identity:
     """What a libvgpu.so is (`doctor --lib`, `inspect --lib`): `.kind` upstream / line-build / fork /
     unknown, `.line`, `.commits`, `.decided_by`, `.foreign` (a fork's extra names, grouped),
     `.env_extra`, `.loader` (GLIBC_PRIVATE needs, newest GLIBC, NEEDED) and `.cannot_run`."""
-    return identify(path)
+    return identify(_path(path))
 
 
 def node_report(path: str | Path) -> NodeReport:
     """A node report (`doctor --pod NAME --save-report FILE`): `.injection`, `.library`, `.driver_version`,
     `.pod_glibc`, `.hami_version`, `.limits` (lucepatch/node/report.py)."""
-    return load_node_report(path)
+    return load_node_report(_path(path))
+
+
+def write_evidence(path: str | Path, ev: Evidence) -> None:
+    """Write `ev` as evidence JSON (validated against docs/schema/evidence.schema.json)."""
+    _evidence.write_evidence(_path(path), ev)
+
+
+def load_evidence(path: str | Path) -> Evidence:
+    """Evidence JSON as typed `Evidence` (validated; schema 1 upgraded)."""
+    return _evidence.load_evidence(_path(path))

@@ -7,6 +7,7 @@ Modules are imported lazily so `lucepatch list` does not pay for docker/kubernet
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import traceback
 
@@ -154,9 +155,26 @@ def _interrupted(what: str, code: int) -> int:
     return code
 
 
+def expand_home(args: list[str]) -> list[str]:
+    """A leading `~` expanded where the shell leaves it: the value of `--source=~/src/HAMi-core`
+    (bash expands `~` after `=` only in assignments), a quoted "~/x". Only `~` and `~/...` (never
+    `~user`): no one names a folder `~`, and paths enter the verbs from here."""
+    out = []
+    for a in args:
+        if a == "~" or a.startswith("~/"):
+            a = os.path.expanduser(a)
+        elif a.startswith("--") and "=" in a:
+            opt, val = a.split("=", 1)
+            if val == "~" or val.startswith("~/"):
+                a = f"{opt}={os.path.expanduser(val)}"
+        out.append(a)
+    return out
+
+
 def main(argv=None) -> int:
     signals.install()
     _CACHE[0] = None
+    argv = expand_home(list(sys.argv[1:] if argv is None else argv))
     try:
         rc = cli.main(args=argv, prog_name="lucepatch", standalone_mode=False)
     except LucepatchError as exc:

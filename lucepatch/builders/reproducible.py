@@ -84,14 +84,20 @@ class Recipe:
 
     def shell(self) -> str:
         """A POSIX sh rendering: set SRC (the patched checkout) and BUILD (an empty folder) first."""
-        def q(cmd: list[str]) -> str:
-            # keep $SRC/$BUILD expandable: double-quote words that hold them
-            return " ".join(f'"{w}"' if ("$SRC" in w or "$BUILD" in w) and not set(w) & set('"`\\')
-                            else shlex.quote(w) for w in cmd)
-        lines = [f"unset {' '.join(self.unset_env)}"] if self.unset_env else []
-        lines += [f"export {k}={shlex.quote(v)}" for k, v in self.env.items()]
-        lines += [q(self.configure(SRC, BUILD)), q(self.build(BUILD))]
-        return "\n".join(lines) + "\n"
+        return shell_from_json(self.to_json())
+
+
+def shell_from_json(doc: dict) -> str:
+    """A recorded recipe (`Recipe.to_json`, as evidence and `build --json` carry it) as POSIX sh:
+    set SRC (the patched checkout) and BUILD (an empty folder) first (`lucepatch show E --recipe V`)."""
+    def q(cmd: list[str]) -> str:
+        # keep $SRC/$BUILD expandable: double-quote words that hold them
+        return " ".join(f'"{w}"' if ("$SRC" in w or "$BUILD" in w) and not set(w) & set('"`\\')
+                        else shlex.quote(w) for w in cmd)
+    lines = [f"unset {' '.join(doc['unset_env'])}"] if doc.get("unset_env") else []
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in doc.get("env", {}).items()]
+    lines += [q(doc["configure"]), q(doc["build"])]
+    return "\n".join(lines) + "\n"
 
 
 def recipe_for(build_cfg: BuildConfig, *, c_flags: list[str], link_dirs: list[str], env: dict[str, str],

@@ -195,7 +195,7 @@ def bisect_behaviour(target: Target, source: Path | str, range_spec: str, repro:
     elif a.state == b.state:
         result = NO_FLIP
         reason = (f"no flip: the behaviour {'passes' if a.state == GOOD_PASS else 'fails'} at both "
-                  f"{old[:12]} and {new[:12]}")
+                  f"{old[:12]} and {new[:12]}") + _scenario_hint(repro, scenarios, a, b)
     else:
         direction = "fixed" if a.state == BAD_FAIL else "broke"
         lo, hi = 0, len(seq) - 1  # state(lo) == a.state, state(hi) == b.state
@@ -243,6 +243,24 @@ def bisect_behaviour(target: Target, source: Path | str, range_spec: str, repro:
         "probes": [probes[i].to_json() for i in sorted(probes)],
         "recorded": None,
     }
+
+
+def _scenario_hint(repro: Reproducer, scenarios: list[str], a: Probe, b: Probe) -> str:
+    """Several scenarios combined (the default) can hide a flip: one fixed between the ends while
+    another fails at both. Name the scenarios that did flip and how to bisect each alone."""
+    if len(scenarios) < 2:
+        return ""
+    def state(p: Probe, s: str) -> str | None:
+        beh = (p.scenarios.get(s) or {}).get("behaviour")
+        return beh if beh in (B_PASS, B_FAIL) else None
+    flipped = [s for s in scenarios if state(a, s) and state(b, s) and state(a, s) != state(b, s)]
+    if not flipped:
+        return (f"; {len(scenarios)} scenarios were combined (the behaviour passes only when all pass): "
+                f"bisect one with --scenario ({', '.join(scenarios)})")
+    said = ", ".join(f"{s} {'fails' if state(a, s) == B_FAIL else 'passes'} at {a.commit[:7]} and "
+                     f"{'fails' if state(b, s) == B_FAIL else 'passes'} at {b.commit[:7]}" for s in flipped)
+    return (f"; {len(scenarios)} scenarios were combined (the behaviour passes only when all pass), but {said}: "
+            f"bisect it alone with --scenario {flipped[0]}")
 
 
 def bisect_exit_code(doc: dict) -> int:

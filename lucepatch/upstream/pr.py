@@ -163,6 +163,11 @@ def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, *, patc
                revise: Path | None = None, ai_use: str | None = None, reproducers: dict | None = None,
                workspace: Path | None = None, skip_checks: bool = False,
                real_clients: list[Path] | None = None, messages: Path | None = None) -> PrResult:
+    # paths as the caller meant them: git format-patch and git bundle run inside the private clone,
+    # where a relative --out (or --revise) named a folder in the clone, not the caller's
+    out_dir = Path(out_dir).expanduser().absolute()
+    revise = Path(revise).expanduser().absolute() if revise is not None else None
+    messages = Path(messages).expanduser().absolute() if messages is not None else None
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise UsageError(f"--out {out_dir} exists and is not empty; choose a new directory")
     if evidence_path is None and not no_evidence:
@@ -189,7 +194,7 @@ def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, *, patc
                                   upstream=target.upstream)
     ev = None
     if evidence_path is not None:
-        paths = evidence_path if isinstance(evidence_path, (list, tuple)) else [evidence_path]
+        paths = [Path(p).expanduser() for p in (evidence_path if isinstance(evidence_path, (list, tuple)) else [evidence_path])]
         evs = [load_evidence(p) for p in paths]  # validated against the schema; schema 1 upgraded
         ev = evs[0] if len(evs) == 1 else Evidence.from_json(combine_evidence(evs, repro_hashes or {}))
         check_evidence(ev, target, repro_hashes or {}, base_sha)
