@@ -111,6 +111,12 @@ def test_every_scenario_by_default_flips_only_when_all_pass(cli, hist):
     doc = res.json["bisect"]
     assert doc["scenarios"] == ["twobugs:cumulative-limit", "twobugs:meminfo-limit"]
     assert doc["result"] == "no-flip"
+    # ... and the answer names the scenario that did flip and how to bisect it alone (the README's
+    # llama-vmm example answered a bare "no flip" this way: host-numa-create is fixed at 8c32de6)
+    assert ("but cumulative-limit fails at " + c[0][:7] + " and passes at " + c[6][:7]) in doc["reason"]
+    assert doc["reason"].endswith("bisect it alone with --scenario cumulative-limit")
+    res = bisect(cli, hist, ws, "--reproducer", "twobugs", f"{c[0]}..{c[6]}")
+    assert res.code == 1 and "--scenario cumulative-limit" in res.err
 
 
 @pytest.mark.parametrize("spec", ["{c0}", "{c0}...{c6}", "nosuchref..{c6}", "{c6}..{c0}", "{c0}..{c0}", "..{c6}",

@@ -317,3 +317,41 @@ def test_body_states_the_rule_and_the_patched_failure_bound(cli, tmp_path):
     assert "P(proven | patched failure rate ≥ 0.37) ≤ 0.01" in body
     rows = parse_verdict_table(body)
     assert {int(r["runs"]) for r in rows if r["variant"] == "patched"} == {10}
+
+
+def test_pr_out_relative_to_the_callers_directory(cli, proven, tmp_path, monkeypatch):
+    """`pr --out pr/` (relative, as the README writes it) and `api.write_pr(..., "pr/")`: the patch
+    files and branch.bundle land in the caller's ./pr/, not in the private clone git format-patch
+    runs in (they exited 0 with neither)."""
+    from lucepatch import api
+
+    monkeypatch.chdir(tmp_path)
+    r = pr(cli, proven, "pr/", "--evidence", proven["evidence"])
+    assert r.code == 0, r.err
+    names = sorted(p.name for p in (tmp_path / "pr").iterdir())
+    assert any(n.endswith(".patch") for n in names) and "branch.bundle" in names, names
+    ws = api.open_workspace(proven["ws"])
+    t = api.target(ws, "fakehami")
+    res = api.write_pr(ws, t, proven["up"], api.cache_dir(tmp_path / "cache"), "pr-api/", evidence=[proven["evidence"]])
+    names = sorted(p.name for p in (tmp_path / "pr-api").iterdir())
+    assert any(n.endswith(".patch") for n in names) and "branch.bundle" in names, names
+    assert res.out_dir == tmp_path / "pr-api"
+
+
+def test_home_in_paths_is_expanded_where_they_enter(cli, proven, tmp_path, monkeypatch):
+    """`~` the shell left alone (`--out=~/x`, a quoted "~/x", an API string) is the user's home."""
+    from lucepatch import api
+    from lucepatch.main import expand_home
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    assert expand_home(["--out=~/pr", "~/x", "~", "a~/b", "--set", "k=~/v", "~user/x"]) == \
+        [f"--out={tmp_path}/home/pr", f"{tmp_path}/home/x", f"{tmp_path}/home", "a~/b", "--set", "k=~/v", "~user/x"]
+    shutil.copy(proven["evidence"], tmp_path / "home" / "ev.json")
+    r = cli("--workspace", proven["ws"], "pr", "fakehami", "--source", proven["up"], "--out=~/pr", "--evidence", "~/ev.json")
+    assert r.code == 0, r.err
+    assert any(p.suffix == ".patch" for p in (tmp_path / "home" / "pr").iterdir())
+    ev = api.load_evidence("~/ev.json")
+    assert ev.verdict == "proven"
+    api.write_evidence("~/copy.json", ev)
+    assert (tmp_path / "home" / "copy.json").is_file()
