@@ -174,6 +174,19 @@ def test_ci_all_one_variable_gates_every_line_and_no_line_goes_ungated(cli, tmp_
     by = {t["target"]: t for t in r.json["targets"]}
     assert by["fakehami"]["gate"] == "pass" and by["fakehami-v1"]["gate"] == "pass", r.err
     assert f"fakehami-v1: gating with {fx['up']}" in r.err
+    # a line's [not_applicable] scenario is reported skipped in its gate, never run (it was an error:
+    # "no such scenario"); the gate still passes, --strict fails on the skip
+    line_toml = toml.read_text()
+    toml.write_text(line_toml + '\n[not_applicable]\n"async-sched:ctxless-async-free" = "the line never frees off-thread"\n')
+    r = cli(*args)
+    assert r.code == 0, r.out
+    v1 = {t["target"]: t for t in r.json["targets"]}["fakehami-v1"]
+    verify = next(s for s in v1["steps"] if s["name"] == "verify")
+    case = next(c for c in verify["cases"] if c["name"] == "async-sched:ctxless-async-free")
+    assert case["status"] == "skip" and "not applicable at fakehami-v1's base: the line never frees" in case["detail"]
+    assert "1 skipped" in verify["detail"] and v1["gate"] == "pass"
+    assert cli(*args, "--strict").code == 1
+    toml.write_text(line_toml)
     # the line's base is a commit the checkout never fetched: a failure naming the fetch, in one line
     other = tmp_path / "elsewhere"
     git(tmp_path, "clone", "-q", str(fx["up"]), str(other))

@@ -80,6 +80,7 @@ def test_every_command_block_is_run_or_a_checked_synopsis():
 def _cli_words(line: str) -> list[str] | None:
     """The words of a `lucepatch ...` command in a line (after `$ `, env assignments or `&&`)."""
     code = line.split("  #", 1)[0]
+    code = re.sub(r"[\[\]|]", " ", code)  # a synopsis' [optional] and a|b parts are options all the same
     try:
         words = shlex.split(code, comments=True)
     except ValueError:
@@ -132,6 +133,20 @@ def test_every_lucepatch_command_in_the_docs_names_real_verbs_and_options():
                 if words:
                     problems += [f"{b.where}: {p}" for p in _check_cli(words)]
     assert not problems, "\n".join(problems)
+
+
+def test_the_checks_can_fail(tmp_path):
+    """The two checks above on a document that breaks them."""
+    assert _check_cli(["verify", "--reproducer", "x", "--nosuch"]) == ["verify --reproducer x --nosuch: verify has no option --nosuch"]
+    assert _check_cli(["render", "k8s", "lucebox", "--out", "k8s/"]) == []
+    assert "no verb 'frobnicate'" in _check_cli(["frobnicate"])[0]
+    assert _check_cli(_cli_words("LUCEPATCH_X=1 lucepatch --workspace ws ci --all --junit r.xml  # gate")) == []
+    doc = tmp_path / "doc.md"
+    doc.write_text("# T\n\n```\nlucepatch list\n```\n\n```sh\nlucepatch verify --lib <built libvgpu.so>\n```\n"
+                   "\n<!-- commands: needs=gpu vars=LIB -->\n```sh\nlucepatch list\n```\n")
+    bs = rc.blocks(doc)
+    assert [(b.info, b.needs, b.vars) for b in bs] == [("", [], []), ("sh", [], []), ("sh", ["gpu"], ["LIB"])]
+    assert _PLACEHOLDER.search(bs[1].commands()[0]) and not _PLACEHOLDER.search("lucepatch show E.JSON2 --wide")
 
 
 def test_run_by_blocks_are_what_their_stage_runs():

@@ -149,8 +149,11 @@ def skipped_target(t: Target, why: str) -> TargetResult:
 
 def exit_code(results: list[TargetResult], strict: bool) -> int:
     """0 when every gated target's pinned-base gate passed and at least one target was gated; with
-    strict, also every canary passed and no target was skipped for want of a checkout."""
+    strict, also every canary passed, no target was skipped for want of a checkout and no scenario
+    was skipped (one this machine cannot run, or not applicable at a line's base)."""
     gated = [r for r in results if not r.skipped]
+    skipped_cases = any(c.get("status") == SKIP for r in gated for s in r.steps for c in s.cases)
     failed = (not gated or any(r.gate == FAIL for r in gated)
-              or (strict and (any(r.canary in (WARN, FAIL) for r in gated) or len(gated) < len(results))))
+              or (strict and (any(r.canary in (WARN, FAIL) for r in gated) or len(gated) < len(results)
+                              or skipped_cases)))
     return EXIT_CHECK_FAILED if failed else 0

@@ -84,6 +84,13 @@ def step_build_and_verify(ws, t: Target, src: Path, cache: Path, driver: str, ru
             if not any(x.name == s for x in r.scenarios):
                 cases.append({"name": f"{r.name}:{s}", "status": FAIL, "detail": f"reproducer {r.name} has no scenario {s}"})
         scen = [s for s in (wanted or [x.name for x in r.checked]) if any(x.name == s for x in r.scenarios)]
+        # what the target declares not applicable at its base (a line's [not_applicable]) is reported, never run
+        na = {s: t.not_applicable.get(f"{r.name}:{s}", t.not_applicable.get(r.name)) for s in scen}
+        for s, why in na.items():
+            if why is not None:
+                cases.append({"name": f"{r.name}:{s}", "status": SKIP,
+                              "detail": f"not applicable at {t.name}'s base: {why}"})
+        scen = [s for s in scen if na[s] is None]
         if not scen:
             continue
         v = variants[r.artifact]
@@ -97,6 +104,11 @@ def step_build_and_verify(ws, t: Target, src: Path, cache: Path, driver: str, ru
         ev.upstream["base"] = v[0].provenance.get("base") or t.base
         docs.append(ev)
         for s in ev.scenarios:
+            if s.verdict in ("skipped", "not-applicable"):  # never a pass, never run: reported as a skip
+                if not any(c["name"] == s.scenario for c in cases):  # not-applicable ones are reported above
+                    cases.append({"name": s.scenario, "status": SKIP, "driver": ev.driver_kind,
+                                  "detail": f"{s.verdict}: {s.reason or 'not run here'}"})
+                continue
             if s.control:
                 st = PASS if s.verdict == "pass" else FAIL
             else:
@@ -115,8 +127,12 @@ def step_build_and_verify(ws, t: Target, src: Path, cache: Path, driver: str, ru
             write_evidence(p, d)
             evidence_path = str(p)
     failed = [c for c in cases if c["status"] == FAIL]
+    skipped = [c for c in cases if c["status"] == SKIP]
     kind = docs[0].driver_kind if docs else choose_driver(driver, cache).chosen
-    detail = f"{len(cases) - len(failed)}/{len(cases)} scenario(s) as required, driver {kind}, {runs} run(s) each"
+    detail = (f"{len(cases) - len(failed) - len(skipped)}/{len(cases)} scenario(s) as required, driver {kind}, "
+              f"{runs} run(s) each")
+    if skipped:  # not gated here; --strict fails on them (gate.run.exit_code)
+        detail += f"; {len(skipped)} skipped ({skipped[0]['name']}: {skipped[0]['detail']})"
     if failed:
         detail += f"; first failure {failed[0]['name']}: {failed[0]['detail']}"
     return [build, Step("verify", FAIL if failed else PASS, detail, time.monotonic() - t0, cases=cases)], evidence_path
