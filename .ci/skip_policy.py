@@ -38,13 +38,13 @@ ALLOWED_PREFIXES: tuple[str, ...] = ("no-gpu:", "no-cluster:", "no-upstream:")
 UPSTREAM_PREFIX = "no-upstream:"
 
 # The upstreams CI cannot have, by the name a skip reason gives them. Everything else a no-upstream:
-# skip could want (HAMi-core's history, its PR heads, the v2.5 base) is in ../shared/upstream/.
+# skip could want (HAMi-core's history, its PR heads, the v2.5 base) is in ../shared/upstream/ .
 ABSENT_IN_CI: dict[str, str] = {
-    "LUCEPATCH_SRC_LUCEBOX": "lucebox-hub 8305b6c with its submodules (llama.cpp, ...) is not in ../shared/upstream "
+    "LUCEPATCH_SRC_LUCEBOX": "lucebox-hub 8305b6c with its submodules (llama.cpp, ...) is not in ../shared/upstream/ "
                              "and CI has no network to GitHub",
     "LUCEPATCH_GGML_DIR": "a ggml build needs Lucebox's llama.cpp submodule (above) and a build of it",
     "LUCEPATCH_FORK_LIB": "beclab/HAMi v2.5.4's prebuilt lib/nvidia/libvgpu.so is a vendor binary: never committed, "
-                          "not in ../shared/upstream",
+                          "not in ../shared/upstream/",
 }
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")

@@ -335,8 +335,15 @@ def test_with_upstream_allows_no_upstream_only_for_what_ci_cannot_have():
 def test_ci_run_clones_the_bundle_and_gates_the_upstream_skips(tmp_path):
     run = CI_RUN.read_text()
     for needle in ("stage upstream", "bash .ci/upstream", 'export LUCEPATCH_SRC_HAMI_CORE=',
-                   'skip_policy.py $WITH_UPSTREAM', "../shared/upstream/hami-core.bundle"):
+                   'skip_policy.py $WITH_UPSTREAM', "../shared/upstream/hami-core.bundle",
+                   "stage main-job", "bash .ci/main-job", '"$main_job_rc" != 0'):
         assert needle in run, f".ci/run lost {needle!r}"
+    mj = REPO / ".ci" / "main-job"
+    assert os.access(mj, os.X_OK) and subprocess.run(["bash", "-n", str(mj)]).returncode == 0
+    text = mj.read_text()
+    for needle in ('--block "The main job: prove the HAMi-core fix"', 'python3 -m venv "$WORK/venv"', "env -i",
+                   '"url.$BUNDLE.insteadOf" https://github.com/Project-HAMi/HAMi-core', '"verdict"] == "proven"'):
+        assert needle in text, f".ci/main-job lost {needle!r}"
     up = REPO / ".ci" / "upstream"
     assert os.access(up, os.X_OK) and subprocess.run(["bash", "-n", str(up)]).returncode == 0
     assert '"$REPO/../shared/upstream/hami-core.bundle"' in up.read_text()

@@ -1,5 +1,5 @@
-"""Every command in README.md and docs/*.md runs as written (issue 24; docs/design.md "Commands in the
-documentation").
+"""Every command in README.md and docs/*.md runs as written (issue 24; the rules are
+docs/design.md "Commands in the documentation").
 
 The fenced blocks are read by .ci/readme_commands.py. A ```sh block is commands: it runs here, verbatim,
 with `bash -e -o pipefail`, in the order the documents give, as one reader's session — a fresh clone of
