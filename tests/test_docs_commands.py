@@ -32,6 +32,7 @@ import click
 import pytest
 
 import needs
+import venvs
 from conftest import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / ".ci"))
@@ -192,7 +193,7 @@ class Session:
         venv = self.home / "venv"
         # the venv sees the running environment's packages (lucepatch's dependencies, no download),
         # never its lucepatch: `pip install .` of the fresh clone puts that one first on PATH
-        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+        venvs.make(venv, with_pip=True)
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("LUCEPATCH_", "PYTHON", "XDG_", "GIT_", "VIRTUAL_ENV", "PIP_"))}
         real_home = os.environ.get("HOME", "")

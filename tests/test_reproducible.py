@@ -257,8 +257,9 @@ def venv_with_nvml(where: Path) -> Path:
     the running environment. Returns its python."""
     from lucepatch.builders.toolchain import nvml_include
 
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(where)], check=True)
-    py = where / "bin" / "python"
+    import venvs
+
+    py = venvs.make(where)
     site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                                capture_output=True, text=True, check=True).stdout.strip())
     inc = site / "nvidia" / "cu13" / "include"
