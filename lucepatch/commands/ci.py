@@ -25,7 +25,7 @@ import click
 from lucepatch import report
 from lucepatch.commands._common import cache as cache_dir
 from lucepatch.commands._common import json_option, require_source, workspace
-from lucepatch.errors import UsageError
+from lucepatch.errors import EnvironmentMissing, UsageError
 from lucepatch.gate import (WARN, exit_code, failed_target, find_checkout, gate_target, missing_base, skipped_target,
                             ungated_lines, write_reports)
 from lucepatch.target import list_targets, load_target
@@ -72,7 +72,9 @@ def command(ctx, target, all_targets, source, upstream_head, strict, driver, run
             report.progress(f"{t.name}: skipped — {why}" + ("" if strict else " (not gating; --strict fails on it)"))
             continue
         lacks = missing_base(t, src)
-        if lacks:  # the checkout is there but cannot gate this target: a failure, never a skip
+        if lacks and not all_targets:
+            raise EnvironmentMissing(lacks)  # one named target: something missing (exit 3), as every verb says it
+        if lacks:  # --all: the checkout is there but cannot gate this target: a failure, never a skip
             results.append(failed_target(t, "checkout", lacks))
             report.progress(f"{t.name}: {lacks}")
             continue
