@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from lucepatch import report
+from lucepatch.builders.reproducible import shell_from_json
 from lucepatch.commands._common import json_option, workspace
 from lucepatch.show import terminal
 from lucepatch.show.model import build_view
@@ -55,8 +56,6 @@ def command(ctx, evidence, html_path, wide, recipe_of, artifact_of, as_json):
 
 def _one_field(found, path: str, recipe_of: str | None, artifact_of: str | None) -> int:
     """One recorded field for a script: the recipe as sh, or an artifact's path."""
-    from lucepatch.builders.reproducible import shell_from_json
-
     if recipe_of and artifact_of:
         raise UsageError("give --recipe or --artifact, not both")
     if found.kind != EVIDENCE:

@@ -15,7 +15,7 @@ from pathlib import Path
 from lucepatch import git, report
 from lucepatch.builders.native import build_variant
 from lucepatch.errors import EnvironmentMissing, UsageError
-from lucepatch.target import Target, load_target
+from lucepatch.target import Target, list_targets, load_target
 from lucepatch.engine.faults import pause
 from lucepatch.upstream.fingerprints import match_fingerprint
 from lucepatch.verify.driver import DriverChoice, choose_driver, hold_driver, require_driver
@@ -69,8 +69,6 @@ def default_target(ws: Workspace) -> Target:
     """The target `verify --all` takes without --target: the one the workspace's reproducers are
     written for (lines share their family's reproducers, so the family's first target, hami-core,
     not one of its lines), else the workspace's only target; UsageError when that is ambiguous."""
-    from lucepatch.target import list_targets
-
     families = sorted({r.target for r in list_reproducers(ws)} & set(list_targets(ws)))
     if len(families) == 1:
         return load_target(ws, families[0])
