@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from lucepatch.gate.steps import check_on, named_scenarios, step_build_and_verif
 from lucepatch.target import Target
 from lucepatch.verify.driver import driver_identity
 from lucepatch.verify.reproducer import list_reproducers
-from lucepatch.workspace import find_source, source_env, source_hint
+from lucepatch.workspace import find_source, source_hint
 
 
 def cache_key(t: Target, ws, src: Path, upstream_head: str | None, driver_ident: dict, runs: int) -> str:
