@@ -197,9 +197,24 @@ def update_target_toml(path: Path, *, remove: tuple[str, ...] = (), after: str |
         if key in doc or prev is None or prev not in doc:
             doc[key] = value
         else:
-            doc._insert_after(prev, key, value)  # tomlkit's own insertion: the file's layout kept
+            doc = _with_key_after(doc, prev, key, value)
             prev = key
     _write_checked(path, tomlkit.dumps(doc), write_atomic)
+
+
+def _with_key_after(doc, prev: str, key: str, value):
+    """`doc` with `key = value` right after the top-level key `prev`, every other item (comments and
+    blank lines too) where it was. Through tomlkit's public body/add: its private _insert_after went
+    away in tomlkit 0.15.3 (a fresh venv's newest tomlkit failed every line-making rebase on it)."""
+    out = tomlkit.document()
+    for k, item in doc.body:
+        if k is None:
+            out.add(item)  # a comment or whitespace between items
+            continue
+        out.add(k, item)
+        if k.key == prev:
+            out.add(key, value)
+    return out
 
 
 def write_target_toml(path: Path, data: dict) -> None:
