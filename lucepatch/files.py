@@ -1,12 +1,24 @@
 """Files as lucepatch writes and identifies them: the one sha256 helper (artifacts, evidence, deploy
-gates, caches) and the one atomic write (patches, target.toml, evidence, evidence pages)."""
+gates, caches), the one atomic write (patches, target.toml, evidence, evidence pages) and the JSON
+schemas shipped in lucepatch/data/ (read by every module that writes or reads such a document,
+whatever its floor: the schema is data, not the writer's code)."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
+from functools import lru_cache
+from importlib import resources
 from pathlib import Path
+
+
+@lru_cache(maxsize=None)
+def data_schema(name: str) -> dict:
+    """lucepatch/data/<name>.schema.json (evidence, retire), parsed once per process."""
+    with resources.files("lucepatch").joinpath("data", f"{name}.schema.json").open("rb") as f:
+        return json.load(f)
 
 
 def sha256_file(path: str | os.PathLike) -> str:

@@ -4,16 +4,15 @@ own checkout's HEAD (engine/status.py). Nothing in P is written."""
 
 from __future__ import annotations
 
-from contextlib import nullcontext
-
 import click
 
 from lucepatch import report
 from lucepatch.commands._common import cache, json_option, require_source, source_option
 from lucepatch.commands.apply import load_checked
 from lucepatch.engine import checkout as co
-from lucepatch.engine.status import annotate_behaviour, has_conflicts, judged_by_behaviour, status_all
+from lucepatch.engine.status import has_conflicts
 from lucepatch.errors import EXIT_CHECK_FAILED
+from lucepatch.services import series
 
 # how a not-applied patch would go on (the engine's words are its outcome names, which read as
 # "applied" beside "not-applied"; the JSON keeps them)
@@ -36,9 +35,7 @@ def command(ctx, target, source, fetch, behaviour, as_json):
     ws, t = load_checked(ctx, target)
     src = require_source(source, t.name, family=t.family)
     co.open_checkout(src)
-    with judged_by_behaviour(t, src, cache(ctx), ws) if behaviour else nullcontext() as judged:
-        doc = status_all(t, src, cache(ctx), fetch=fetch)  # the superproject's rows judged (its reproducers)
-    annotate_behaviour(doc["patches"], judged)
+    doc = series.status(t, src, cache(ctx), ws, fetch=fetch, behaviour=behaviour)
     if as_json:
         report.emit_json("status", {"workspace": ws.to_json(), "target": t.name, "version": t.version, "line": t.line,
                                      "line_of": t.line_of, **doc})

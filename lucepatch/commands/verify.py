@@ -17,7 +17,7 @@ from lucepatch.upstream import coverage, retire
 from lucepatch.verify.evidence import write_evidence
 from lucepatch.verify.progress import clock
 from lucepatch.verify.node import node_section
-from lucepatch.verify.service import ClusterOptions, VerifyRequest, run_verify, select
+from lucepatch.verify.service import VerifyRequest, run_verify, select
 
 
 def _retire(ctx, ws, target_name, source, ref, driver, runs, as_json, coverage_map, reproducer_names) -> int:
@@ -105,16 +105,18 @@ def command(ctx, reproducer_names, run_all, scenarios, target_name, source, driv
         report.progress(f"verify --all: target {t.name} (no --target; the target the workspace's reproducers are "
                         f"written for" + (f"; --target {lines[0]} for its line" if len(lines) == 1 else
                                           f"; --target NAME for a line: {', '.join(lines)}" if lines else "") + ")")
-    cluster = None
+    backend = None
     if in_cluster or from_logs:
-        cluster = ClusterOptions(image=image, kubeconfig=kubeconfig, context=kube_context, namespace=namespace,
+        from lucepatch.k8s.incluster import ClusterBackend  # lazy: --in-cluster only, 16 ms
+
+        backend = ClusterBackend(image=image, kubeconfig=kubeconfig, context=kube_context, namespace=namespace,
                                  node=node, gpu_mem_mib=gpu_mem, from_logs=Path(from_logs) if from_logs else None,
                                  save_logs=Path(save_logs) if save_logs else None)
     src = require_source(source, t.name, family=t.family) if not lib else None
     req = VerifyRequest(workspace=ws, target=t, reproducers=repros, source=src, driver=driver, runs=runs, fixed=fixed,
                         scenarios=list(scenarios), lib=Path(lib) if lib else None, baseline_ref=baseline_ref,
                         baseline_lib=Path(baseline_lib) if baseline_lib else None, patched_ref=patched_ref,
-                        jobs=jobs, cluster=cluster, evidence=Path(evidence_path) if evidence_path else None)
+                        jobs=jobs, backend=backend, evidence=Path(evidence_path) if evidence_path else None)
     node_doc, notes = None, []
     if node_report:
         node_doc, notes = node_section(load_node_report(node_report), baseline_lib=req.baseline_lib, lib=req.lib,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 from lucepatch import report
@@ -27,7 +28,9 @@ from lucepatch.errors import CheckFailed, EnvironmentMissing, UsageError
 from lucepatch.k8s import client as kclient
 from lucepatch.k8s import jobs, manifests, values
 from lucepatch.verify.reproducer import Reproducer, Scenario, scenario_env
+from lucepatch.verify.driver import DriverChoice
 from lucepatch.verify.runner import INVALID, RunRecord, classify
+from lucepatch.verify.session import Execution
 
 BIN_DIR = "/lucepatch/bin"
 LIB_PATH = "/lucepatch/lib/{variant}/libvgpu.so"
@@ -180,3 +183,41 @@ def require_cluster(kubeconfig: str | None = None) -> None:
     if not kclient.kubeconfig_path(kubeconfig):
         raise EnvironmentMissing("--in-cluster needs a cluster: set LUCEPATCH_KUBECONFIG (or --kubeconfig), "
                                  "or re-evaluate recorded pod logs with --from-logs DIR")
+
+
+@dataclass
+class ClusterBackend:
+    """`verify --in-cluster`: the runs as Jobs on a HAMi node (docs/cluster.md), or re-read from
+    recorded pod logs (`from_logs`); the backend verify's service runs them through
+    (lucepatch.verify.service.Backend)."""
+    image: str | None = None
+    kubeconfig: str | None = None
+    context: str | None = None
+    namespace: str = "lucepatch"
+    node: str | None = None
+    gpu_mem_mib: int | None = None
+    from_logs: Path | None = None
+    save_logs: Path | None = None
+
+    def check(self) -> None:
+        if self.from_logs is None:
+            require_cluster(self.kubeconfig)
+            if not self.image:
+                raise UsageError("--in-cluster needs --image (the reproducers and both libraries; docs/cluster.md)")
+
+    def driver(self) -> DriverChoice:
+        return DriverChoice(requested="in-cluster", chosen="real", env={}, fake_dir=None, note="the node's driver")
+
+    def run(self, repros, scenario_filter, variants, runs: int) -> tuple[list[RunRecord], Execution, dict]:
+        plan = plan_runs(repros, scenario_filter, [v.name for v in variants])
+        shas = {v.name: v.sha256 for v in variants}
+        ex = Execution("in-cluster", 1, "pod", "one Job per scenario and variant, runs serial inside each pod")
+        if self.from_logs is not None:
+            records = from_logs(Path(self.from_logs), plan, shas, runs)
+            extra = {"from_logs": str(self.from_logs)}
+        else:
+            records, extra = run_live(plan, shas, runs, image=self.image, namespace=self.namespace, node=self.node,
+                                      gpu_mem_mib=self.gpu_mem_mib, context=self.context, kubeconfig=self.kubeconfig,
+                                      save_logs=self.save_logs)
+        ex.processes = len(records)
+        return records, ex, extra

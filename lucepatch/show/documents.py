@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lucepatch.errors import UsageError
+from lucepatch.files import data_schema
 
 EVIDENCE, RETIRE, COVERAGE = "lucepatch-evidence", "lucepatch-retire", "lucepatch-coverage-map"
 READS = "evidence (lucepatch verify --evidence, --json), a retirement report (verify --retire) or a coverage map " \
@@ -47,15 +48,13 @@ def read_document(path: Path) -> Document:
 
 
 def _check(doc: dict, kind: str, path: Path) -> None:
-    """A retirement report is checked against the schema its writer keeps (upstream/retire.py)."""
+    """A retirement report is checked against its schema (lucepatch/data/retire.schema.json)."""
     if kind != RETIRE:
         return
     import jsonschema  # lazy: jsonschema, 36 ms
 
-    from lucepatch.upstream.retire import RETIRE_SCHEMA  # lazy: the retirement rule, 61 ms
-
     try:
-        jsonschema.validate(doc, RETIRE_SCHEMA)
+        jsonschema.validate(doc, data_schema("retire"))
     except jsonschema.ValidationError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "(top level)"
         raise UsageError(f"{path} is not a valid retirement report: {where}: {exc.message}")

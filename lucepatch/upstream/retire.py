@@ -68,6 +68,7 @@ from lucepatch import git, report
 from lucepatch.engine import needed, retirement
 from lucepatch.engine.apply import WorkArea, apply_series
 from lucepatch.errors import UsageError
+from lucepatch.files import data_schema
 from lucepatch.series import Patch
 from lucepatch.target import Target
 from lucepatch.upstream import review
@@ -100,56 +101,9 @@ NEEDED = {SUPERSEDED: "superseded", RETIRE_CANDIDATE: "retire-candidate", STILL_
           UNTESTABLE: "untestable", INCONCLUSIVE: "inconclusive", NOT_JUDGED: "not-judged"}
 # how the table names a status (a candidate is not a verdict: a person reads the code first)
 SHOWN = {RETIRE_CANDIDATE: "retire-candidate (needs review)"}
-_SIGNAL = {"oneOf": [{"type": "null"}, {"type": "object", "required": ["signal"],
-                                        "properties": {"signal": {"enum": list(retirement.CODE_SIGNALS)}}}]}
-
-_BUILD = {"type": "object", "required": ["name", "ref", "patches", "built"],
-          "properties": {"name": {"type": "string"}, "ref": {"type": "string"},
-                         "patches": {"type": "array", "items": {"type": "string"}}, "built": {"type": "boolean"}}}
-RETIRE_SCHEMA = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "type": "object",
-    "required": ["schema_version", "kind", "target", "upstream", "driver", "simulated", "runs", "rule", "builds",
-                 "patches", "superseded", "retire_candidates", "no_longer_effective", "still_failing", "summary"],
-    "properties": {
-        "schema_version": {"const": SCHEMA_VERSION},
-        "kind": {"const": KIND},
-        "target": {"type": "string"},
-        "upstream": {"type": "object", "required": ["ref", "commit", "base"],
-                     "properties": {"ref": {"type": "string"}, "commit": {"type": "string", "pattern": "^[0-9a-f]{40}$"},
-                                    "base": {"type": "string", "pattern": "^[0-9a-f]{40}$"}}},
-        "driver": {"type": "object", "required": ["kind"]},
-        "simulated": {"type": "boolean"},
-        "runs": {"type": "integer", "minimum": MIN_RUNS},
-        "rule": {"type": "string"},
-        "builds": {"type": "array", "items": _BUILD},
-        "coverage": {"type": ["object", "null"]},
-        "invariant": {"const": retirement.INVARIANT},
-        "reproducers": {"type": "array", "items": {"type": "object", "required": ["name", "hash"]}},
-        "patches": {"type": "array", "items": {
-            "type": "object",
-            "required": ["name", "patch_id", "status", "needed", "reason", "applies", "scenarios", "judged"],
-            "properties": {
-                "name": {"type": "string"}, "patch_id": {"type": "string"}, "build_only": {"type": "boolean"},
-                "status": {"enum": list(STATUSES)},
-                "needed": {"enum": sorted(set(NEEDED.values()))},
-                "reason": {"type": "string"}, "scenario": {"type": ["string", "null"]},
-                "applies": {"type": "boolean"},
-                "judged": {"type": "array", "items": {"type": "string", "pattern": "^[^:]+:[^:]+$"}},
-                "unreached": {"type": "array", "items": {"type": "string"}},
-                "scenarios": {"type": "array", "items": {"type": "object", "required": ["scenario"]}},
-                "textual": {"oneOf": [{"type": "null"}, {"type": "object", "required": ["signal"]}]},
-                "code_signal": _SIGNAL,
-                "sweep": {"type": "array", "items": {"type": "object", "required": ["scenario", "kind"]}},
-                "review": {"type": "object", "required": ["question", "hunks", "ref_functions", "runs"]},
-            }}},
-        "superseded": {"type": "array", "items": {"type": "string"}},
-        "retire_candidates": {"type": "array", "items": {"type": "string"}},
-        "no_longer_effective": {"type": "array", "items": {"type": "string"}},
-        "still_failing": {"type": "array", "items": {"type": "object", "required": ["scenario", "behaviour"]}},
-        "summary": {"type": "object", "additionalProperties": {"type": "integer"}},
-    },
-}
+# the report's schema is data (lucepatch/data/retire.schema.json), read by show too without this rule;
+# tests/test_retire.py keeps its enums equal to the constants above
+RETIRE_SCHEMA = data_schema("retire")
 
 
 # ---- inputs -----------------------------------------------------------------------------------

@@ -26,14 +26,13 @@ import platform
 import tempfile
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from lucepatch import __version__
 from lucepatch.errors import EnvironmentMissing, UsageError, environment_oserror
 from lucepatch.engine.faults import pause
-from lucepatch.files import write_atomic
+from lucepatch.files import data_schema, write_atomic
 
 SCHEMA_VERSION = 2
 READABLE_VERSIONS = (1, 2)
@@ -272,10 +271,8 @@ class Evidence:
 
 
 # ---- schema, versions, files ------------------------------------------------------------------
-@lru_cache(maxsize=1)
 def schema() -> dict:
-    with resources.files("lucepatch").joinpath("data", "evidence.schema.json").open("rb") as f:
-        return json.load(f)
+    return data_schema("evidence")
 
 
 @lru_cache(maxsize=1)

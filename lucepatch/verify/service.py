@@ -11,6 +11,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from lucepatch import git, report
 from lucepatch.builders.native import build_variant
@@ -29,17 +30,20 @@ from lucepatch.verify.session import (Execution, Variant, build_evidence, check_
 from lucepatch.workspace import Workspace
 
 
-@dataclass
-class ClusterOptions:
-    """--in-cluster: run as Jobs on a HAMi node (docs/cluster.md), or re-read recorded pod logs."""
-    image: str | None = None
-    kubeconfig: str | None = None
-    context: str | None = None
-    namespace: str = "lucepatch"
-    node: str | None = None
-    gpu_mem_mib: int | None = None
-    from_logs: Path | None = None
-    save_logs: Path | None = None
+class Backend(Protocol):
+    """Where the runs run when not here: handed in by the caller (k8s/incluster.ClusterBackend runs
+    them as Jobs on a HAMi node, or re-reads their pod logs), so verify stays below the cluster
+    code. Runs under a backend spend a fixed number of runs (no sequential stop across pods)."""
+
+    def check(self) -> None:
+        """Refuse before anything is built (no cluster, no image)."""
+
+    def driver(self) -> DriverChoice:
+        """The driver the runs will meet (the node's)."""
+
+    def run(self, repros: list[Reproducer], scenario_filter: list[str] | None, variants: list[Variant],
+            runs: int) -> tuple[list, Execution, dict]:
+        """(run records, how they ran, what the evidence records of the backend)."""
 
 
 @dataclass
@@ -57,7 +61,7 @@ class VerifyRequest:
     baseline_ref: str | None = None  # ref-vs-ref
     patched_ref: str | None = None
     jobs: int | None = None
-    cluster: ClusterOptions | None = None
+    backend: Backend | None = None  # runs elsewhere (k8s/incluster.ClusterBackend); None: here
     evidence: Path | None = None  # where the caller will write the evidence: checked before anything runs
 
     @property
@@ -162,9 +166,9 @@ def build_variants(target: Target, source: Path, cache: Path, artifact: str, *,
 
 
 def rule_for(req: VerifyRequest):
-    """The rule the runs are spent under: fixed with --fixed and in a cluster, else sequential."""
+    """The rule the runs are spent under: fixed with --fixed and under a backend, else sequential."""
     n = req.runs or max(r.default_runs for r in req.reproducers)
-    return FixedRule(n) if req.fixed or req.cluster is not None else SequentialRule(n)
+    return FixedRule(n) if req.fixed or req.backend is not None else SequentialRule(n)
 
 
 def check_request(req: VerifyRequest) -> None:
@@ -183,7 +187,7 @@ def check_request(req: VerifyRequest) -> None:
         given = "" if req.runs else f"the reproducers' default_runs is {rule.max_runs}: "
         raise UsageError(f"{given}{proof_hint(rule)}; or pass --fixed --runs {rule.max_runs} to measure "
                          f"{rule.max_runs} run(s) per variant without a possible proof")
-    if req.cluster is None:
+    if req.backend is None:
         require_driver(req.driver)
     if req.evidence is not None:
         check_destination(req.evidence)
@@ -196,7 +200,7 @@ def run_verify(req: VerifyRequest, cache: Path, *, progress=None) -> Evidence:
     the real driver a helper holds it open during the runs (lucepatch.verify.driver.hold_driver)."""
     say = progress or report.progress
     check_request(req)
-    cluster = req.cluster
+    backend = req.backend
     phases: dict[str, float] = {}
     t0 = time.monotonic()
     rule = rule_for(req)
@@ -208,15 +212,9 @@ def run_verify(req: VerifyRequest, cache: Path, *, progress=None) -> Evidence:
     # (a daemon thread: nothing may hold the exit of an interrupted verify)
     threading.Thread(target=schema_validator, name="lucepatch-schema", daemon=True).start()
     with ThreadPoolExecutor(max_workers=1) as probe:
-        if cluster is not None:
-            from lucepatch.k8s import incluster  # lazy: --cluster only, 16 ms
-
-            drv_f = None
-            drv = DriverChoice(requested="in-cluster", chosen="real", env={}, fake_dir=None, note="the node's driver")
-            if cluster.from_logs is None:
-                incluster.require_cluster(cluster.kubeconfig)
-                if not cluster.image:
-                    raise UsageError("--in-cluster needs --image (the reproducers and both libraries; docs/cluster.md)")
+        if backend is not None:
+            backend.check()
+            drv_f, drv = None, backend.driver()
         else:
             drv_f = probe.submit(choose_driver, req.driver, cache)
         if req.lib:
@@ -243,21 +241,8 @@ def run_verify(req: VerifyRequest, cache: Path, *, progress=None) -> Evidence:
     for key, why in declared.items():
         say(f"{key}: not applicable at {req.target.name}'s base, not run ({why})")
     t1 = time.monotonic()
-    if cluster is not None:
-        from lucepatch.k8s import incluster  # lazy: --cluster only, 16 ms
-
-        plan = incluster.plan_runs(run_repros, run_filter, [v.name for v in variants])
-        shas = {v.name: v.sha256 for v in variants}
-        ex = Execution("in-cluster", 1, "pod", "one Job per scenario and variant, runs serial inside each pod")
-        if cluster.from_logs is not None:
-            records = incluster.from_logs(Path(cluster.from_logs), plan, shas, n)
-            extra["cluster"] = {"from_logs": str(cluster.from_logs)}
-        else:
-            records, extra["cluster"] = incluster.run_live(
-                plan, shas, n, image=cluster.image, namespace=cluster.namespace, node=cluster.node,
-                gpu_mem_mib=cluster.gpu_mem_mib, context=cluster.context, kubeconfig=cluster.kubeconfig,
-                save_logs=cluster.save_logs)
-        ex.processes = len(records)
+    if backend is not None:
+        records, ex, extra["cluster"] = backend.run(run_repros, run_filter, variants, n)
     else:
         ex = plan_execution(req.jobs)
         say(f"execution: {ex.mode}" + (f", {ex.jobs} jobs" if ex.mode == "parallel" else "") + f" ({ex.why})")
