@@ -22,15 +22,13 @@ from pathlib import Path
 
 from lucepatch import git
 from lucepatch.builders.service import build_native
-from lucepatch.engine import session as S
 from lucepatch.engine.apply import SeriesResult
-from lucepatch.engine.onto import apply_onto_checkout
-from lucepatch.engine.subtargets import check_all, for_rebase
 from lucepatch.errors import CheckFailed, EnvironmentMissing, LucepatchError, UsageError
 from lucepatch.gate import gate_target
 from lucepatch.lines.identity import Identity, identify
 from lucepatch.lint import lint_target
 from lucepatch.node.report import NodeReport, load_node_report
+from lucepatch.services import series as _series
 from lucepatch.target import Target, list_targets, load_target
 from lucepatch.verify import evidence as _evidence
 from lucepatch.verify.evidence import Evidence
@@ -86,14 +84,14 @@ def check(t: Target, src: Path, cache: Path, *, onto: str | None = None, fetch: 
     """Per patch: applied / applied-3way / already-upstream / conflict on the pinned base (or
     `onto`), in a private repository; the checkout is not touched. A target's [[submodule]]
     sub-targets are checked too (`result.subs`; at their gitlinks in `onto` when given)."""
-    return check_all(t, src, cache, onto=onto, fetch=fetch)
+    return _series.check(t, src, cache, onto=onto, fetch=fetch)
 
 
 def apply(t: Target, src: Path, cache: Path, *, partial: bool = False, force: bool = False, stash: bool = False,
           fetch: bool = False):
     """The series onto branch lucepatch/<target>/<version> of `src`; the checkout is switched only
     when every patch applied (or `partial`). Returns engine.onto.Applied (result, branch, switched)."""
-    return apply_onto_checkout(t, src, cache, partial=partial, force=force, stash=stash, fetch=fetch)
+    return _series.apply(t, src, cache, partial=partial, force=force, stash=stash, fetch=fetch)
 
 
 def rebase(t: Target, src: Path, cache: Path, onto: str, *, dry_run: bool = False, fetch: bool = False,
@@ -104,21 +102,12 @@ def rebase(t: Target, src: Path, cache: Path, onto: str, *, dry_run: bool = Fals
     once. Returns the document `lucepatch rebase --json` prints (rows, conflicts, new version).
     With [[submodule]]s: refused (UsageError) when `onto` moves one; `dry_run` reports each
     sub-target at its pin there (`submodules`)."""
-    from lucepatch.upstream import retire  # noqa: F401  lazy: registers the `needed` judge (engine/needed.py), 19 ms
+    from lucepatch.services import rebase as _rebase  # lazy: rebase sessions and the `needed` judge, 20 ms
 
-    subs = for_rebase(t, src, cache, onto, dry_run=dry_run, fetch=fetch, as_json=True)  # no tables on stdout
-    opts = S.Options(drop_superseded=drop_superseded, no_behaviour=no_behaviour)
-    if dry_run:
-        return {**S.dry_run(cache, t, src, onto, opts, fetch=fetch), **({"submodules": subs} if subs else {})}
-    sess = S.Session.start(cache, t, src, onto, opts, fetch=fetch)
-    try:
-        if S.run_until_stop(sess, None) == S.CONFLICT_PHASE:
-            return S.summary(sess.st, sess.store)
-        plan = sess.plan()
-        sess.write(plan)
-        return S.summary(sess.st, None, plan, written=True)
-    finally:
-        sess.close()
+    opts = _rebase.Options(drop_superseded=drop_superseded, no_behaviour=no_behaviour)
+    started = _rebase.start(cache, t, src, onto, opts, dry_run=dry_run, fetch=fetch, quiet_subs=True)  # no tables
+    out = started if isinstance(started, _rebase.Outcome) else _rebase.run(started)
+    return out.doc
 
 
 def lint(ws: Workspace, name: str | None = None, *, pending_days: int = 90) -> list:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import email.utils
 import re
+import time
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from pathlib import Path
 from lucepatch.engine.core import validate_diffs
 from lucepatch.engine.safety import check_patch_paths, check_patch_shape
 from lucepatch.errors import LucepatchError
+from lucepatch.lines.fit import compat_data
 from lucepatch.series import UPSTREAM_STATUS, parse_patch
 from lucepatch.target import Target, list_targets, load_target
 from lucepatch.verify.reproducer import list_reproducers
@@ -175,7 +177,6 @@ def lint_line(ws, t: Target) -> list[tuple[str, str]]:
             out.append((ERROR, f"[not_applicable] {key!r} is a control: declare the whole reproducer {name!r}"))
     serves = t.serves or {}
     if serves.get("hami") or serves.get("shrreg"):
-        from lucepatch.k8s.gates import compat_data  # lazy: the deploy gates' data, 17 ms
 
         ser = (compat_data().get("series") or {}).get(t.name)
         if ser is None:
@@ -249,3 +250,19 @@ def lint_compat_data(data: dict) -> list[Finding]:
                 add(f"series.{name}", f"compatible lists {tag!r}, which is no [[release]] row (a line serves upstream "
                                       "HAMi releases only)")
     return out
+
+
+def lint_workspace(ws, name: str | None = None, *, pending_days: int = 90, now: float | None = None
+                   ) -> tuple[list[str], list[Finding]]:
+    """`lint [TARGET]`: the targets linted and their findings; with no target every target and the
+    packaged data every line's gates read (compatible_hami.toml)."""
+    names = [name] if name else list_targets(ws)
+    if name:
+        load_target(ws, name)  # unknown target: exit 2
+    now = time.time() if now is None else now
+    findings: list[Finding] = []
+    for n in names:
+        findings += lint_target(ws, n, pending_days=pending_days, now=now)
+    if not name:
+        findings += lint_compat_data(compat_data())
+    return names, findings

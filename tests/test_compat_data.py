@@ -50,14 +50,14 @@ def test_lint_catches_malformed_rows():
 def test_lint_verb_checks_the_data(capsys, monkeypatch):
     import json
 
-    import lucepatch.k8s.gates as gates
+    import lucepatch.lint as lint  # where the lint verb reads the packaged data (lines/fit.compat_data)
 
     rc = main(["--workspace", str(REPO_ROOT), "lint", "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert rc == 0 and not [f for f in doc["findings"] if f["check"] == "compat"]
     bad = copy.deepcopy(compat_data())
     bad["vendor"][0]["hami_core"] = "0" * 40
-    monkeypatch.setattr(gates, "compat_data", lambda: bad)
+    monkeypatch.setattr(lint, "compat_data", lambda: bad)
     rc = main(["--workspace", str(REPO_ROOT), "lint", "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert rc == 1 and [f["target"] for f in doc["findings"] if f["check"] == "compat"] == ["lucepatch/data/compatible_hami.toml"]

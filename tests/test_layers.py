@@ -206,6 +206,25 @@ def upward(edges: list[Edge], floors: Floors) -> dict[tuple[str, str], list[Edge
     return out
 
 
+def read_command_rule(text: str) -> tuple[set[str], set[int]]:
+    """docs/design.md's ```commands block: the rooms commands may import (`floor:N` = every room of floor N)."""
+    m = re.search(r"^```commands\n(.*?)^```", text, re.M | re.S)
+    if not m:
+        raise AssertionError("docs/design.md has no ```commands block")
+    words = " ".join(line.split("#", 1)[0] for line in m.group(1).splitlines()).split()
+    return ({w for w in words if not w.startswith("floor:")}, {int(w[6:]) for w in words if w.startswith("floor:")})
+
+
+def command_imports_outside(edges: list[Edge], floors: Floors, rooms: set[str], allowed_floors: set[int],
+                            commands: str) -> list[Edge]:
+    """Imports from the commands package to anything but the allowed rooms and floors."""
+    def ok(dst: str) -> bool:
+        return any(dst == r or dst.startswith(r + ".") for r in rooms) or floors.floor(dst) in allowed_floors
+    # the string "lucepatch" (the program's name in a message or a JSON key) names the package, not an import
+    return [e for e in edges if (e.src == commands or e.src.startswith(commands + ".")) and not ok(e.dst)
+            and not (e.kind == "by-name" and "." not in e.dst)]
+
+
 def unexplained_inner(inner) -> list[str]:
     bad = []
     for where, node, lines in inner:
@@ -247,6 +266,12 @@ def test_checks_fail_on_a_package_that_breaks_them(tmp_path):
     assert sorted(upward(edges, floors)) == [("toy.low", "toy.high")]
     assert Floors(read_floors("```layers\n0 base toy\n```\n"), "toy").room_of("toy.low") is None  # the top: itself only
     assert unexplained_inner(inner) == ["toy/lazy.py:3: import csv"]  # a note on the line above is another's
+    rooms, allowed = read_command_rule("```commands\ntoy.base floor:1  # a comment\n```\n")
+    assert (rooms, allowed) == ({"toy.base"}, {1})
+    # as if toy.low were the commands package: it imports toy.high (floor 1: allowed) and toy.base (named)
+    assert command_imports_outside(edges, floors, rooms, allowed, "toy.low") == []
+    assert [(e.src, e.dst) for e in command_imports_outside(edges, floors, set(), set(), "toy.low")] == [
+        ("toy.low", "toy.base"), ("toy.low", "toy.high")]
 
 
 # ---- lucepatch ----------------------------------------------------------------------------------
@@ -290,6 +315,17 @@ def test_allow_list_only_shrinks(house):
     up = upward(edges, floors)
     stale = sorted(k for k in ALLOWED_UP if k not in up)
     assert not stale, f"these no longer run up a floor: delete them from ALLOWED_UP in {Path(__file__).name}: {stale}"
+
+
+def test_commands_import_only_the_api_and_the_services(house):
+    """Commands parse, call lucepatch.api or a service (floor 10), and report (docs/design.md "Layers",
+    the ```commands block): never the engine, verify, the cluster code or the model directly."""
+    _mods, edges, _inner, floors = house
+    rooms, allowed = read_command_rule(DESIGN.read_text(encoding="utf-8"))
+    bad = command_imports_outside(edges, floors, rooms, allowed, "lucepatch.commands")
+    assert not bad, ("commands importing below the service layer (call lucepatch.api or a module of floor "
+                     f"{sorted(allowed)} instead, or move the code there):\n  "
+                     + "\n  ".join(f"{e.src} -> {e.dst} at {e.where} ({e.kind})" for e in bad))
 
 
 def test_function_level_imports_say_why(house):

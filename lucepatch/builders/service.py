@@ -10,7 +10,9 @@ from pathlib import Path
 
 from lucepatch import git
 from lucepatch.builders.native import build_variant
-from lucepatch.builders.probe import preflight as run_preflight
+from lucepatch.builders.probe import preflight as run_preflight, run_probes
+from lucepatch.builders.superbuild import build_superproject
+from lucepatch.node import report as noderep
 from lucepatch.node.report import load_node_report
 from lucepatch.errors import UsageError
 from lucepatch.node import driver as drv
@@ -101,8 +103,12 @@ def build_image(t: Target, src: Path, cache: Path, *, profile: str | None = None
                 push: bool = False, progress=lambda _m: None, cuda_archs: str | None = None,
                 node_driver=None, node_report: str | None = None):
     """The target's container image; for the patched variant the target's probes run first and a
-    build known to fail is refused (preflight=False skips them)."""
+    build known to fail is refused (preflight=False skips them). `node_driver`: a DriverVersion, or
+    `--node-driver VER` as given (None: the driver `node_report` names, if any)."""
     from lucepatch.builders import image as img  # lazy: the image builder, 24 ms
+
+    if node_driver is None or isinstance(node_driver, str):
+        node_driver = noderep.node_driver(node_driver, node_report)
 
     pname, prof = img.image_profile(t, profile)
     img.image_cuda_archs(t, prof, cuda_archs)  # a list the target cannot honour: exit 2 before any work
@@ -132,3 +138,37 @@ def build_image(t: Target, src: Path, cache: Path, *, profile: str | None = None
         res.node_library = img.node_library_check(img.docker_client(), res.tag, report)
         progress(res.node_library["message"])
     return res
+
+
+def image_provenance(image: str) -> dict:
+    """`inspect IMAGE`: what an image was built from, by its labels (lucepatch's and the OCI ones):
+    id, tags, labels, user, healthcheck, patch ids; `lucepatch`: built by `build --image`."""
+    from lucepatch.builders.image import LABEL_PREFIX, docker_client, inspect_labels  # lazy: the image builder, 17 ms
+
+    info = inspect_labels(docker_client(), image)
+    labels = info["labels"]
+    return {**info, "labels": {k: v for k, v in labels.items()
+                               if k.startswith(LABEL_PREFIX) or k.startswith("org.opencontainers.")},
+            "patch_ids_label": LABEL_PREFIX + "patch-ids",
+            "patch_ids": [p for p in (labels.get(LABEL_PREFIX + "patch-ids") or "").split(",") if p],
+            "lucepatch": bool(labels.get(LABEL_PREFIX + "target"))}
+
+
+def probe(t: Target, src: Path, variants: list[str], cache: Path, *, profile: str | None = None,
+          only: list[str] | None = None) -> list:
+    """`probe`: each variant's compile/link probes (a ProbeRun per variant)."""
+    return [run_probes(t, src, profile, v, cache, only or None) for v in variants]
+
+
+def build_profiles(t: Target, src: Path, cache: Path, variants: list[str], *, profile: str | None = None,
+                   jobs: int | None = None, keep_build: bool = False, cuda_archs: str | None = None) -> list:
+    """A superproject with profiles (Lucebox): each variant's native build of a profile
+    (`cuda_archs`: "120;90" or "120,90" instead of the profile's)."""
+    archs = [a for a in cuda_archs.replace(",", ";").split(";") if a] if cuda_archs else None
+    return [build_superproject(t, src, profile, cache, variant=v, jobs=jobs, keep_build=keep_build, cuda_archs=archs)
+            for v in variants]
+
+
+def builds_per_profile(t: Target) -> bool:
+    """Is `t` a superproject built per profile (Lucebox), not by its [build.artifacts]?"""
+    return bool(t.profiles and not t.build.artifacts)

@@ -6,11 +6,9 @@ import click
 
 from lucepatch import report
 from lucepatch.commands._common import cache, json_option, require_source, source_option, workspace
-from lucepatch.engine.apply import CONFLICT
-from lucepatch.engine.onto import apply_onto_checkout
-from lucepatch.engine.session import notice
-from lucepatch.errors import EXIT_CHECK_FAILED, UsageError
-from lucepatch.target import load_target
+from lucepatch.errors import EXIT_CHECK_FAILED
+from lucepatch.services import series
+from lucepatch.services.series import CONFLICT
 
 
 def print_outcomes(title: str, result, *, as_json: bool = False) -> None:
@@ -24,12 +22,7 @@ def print_outcomes(title: str, result, *, as_json: bool = False) -> None:
 
 def load_checked(ctx, target):
     ws = workspace(ctx)
-    t = load_target(ws, target)
-    if not t.series:
-        raise UsageError(f"series {t.dir / 'series'} lists no patches; add patch names, one per line")
-    _ = t.patches  # parse every patch now, before any output
-
-    line = notice(cache(ctx), t)
+    t, line = series.load_checked(ws, target, cache(ctx))  # every patch parsed, before any output
     if line:  # an open (or interrupted) rebase session: say so, and how to resume or abort it
         report.err.print(f"lucepatch: note: {line}", markup=False, highlight=False)
     return ws, t
@@ -51,7 +44,7 @@ def command(ctx, target, source, partial, force, stash, fetch, as_json):
     only when every patch applied (or --partial)."""
     ws, t = load_checked(ctx, target)
     src = require_source(source, t.name, family=t.family)
-    applied = apply_onto_checkout(t, src, cache(ctx), partial=partial, force=force, stash=stash, fetch=fetch)
+    applied = series.apply(t, src, cache(ctx), partial=partial, force=force, stash=stash, fetch=fetch)
     result, branch, switched, info = applied.result, applied.branch, applied.switched, applied.stash
     conflicts = len(result.all_conflicts)
     if as_json:

@@ -11,13 +11,8 @@ from __future__ import annotations
 import click
 
 from lucepatch import report
-from lucepatch.commands._common import cache, json_option, require_source, source_option, workspace
-from lucepatch.errors import LucepatchError
-from lucepatch.target import load_target
-from lucepatch.upstream.bisect import (FOUND, bisect_behaviour, bisect_exit_code, find_patch,
-                                       record_applied_upstream)
-from lucepatch.verify.driver import choose_driver
-from lucepatch.verify.reproducer import load_reproducer
+from lucepatch.commands._common import cache, json_option, source_option, workspace
+from lucepatch.services import verify as proof
 
 
 @click.command("bisect")
@@ -41,34 +36,16 @@ def command(ctx, range_spec, reproducer_name, scenario, target_name, source, dri
     """Find the first upstream commit in A..B (first parent) where R's scenario flips (fixed or broke),
     judged on unpatched upstream (+ Build-Only patches) built in a private clone."""
     ws = workspace(ctx)
-    repro = load_reproducer(ws, reproducer_name)
-    t = load_target(ws, target_name or repro.target)
-    patch = None
-    if record_patch:
-        ws.require_writable("bisect --record")
-        patch = find_patch(t, record_patch)  # fail on a bad name before any build
-    if scenario:
-        repro.scenario(scenario)
-    src = require_source(source, t.name)
-    c = cache(ctx)
-    drv = choose_driver(driver, c)
-    report.progress(f"workspace {ws.describe()}; driver {drv.chosen} ({drv.note or drv.requested})")
-    doc = bisect_behaviour(t, src, range_spec, repro, c, drv, runs, scenario)
-    doc["workspace"] = ws.to_json()
-    rc = bisect_exit_code(doc)
-    record_error = None
-    if patch is not None and doc["result"] == FOUND:
-        try:
-            doc["recorded"] = record_applied_upstream(patch, doc, target=t, source=src, cache=c)
-        except LucepatchError as exc:  # reported after the result, which is still worth printing
-            record_error = exc
+    b = proof.bisect(ws, cache(ctx), range_spec, reproducer_name, scenario=scenario, target=target_name, source=source,
+                     driver=driver, runs=runs, record=record_patch, progress=report.progress)
+    doc, t, patch, rc, record_error = b.doc, b.target, b.patch, b.code, b.record_error
     if as_json:
         report.emit_json("bisect", {"bisect": doc})
     rows = [[p["commit"][:12], str(p["index"]), p["state"], p["why"]] for p in doc["probes"]]
     report.table(f"bisect {'+'.join(doc['scenarios'])} over {doc['range']['spec']} — driver {doc['driver'].get('kind')}"
                  f"{' (simulated)' if doc.get('simulated') else ''}, {doc['runs']} run(s) per probe",
                  ["commit", "#", "behaviour", "why"], rows, as_json=as_json)
-    if doc["result"] == FOUND:
+    if doc["result"] == proof.FOUND:
         report.result(f"{doc['direction']} by {doc['first']['commit']} {doc['first']['subject']}", as_json=as_json)
         report.progress(doc["reason"])
     else:
@@ -81,6 +58,6 @@ def command(ctx, range_spec, reproducer_name, scenario, target_name, source, dri
     if record_error is not None:
         click.echo(f"lucepatch: error: {record_error}", err=True)
         return record_error.exit_code
-    if patch is not None and doc["result"] != FOUND:
+    if patch is not None and doc["result"] != proof.FOUND:
         report.progress(f"nothing recorded in {patch.name}: {doc['reason']}")
     return rc

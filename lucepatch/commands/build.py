@@ -11,8 +11,7 @@ from lucepatch import report
 from lucepatch.commands._common import cache, json_option, require_source, source_option, workspace
 from lucepatch.builders import service
 from lucepatch.commands import build_superproject
-from lucepatch.node import report as noderep
-from lucepatch.target import load_target
+from lucepatch.services.targets import target as load_target
 
 
 @click.command("build")
@@ -85,7 +84,7 @@ def command(ctx, target, source, baseline, both, jobs, as_image, profile, repo, 
                                   preflight=not no_preflight, repo=repo, builder_image=builder_image,
                                   runtime_image=runtime_image, jobs=jobs, save=save, push=push,
                                   progress=report.progress, cuda_archs=cuda_archs,
-                                  node_driver=noderep.node_driver(node_driver, node_report), node_report=node_report)
+                                  node_driver=node_driver, node_report=node_report)
         if as_json:
             report.emit_json("build", {"workspace": ws.to_json(), "target": t.name, "version": t.version,
                                         "image": res.to_json()})
@@ -99,7 +98,7 @@ def command(ctx, target, source, baseline, both, jobs, as_image, profile, repo, 
         report.table(f"build {t.name} {t.version} --image", ["", ""], rows, as_json=as_json)
         return 1 if res.node_library is not None and res.node_library["ok"] is False else 0
     variants = ["baseline", "patched"] if both else (["baseline"] if baseline else ["patched"])
-    if t.profiles and not t.build.artifacts:  # a superproject built per profile (Lucebox)
+    if service.builds_per_profile(t):  # a superproject built per profile (Lucebox)
         return build_superproject.run(ws, t, src, cache(ctx), variants, profile, jobs, keep_build, cuda_archs,
                                       summary, as_json)
     results = service.build_native(t, src, variants, cache(ctx), jobs=jobs)

@@ -7,15 +7,14 @@ import json
 from pathlib import Path
 
 from lucepatch import report
-from lucepatch.builders.superbuild import build_superproject
+from lucepatch.builders import service
 from lucepatch.errors import EXIT_CHECK_FAILED
 
 
 def run(ws, t, src: Path, cache: Path, variants: list[str], profile: str | None, jobs: int | None,
         keep_build: bool, cuda_archs: str | None, summary: str | None, as_json: bool) -> int:
-    archs = [a for a in cuda_archs.replace(",", ";").split(";") if a] if cuda_archs else None
-    results = [build_superproject(t, src, profile, cache, variant=v, jobs=jobs, keep_build=keep_build,
-                                  cuda_archs=archs) for v in variants]
+    results = service.build_profiles(t, src, cache, variants, profile=profile, jobs=jobs, keep_build=keep_build,
+                                     cuda_archs=cuda_archs)
     doc = {"workspace": ws.to_json(), "target": t.name, "version": t.version, "builds": [r.to_json() for r in results]}
     if summary:
         Path(summary).write_text(json.dumps(doc, indent=1) + "\n")

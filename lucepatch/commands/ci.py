@@ -23,12 +23,8 @@ from pathlib import Path
 import click
 
 from lucepatch import report
-from lucepatch.commands._common import cache as cache_dir
-from lucepatch.commands._common import json_option, require_source, workspace
-from lucepatch.errors import EnvironmentMissing, UsageError
-from lucepatch.gate import (WARN, exit_code, failed_target, find_checkout, gate_target, missing_base, skipped_target,
-                            ungated_lines, write_reports)
-from lucepatch.target import list_targets, load_target
+from lucepatch.commands._common import json_option, workspace
+from lucepatch.gate import WARN, gate_all, write_reports
 
 
 @click.command("ci")
@@ -52,40 +48,11 @@ def command(ctx, target, all_targets, source, upstream_head, strict, driver, run
             md_path, evidence_dir, as_json):
     """The gate: lint, check on the pinned base, canary on --upstream-head, build, verify, probes."""
     ws = workspace(ctx)
-    if all_targets and target:
-        raise UsageError("give a TARGET or --all, not both")
-    names = list_targets(ws) if all_targets else [load_target(ws, target).name]
-    if not names:
-        raise UsageError(f"workspace {ws.path} has no targets")
-    if source and len(names) > 1:
-        raise UsageError("--source names one checkout; with --all set LUCEPATCH_SRC_<TARGET> per upstream repository "
-                         "(LUCEPATCH_SRC_HAMI_CORE serves hami-core and its lines)")
-    c = cache_dir(ctx)
-    results, targets = [], [load_target(ws, n) for n in names]
-    report.progress(f"workspace {ws.describe()}; targets {', '.join(names)}")
-    for t in targets:
-        src, why = find_checkout(source, t)
-        if src is None:
-            if not all_targets:
-                require_source(source, t.name, family=t.family)  # one named target: its checkout is required (exit 3)
-            results.append(skipped_target(t, why))
-            report.progress(f"{t.name}: skipped — {why}" + ("" if strict else " (not gating; --strict fails on it)"))
-            continue
-        lacks = missing_base(t, src)
-        if lacks and not all_targets:
-            raise EnvironmentMissing(lacks)  # one named target: something missing (exit 3), as every verb says it
-        if lacks:  # --all: the checkout is there but cannot gate this target: a failure, never a skip
-            results.append(failed_target(t, "checkout", lacks))
-            report.progress(f"{t.name}: {lacks}")
-            continue
-        report.progress(f"{t.name}: gating with {src}")
-        results.append(gate_target(ws, t, src, c, upstream_head=upstream_head, driver=driver, runs=runs,
-                                   use_cache=not no_cache, evidence_dir=Path(evidence_dir) if evidence_dir else None,
-                                   probes=not no_probes))
-    results, ungated = ungated_lines(results, targets)
-    for r in ungated:
-        report.progress(f"{r.target}: {r.steps[0].detail}")
-    code = exit_code(results, strict)
+    cache_dir = ctx.obj.get("cache_dir") if ctx.obj else None  # resolved by the gate once the arguments are checked
+    names, results, code = gate_all(ws, target, cache_dir, all_targets=all_targets, source=source, strict=strict,
+                                    upstream_head=upstream_head, driver=driver, runs=runs, use_cache=not no_cache,
+                                    evidence_dir=Path(evidence_dir) if evidence_dir else None, probes=not no_probes,
+                                    progress=report.progress)
     write_reports(results, code, strict=strict, junit_path=junit_path, md_path=md_path)
     if as_json:
         report.emit_json("ci", {"workspace": ws.to_json(), "exit_code": code, "strict": strict,

@@ -6,7 +6,7 @@ import click
 
 from lucepatch import report
 from lucepatch.commands._common import json_option
-from lucepatch.k8s import client
+from lucepatch.services import cluster
 
 
 @click.group("cluster")
@@ -21,11 +21,7 @@ def command():
 @json_option
 def status(namespace, name, context, as_json):
     """Per node: current library sha256 vs the expected one (drift = overwritten, e.g. by a HAMi update)."""
-    api = client.load(context)
-    ds = api.AppsV1Api().read_namespaced_daemon_set(name, namespace)
-    expected = (ds.metadata.annotations or {}).get("lucepatch.dev/lib-sha256") or None
-    logs = client.swap_pod_logs(namespace, context=context, wait_s=0)
-    rows = client.swap_status_rows(expected, logs)
+    expected, rows = cluster.cluster_status(namespace, name, context)
     if as_json:
         report.emit_json("cluster", {"expected_sha256": expected, "nodes": rows})
     report.table(f"cluster status: {namespace}/{name}, expected sha256 {expected or 'unknown'}",

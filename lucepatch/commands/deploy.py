@@ -7,6 +7,7 @@ import click
 from lucepatch import report as out
 from lucepatch.commands._common import json_option
 from lucepatch.errors import CheckFailed
+from lucepatch.services import cluster
 
 
 @click.group("deploy")
@@ -35,9 +36,6 @@ def command():
 def hami_core(lib, evidence, lib_image, lib_path, installed, node_report, hami_versions, values_file, sets, rollback,
               reassert, dry_run, context, as_json):
     """Install (or --rollback) a patched libvgpu.so on every HAMi node through a privileged DaemonSet."""
-    from lucepatch.k8s import manifests  # lazy: `deploy hami-core` only, 36 ms
-    from lucepatch.k8s.deploy import deploy_hami_core  # lazy: `deploy hami-core` only, 36 ms
-
     # the gates are progress on stderr as they run; with --dry-run they are also the result: on
     # stdout, in the JSON document or (printed once, not twice) as comments above the manifests
     seen = []
@@ -57,17 +55,18 @@ def hami_core(lib, evidence, lib_image, lib_path, installed, node_report, hami_v
             out.emit_json("deploy", _doc(doc))
         gate_report()
 
-    doc, docs, namespace = deploy_hami_core(
-        lib=lib, evidence=evidence, lib_image=lib_image, lib_path=lib_path, installed=installed, node_report=node_report,
+    d = cluster.deploy_hami_core(
+        as_objects=as_json, lib=lib, evidence=evidence, lib_image=lib_image, lib_path=lib_path, installed=installed, node_report=node_report,
         hami_versions=hami_versions, values_file=values_file, sets=sets, rollback=rollback, reassert=reassert,
         dry_run=dry_run, context=context, on_gate=gate_line, on_refused=refused, on_apply=out.progress)
+    doc, namespace = d.doc, d.namespace
     if dry_run:
-        doc["objects"] = manifests.to_objects(docs) if as_json else None
+        doc["objects"] = d.objects
         if as_json:
             out.emit_json("deploy", _doc(doc))
         else:
             gate_report()
-            click.echo(manifests.join(docs), nl=False)
+            click.echo(d.manifests, nl=False)
         return 0
     rows = doc["nodes"]
     if as_json:

@@ -22,7 +22,6 @@ from lucepatch import report
 from lucepatch.commands._common import json_option, workspace
 from lucepatch.doctor import VERBS, blocking, diagnose
 from lucepatch.errors import EXIT_ENVIRONMENT, CheckFailed
-from lucepatch.k8s import client as kclient
 from lucepatch.report import KEY, TEXT, Col
 
 
@@ -81,7 +80,7 @@ def command(ctx, for_verbs, lib, image, pod, pod_root, node_report, namespace, c
 def _node_library(ctx, *, as_json, **kw):
     from lucepatch.lines.service import inspect_node_library, report_lines  # lazy: --lib/--pod/... only, 11 ms
 
-    node = inspect_node_library(ws=workspace(ctx), exec_pod=kclient.pod_exec if kw.get("pod") else None, **kw)
+    node = inspect_node_library(ws=workspace(ctx), **kw)
     if as_json:
         report.emit_json("doctor", {"node_library": node.to_json(), "ok": node.drop_in})
     else:

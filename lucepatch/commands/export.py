@@ -8,10 +8,9 @@ from __future__ import annotations
 import click
 
 from lucepatch import report
-from lucepatch.commands._common import cache, json_option, require_source, source_option, workspace
-from lucepatch.engine.export import export_series
+from lucepatch.commands._common import cache, json_option, source_option, workspace
 from lucepatch.errors import EXIT_CHECK_FAILED
-from lucepatch.target import load_target
+from lucepatch.services import series
 
 
 @click.command("export")
@@ -24,12 +23,7 @@ from lucepatch.target import load_target
 def command(ctx, target, source, branch, check_only, as_json):
     """Write TARGET's patch files from the commits of its lucepatch branch (base..branch)."""
     ws = workspace(ctx)
-    t = load_target(ws, target)
-    _ = t.patches
-    if not check_only:
-        ws.require_writable("export")
-    src = require_source(source, t.name, family=t.family)
-    res = export_series(t, src, cache(ctx), branch=branch, write=not check_only)
+    t, res = series.export(ws, target, source, cache(ctx), branch=branch, write=not check_only)
     plan, removed = res.plan, res.removed
     if as_json:
         report.emit_json("export", {"workspace": ws.to_json(), "target": t.name, "branch": res.branch,

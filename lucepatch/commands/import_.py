@@ -19,7 +19,7 @@ import click
 
 from lucepatch import report
 from lucepatch.commands._common import cache, json_option, source_option, workspace
-from lucepatch.engine.importer import import_patches
+from lucepatch.services import series
 
 
 @click.command("import")
@@ -35,7 +35,7 @@ from lucepatch.engine.importer import import_patches
 def command(ctx, target, from_path, from_branch, source, base, upstream_url, replace, as_json):
     """Import patches into TARGET from a quilt folder, a format-patch/mbox folder or file, or a branch."""
     ws = workspace(ctx)
-    res = import_patches(ws, target, cache(ctx), from_path=from_path, from_branch=from_branch, source=source, base=base,
+    res = series.import_(ws, target, cache(ctx), from_path=from_path, from_branch=from_branch, source=source, base=base,
                          upstream_url=upstream_url, replace=replace)
     if as_json:
         report.emit_json("import", {"workspace": ws.to_json(), "target": target, "from": from_path or from_branch,

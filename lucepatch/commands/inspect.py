@@ -5,8 +5,6 @@ at a line (the commits it can be, and how that was decided), a build of a line, 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from lucepatch import report
@@ -25,34 +23,27 @@ def command(image, lib, as_json):
         raise UsageError("inspect takes an IMAGE or --lib FILE (one of them)")
     if lib:
         return _lib(lib, as_json)
-    from lucepatch.builders.image import LABEL_PREFIX, docker_client, inspect_labels  # lazy: an image's labels only, 47 ms
+    from lucepatch.builders.service import image_provenance  # lazy: an image's labels only, 36 ms
 
-    info = inspect_labels(docker_client(), image)
-    labels = info["labels"]
-    ours = {k: v for k, v in labels.items() if k.startswith(LABEL_PREFIX) or k.startswith("org.opencontainers.")}
+    info = image_provenance(image)
     if as_json:
-        report.emit_json("inspect", {"image": image, "id": info["id"], "tags": info["tags"], "labels": ours,
+        report.emit_json("inspect", {"image": image, "id": info["id"], "tags": info["tags"], "labels": info["labels"],
                                       "user": info["user"], "healthcheck": info["healthcheck"],
-                                      "lucepatch": bool(labels.get(LABEL_PREFIX + "target"))})
-    rows = [[k, v] for k, v in sorted(ours.items()) if k != LABEL_PREFIX + "patch-ids"]
-    for pid in (labels.get(LABEL_PREFIX + "patch-ids") or "").split(","):
-        if pid:
-            rows.append(["patch", pid])
+                                      "lucepatch": info["lucepatch"]})
+    rows = [[k, v] for k, v in sorted(info["labels"].items()) if k != info["patch_ids_label"]]
+    rows += [["patch", pid] for pid in info["patch_ids"]]
     rows.append(["user", info["user"] or "root"])
     report.table(f"inspect {image} ({info['id'][:19]})", ["label", "value"], rows, as_json=as_json)
-    if not labels.get(LABEL_PREFIX + "target"):
+    if not info["lucepatch"]:
         report.progress(f"{image} carries no lucepatch labels: not built by lucepatch build --image")
         return EXIT_CHECK_FAILED
     return 0
 
 
 def _lib(lib: str, as_json: bool) -> int:
-    from lucepatch.lines.identity import identify  # lazy: --lib only, 20 ms
-    from lucepatch.lines.service import identity_lines  # lazy: --lib only, 20 ms
+    from lucepatch.lines.service import identify_library, identity_lines  # lazy: --lib only, 20 ms
 
-    if not Path(lib).is_file():
-        raise UsageError(f"--lib {lib} not found: pass a libvgpu.so")
-    ident = identify(lib)
+    ident = identify_library(lib)
     if as_json:
         report.emit_json("inspect", {"lib": lib, "identity": ident.to_json(with_names=False)})
     else:

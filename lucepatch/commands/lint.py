@@ -9,16 +9,12 @@ source, no `unknown`, a vendor's HAMi mapped to an upstream commit). Warnings: a
 
 from __future__ import annotations
 
-import time
-
 import click
 
 from lucepatch import report
 from lucepatch.commands._common import json_option, workspace
 from lucepatch.errors import EXIT_CHECK_FAILED
-from lucepatch.k8s import gates
-from lucepatch.lint import ERROR, Finding, lint_compat_data, lint_target
-from lucepatch.target import list_targets, load_target
+from lucepatch.lint import ERROR, lint_workspace
 
 
 @click.command("lint")
@@ -31,15 +27,7 @@ from lucepatch.target import list_targets, load_target
 def command(ctx, target, pending_days, strict, as_json):
     """Check series files, patch headers, trailers, whitespace and paths."""
     ws = workspace(ctx)
-    names = [target] if target else list_targets(ws)
-    if target:
-        load_target(ws, target)  # unknown target: exit 2
-    now = time.time()
-    findings: list[Finding] = []
-    for n in names:
-        findings += lint_target(ws, n, pending_days=pending_days, now=now)
-    if not target:  # the packaged data every line's gates read
-        findings += lint_compat_data(gates.compat_data())
+    names, findings = lint_workspace(ws, target, pending_days=pending_days)
     errors = [f for f in findings if f.level == ERROR or strict]
     if as_json:
         report.emit_json("lint", {"workspace": ws.to_json(), "targets": names,

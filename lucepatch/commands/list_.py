@@ -6,8 +6,7 @@ import click
 
 from lucepatch import report
 from lucepatch.commands._common import json_option, workspace
-from lucepatch.target import list_targets, load_target
-from lucepatch.verify.reproducer import list_reproducers
+from lucepatch.services import series
 
 
 @click.command("list")
@@ -16,8 +15,7 @@ from lucepatch.verify.reproducer import list_reproducers
 def command(ctx, as_json):
     """List targets, their series and patches, and the reproducers."""
     ws = workspace(ctx)
-    targets = [load_target(ws, n) for n in list_targets(ws)]
-    repros = list_reproducers(ws)
+    targets, repros = series.listing(ws)
     if as_json:
         report.emit_json("list", {
             "workspace": ws.to_json(),

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import time
-
 import click
 
 from lucepatch import report
 from lucepatch.commands._common import cache, json_option, require_source, source_option
 from lucepatch.commands.apply import load_checked
-from lucepatch.engine import checkout as co
-from lucepatch.engine.matrix import SYMBOL, matrix_of
+from lucepatch.services.matrix import SYMBOL, matrix
 
 
 @click.command("matrix")
@@ -27,10 +24,8 @@ def command(ctx, target, source, rev_range, independent, first_parent, jobs, new
     """Which patches apply (exact / 3-way / already upstream / conflict) at every commit of A..B."""
     ws, t = load_checked(ctx, target)
     src = require_source(source, t.name, family=t.family)
-    co.open_checkout(src)
-    t0 = time.monotonic()
-    res, subs = matrix_of(t, src, cache(ctx), rev_range, independent=independent, first_parent=first_parent, jobs=jobs)
-    elapsed = time.monotonic() - t0
+    res, subs, elapsed = matrix(t, src, cache(ctx), rev_range, independent=independent, first_parent=first_parent,
+                                jobs=jobs)
     newest = res.newest_compatible
     if as_json:
         report.emit_json("matrix", {

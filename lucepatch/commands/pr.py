@@ -8,7 +8,7 @@ import click
 
 from lucepatch import api, report
 from lucepatch.commands._common import cache, json_option, require_source, source_option, workspace
-from lucepatch.target import load_target
+from lucepatch.services.targets import target as load_target
 
 
 @click.command("pr")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import click
 
 from lucepatch import report
-from lucepatch.builders.probe import run_probes
+from lucepatch.builders import service
 from lucepatch.commands._common import cache, json_option, require_source, source_option, workspace
 from lucepatch.errors import EXIT_CHECK_FAILED
-from lucepatch.target import load_target
+from lucepatch.services.targets import target as load_target
 
 
 @click.command("probe")
@@ -26,7 +26,7 @@ def command(ctx, target, source, profile, baseline, both, only, as_json):
     t = load_target(ws, target)
     src = require_source(source, t.name)
     variants = ["baseline", "patched"] if both else (["baseline"] if baseline else ["patched"])
-    runs = [run_probes(t, src, profile, v, cache(ctx), list(only) or None) for v in variants]
+    runs = service.probe(t, src, variants, cache(ctx), profile=profile, only=list(only))
     ok = all(r.ok for r in runs)
     if as_json:
         report.emit_json("probe", {"workspace": ws.to_json(), "target": t.name, "version": t.version,

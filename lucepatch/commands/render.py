@@ -6,18 +6,12 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import click
 
 from lucepatch import report
 from lucepatch.commands._common import json_option, workspace
-from lucepatch.errors import CheckFailed
-from lucepatch.k8s import validate, values
-from lucepatch.node import driver as drv, report as noderep
-from lucepatch.verify.reproducer import list_reproducers
-
-SET_ALIASES = {"daemonset": "hami-core-swap", "swap": "hami-core-swap", "verify-jobs": "verify-job", "job": "verify-job"}
+from lucepatch.services import cluster
 
 
 @click.group("render")
@@ -33,22 +27,18 @@ def command():
 @click.pass_context
 def real_clients(ctx, paths, target_name, as_json):
     """Print the "Real clients" markdown table (what PyTorch, NCCL and vLLM's patterns did) from evidence."""
-    from lucepatch.upstream import real_clients as rc  # lazy: `render real-clients` only, 20 ms
-
     ws = workspace(ctx)
-    hashes = {r.name: r.hash for r in list_reproducers(ws)}
-    docs = rc.load([Path(p) for p in paths], target=target_name, repro_hashes=hashes)
+    t = cluster.real_clients(ws, list(paths), target_name)
     if as_json:
         report.emit_json("render", {"what": "real-clients", "target": target_name, "evidence": list(paths),
-                                    "columns": rc.COLUMNS, "rows": rc.rows(docs),
-                                    "sources": [rc.source(d) for d in docs]})
+                                    "columns": t["columns"], "rows": t["rows"], "sources": t["sources"]})
     else:
-        click.echo(rc.markdown(docs), nl=False)
+        click.echo(t["markdown"], nl=False)
 
 
 @command.command("k8s")
 @click.argument("manifest_set", metavar="SET",
-                type=click.Choice(["lucebox", "rbac", "verify-job", "hami-core-swap", *SET_ALIASES]))
+                type=click.Choice(cluster.SETS))
 @click.option("--values", "values_file", type=click.Path(dir_okay=False), default=None,
               help="YAML or JSON file of values (see --show-values).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override one value (JSON-parsed).")
@@ -63,54 +53,22 @@ def real_clients(ctx, paths, target_name, as_json):
               help="lucebox: the node report JSON (driver_version) to check image_cuda against.")
 def k8s(manifest_set, values_file, sets, out, show_values, validate_versions, as_json, node_driver, node_report):
     """Render SET: lucebox | rbac | verify-job (both variants) | hami-core-swap (alias daemonset)."""
-    from lucepatch.k8s import manifests, values  # lazy: `render k8s` only, 18 ms
-
-    name = SET_ALIASES.get(manifest_set, manifest_set)
+    name = cluster.set_name(manifest_set)
     if show_values:
-        rows = values.describe(name)
+        rows = cluster.set_values(name)
         if as_json:
             report.emit_json("render", {"what": "k8s", "set": name, "values": rows})
         report.table(f"values of {name} (--set KEY=VALUE, --values FILE)",
                      [report.Col("key", report.NAME), report.Col("default", report.TEXT), report.Col("meaning")],
                      [[r["key"], json.dumps(r["default"]), r["doc"]] for r in rows], as_json=as_json)
         return 0
-    vals = values.resolve(name, values.load_file(values_file) if values_file else {}, values.parse_set(sets))
-    _driver_gate(vals, node_driver, node_report, lucebox=name == "lucebox")
-    docs = manifests.render_verify_jobs(vals) if name == "verify-job" else manifests.render(name, vals)
-    if validate_versions:
-        problems = validate.strict_validate(manifests.to_objects(docs), [v.strip() for v in validate_versions.split(",")])
-        if problems:
-            raise CheckFailed(f"{len(problems)} schema problem(s), first: {problems[0]}")
-        report.progress(f"validated against Kubernetes {validate_versions}")
-    written = []
-    if out:
-        Path(out).mkdir(parents=True, exist_ok=True)
-        for d in docs:
-            p = Path(out) / d.filename
-            p.write_text(d.text, encoding="utf-8")
-            written.append(str(p))
-            report.progress(f"wrote {p}")
-        # `kubectl apply -k DIR` / `kubectl kustomize DIR` take the folder as it is
-        k = Path(out) / "kustomization.yaml"
-        k.write_text(manifests.kustomization(docs))
-        written.append(str(k))
-        report.progress(f"wrote {k}")
+    r = cluster.render_set(name, values_file=values_file, sets=sets, node_driver=node_driver, node_report=node_report,
+                           validate_versions=validate_versions, out=out)
     if as_json:
-        report.emit_json("render", {"what": "k8s", "set": name, "files": written, "objects": manifests.to_objects(docs)})
+        report.emit_json("render", {"what": "k8s", "set": name, "files": r.written, "objects": r.objects})
     elif not out:
-        click.echo(manifests.join(docs), nl=False)
+        click.echo(r.text, nl=False)
     return 0
-
-
-def _driver_gate(vals: dict, node_driver: str | None, node_report: str | None, *, lucebox: bool,
-                 default=None) -> None:
-    """Refuse (exit 1) an image whose CUDA the node's driver cannot start; say so when it can."""
-    d = noderep.node_driver(node_driver, node_report) or default
-    if d is None:
-        return
-    if not lucebox:
-        raise click.UsageError("--node-driver / --node-report apply to the lucebox set (its image_cuda)")
-    report.progress(f"node driver: {drv.require(str(vals['image_cuda']), d).message}")
 
 
 def _chart_options(f):
@@ -130,7 +88,7 @@ def _chart_options(f):
     return f
 
 
-def _emit(what: str, kind: str, path: Path, files: list[str], as_json: bool, extra: dict | None = None) -> None:
+def _emit(what: str, kind: str, path, files: list[str], as_json: bool, extra: dict | None = None) -> None:
     if as_json:
         report.emit_json("render", {"what": what, "path": str(path), "files": files, **(extra or {})})
     else:
@@ -146,11 +104,7 @@ def helm(app, out, values_file, sets, node_driver, node_report, as_json):
 
     It renders the objects `render k8s lucebox` renders for the same values: `helm template lucebox
     OUT/lucebox --set port=9000` = `lucepatch render k8s lucebox --set port=9000`."""
-    from lucepatch.k8s import chart, values  # lazy: `render chart` only, 19 ms
-
-    overrides = [values.load_file(values_file) if values_file else {}, values.parse_set(sets)]
-    _driver_gate(values.resolve("lucebox", *overrides), node_driver, node_report, lucebox=True)
-    w = chart.render_helm(Path(out), {k: v for o in overrides for k, v in o.items()})
+    w = cluster.render_helm(out, values_file=values_file, sets=sets, node_driver=node_driver, node_report=node_report)
     _emit("helm", "Helm chart", w.path, w.files, as_json)
 
 
@@ -162,14 +116,8 @@ def olares(app, out, values_file, sets, node_driver, node_report, as_json):
     OlaresManifest 0.12.0, apiVersion v3, Olares >= 1.12.6, one nvidia accelerator; checked against
     Olares' app lint rules before it is written. The image's CUDA is gated against the oldest driver
     Olares ships (lucepatch/data/cuda_drivers.toml) unless --node-driver / --node-report name the node."""
-    from lucepatch.k8s import olares as ol  # lazy: `render olares` only, 19 ms
-
-    overrides = {}
-    for o in (values.load_file(values_file) if values_file else {}, values.parse_set(sets)):
-        overrides.update(o)
-    vals = ol.package_values(overrides)
-    _driver_gate(vals, node_driver, node_report, lucebox=True, default=min(drv.platform_drivers("olares")))
-    pkg = ol.render_olares(Path(out), overrides)
+    pkg = cluster.render_olares(out, values_file=values_file, sets=sets, node_driver=node_driver,
+                                node_report=node_report)
     report.progress(f"the chart renders with what Olares injects at install: helm lint --strict {pkg.path} "
                     f"-f {pkg.injected}")
     _emit("olares", "Olares app", pkg.path, pkg.files, as_json,

@@ -3,19 +3,12 @@ writes the same as one self-contained page."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from lucepatch import report
-from lucepatch.builders.reproducible import shell_from_json
 from lucepatch.commands._common import json_option, workspace
-from lucepatch.show import terminal
-from lucepatch.show.model import build_view
-from lucepatch.show.page import write_html
 from lucepatch.errors import UsageError
-from lucepatch.show.documents import EVIDENCE, RETIRE, read_document
-from lucepatch.verify.evidence import Evidence, load_evidence, upgrade_and_validate
+from lucepatch.services import show as viewer
 
 
 @click.command("show")
@@ -33,45 +26,23 @@ from lucepatch.verify.evidence import Evidence, load_evidence, upgrade_and_valid
 def command(ctx, evidence, html_path, wide, recipe_of, artifact_of, as_json):
     """Show what EVIDENCE (from lucepatch verify --evidence) proves: verdicts, what was built from
     which commit, the driver and GPU, and every run of both variants."""
-    found = read_document(Path(evidence))
+    found = viewer.read(evidence)
     if recipe_of or artifact_of:
-        return _one_field(found, evidence, recipe_of, artifact_of)
-    if found.kind != EVIDENCE:
+        click.echo(viewer.one_field(found, evidence, recipe_of, artifact_of), nl=False)
+        return 0
+    if found.kind != viewer.EVIDENCE:
         return _report(found, evidence, html_path, as_json)
-    ev = load_evidence(Path(evidence)) if "verb" not in found.doc else Evidence.from_json(
-        upgrade_and_validate(found.doc, evidence))
-    view = build_view(ev, workspace(ctx))
+    view = viewer.evidence_view(found, evidence, workspace(ctx))
     if html_path:
-        write_html(view, Path(html_path))
+        viewer.write_page(view, html_path)
     if as_json:
         report.emit_json("show", {"evidence_path": evidence, "kind": found.kind, "html": html_path,
                                   "view": view.to_json()})
     else:
-        terminal.show(view, report.out(), wide=wide)
+        viewer.print_view(view, report.out(), wide=wide)
     if html_path:
         report.progress(f"evidence page written to {html_path} ({view.glyph_count} runs, "
                         f"{len(view.rows)} scenarios; open it in any browser, it loads nothing)")
-    return 0
-
-
-def _one_field(found, path: str, recipe_of: str | None, artifact_of: str | None) -> int:
-    """One recorded field for a script: the recipe as sh, or an artifact's path."""
-    if recipe_of and artifact_of:
-        raise UsageError("give --recipe or --artifact, not both")
-    if found.kind != EVIDENCE:
-        raise UsageError(f"--recipe and --artifact read evidence; {path} is a {found.kind} document")
-    name = recipe_of or artifact_of
-    v = (found.doc.get("variants") or {}).get(name) or {}
-    if recipe_of:
-        if not v.get("recipe"):
-            raise UsageError(f"{path}: the {name} variant records no recipe (it was given as --lib/--baseline-lib bytes, "
-                             "not built by lucepatch)")
-        click.echo(shell_from_json(v["recipe"]), nl=False)  # a file's content, byte for byte
-    else:
-        art = (v.get("artifact") or {}).get("path")
-        if not art:
-            raise UsageError(f"{path}: the {name} variant records no artifact path")
-        click.echo(art)
     return 0
 
 
@@ -79,14 +50,7 @@ def _report(found, path: str, html_path, as_json: bool) -> int:
     """A retirement report or a coverage map: the table `verify --retire` / `--coverage-map` printed."""
     if html_path:
         raise UsageError(f"--html writes the page of evidence; {path} is a {found.kind} document")
-    if found.kind == RETIRE:
-        from lucepatch.upstream.retire import format_retire_table  # lazy: retirement reports only, 48 ms
-
-        title, columns, rows = format_retire_table(found.doc)
-    else:
-        from lucepatch.upstream.coverage import CoverageMap, format_coverage_map  # lazy: coverage maps only, 30 ms
-
-        title, columns, rows = format_coverage_map(CoverageMap.from_json(found.doc))
+    title, columns, rows = viewer.report_table(found)
     if as_json:
         report.emit_json("show", {"evidence_path": path, "kind": found.kind, "document": found.doc})
     report.table(title, columns, rows, as_json=as_json)

@@ -9,8 +9,6 @@ import click
 from lucepatch import report
 from lucepatch.commands._common import cache, json_option, require_source, source_option
 from lucepatch.commands.apply import load_checked
-from lucepatch.engine import checkout as co
-from lucepatch.engine.status import has_conflicts
 from lucepatch.errors import EXIT_CHECK_FAILED
 from lucepatch.services import series
 
@@ -34,7 +32,6 @@ def command(ctx, target, source, fetch, behaviour, as_json):
     """Per patch at the checkout's HEAD: applied / not-applied / already-upstream (signal) / conflicts."""
     ws, t = load_checked(ctx, target)
     src = require_source(source, t.name, family=t.family)
-    co.open_checkout(src)
     doc = series.status(t, src, cache(ctx), ws, fetch=fetch, behaviour=behaviour)
     if as_json:
         report.emit_json("status", {"workspace": ws.to_json(), "target": t.name, "version": t.version, "line": t.line,
@@ -46,4 +43,4 @@ def command(ctx, target, source, fetch, behaviour, as_json):
                      ["#", "patch", "status", "signal / would apply", "commit", "detail"],
                      [[i, r["name"], r["status"], r["signal"] or WOULD.get(r["would"], r["would"] or ""),
                        (r["commit"] or "")[:12], r["detail"]] for i, r in enumerate(d["patches"], 1)], as_json=as_json)
-    return EXIT_CHECK_FAILED if has_conflicts(doc) else 0
+    return EXIT_CHECK_FAILED if series.has_conflicts(doc) else 0

@@ -6,43 +6,10 @@ from pathlib import Path
 
 import click
 
-from lucepatch import git, report
-from lucepatch.commands._common import cache, json_option, require_source, source_option, workspace
+from lucepatch import report
+from lucepatch.commands._common import cache, json_option, source_option, workspace
 from lucepatch.errors import EXIT_CHECK_FAILED
-from lucepatch.node.report import load_node_report
-from lucepatch.show.model import build_view
-from lucepatch.show.terminal import print_parts, verdict_parts
-from lucepatch.target import family_lines, load_target
-from lucepatch.upstream import coverage, retire
-from lucepatch.verify.evidence import write_evidence
-from lucepatch.verify.progress import clock
-from lucepatch.verify.node import node_section
-from lucepatch.verify.service import VerifyRequest, run_verify, select
-
-
-def _retire(ctx, ws, target_name, source, ref, driver, runs, as_json, coverage_map, reproducer_names) -> int:
-    if not target_name and reproducer_names:  # the target is the reproducers' (as verify --reproducer R)
-        target_name = select(ws, reproducers=list(reproducer_names))[0].name
-    t = load_target(ws, target_name)
-    src = require_source(source, t.name, family=t.family)
-    git.open_repo(src)
-    names = list(reproducer_names) or None
-    if coverage_map:  # the map alone, at REF or at the pinned base
-        m, left_out = retire.coverage_map_at(t, src, ref or t.base, cache(ctx), driver, workspace=ws,
-                                             reproducers=names)
-        doc = {**m.to_json(), "left_out": left_out, "cached": m.cached}
-        kind, (title, columns, rows), rc = "verify-coverage-map", coverage.format_coverage_map(m), 0
-    else:
-        doc = retire.retire_report(t, src, ref, cache(ctx), driver, runs, workspace=ws, reproducers=names)
-        doc["saved"] = str(retire.save_report(doc, t, cache(ctx), ws))  # what a rebase session's `needed` reads
-        kind, (title, columns, rows), rc = "verify-retire", retire.format_retire_table(doc), retire.retire_exit_code(doc)
-    if as_json:
-        report.emit_json(kind, {"workspace": ws.to_json(), **doc})
-    report.table(title, columns, rows, as_json=as_json)
-    if not coverage_map and not as_json:
-        for line in retire.review_lines(doc):  # what a reviewer of each candidate reads (all of it in --json)
-            report.progress(line)
-    return rc
+from lucepatch.services import verify as proof
 
 
 @click.command("verify")
@@ -98,41 +65,29 @@ def command(ctx, reproducer_names, run_all, scenarios, target_name, source, driv
         report.set_quiet(True)
     ws = workspace(ctx)
     if retire_ref or coverage_map:
-        return _retire(ctx, ws, target_name, source, retire_ref, driver, runs, as_json, coverage_map, reproducer_names)
-    t, repros = select(ws, target=target_name, reproducers=list(reproducer_names), run_all=run_all)
-    if run_all and not target_name:
-        lines = family_lines(ws, t.name)
-        report.progress(f"verify --all: target {t.name} (no --target; the target the workspace's reproducers are "
-                        f"written for" + (f"; --target {lines[0]} for its line" if len(lines) == 1 else
-                                          f"; --target NAME for a line: {', '.join(lines)}" if lines else "") + ")")
-    backend = None
-    if in_cluster or from_logs:
-        from lucepatch.k8s.incluster import ClusterBackend  # lazy: --in-cluster only, 16 ms
-
-        backend = ClusterBackend(image=image, kubeconfig=kubeconfig, context=kube_context, namespace=namespace,
-                                 node=node, gpu_mem_mib=gpu_mem, from_logs=Path(from_logs) if from_logs else None,
-                                 save_logs=Path(save_logs) if save_logs else None)
-    src = require_source(source, t.name, family=t.family) if not lib else None
-    req = VerifyRequest(workspace=ws, target=t, reproducers=repros, source=src, driver=driver, runs=runs, fixed=fixed,
-                        scenarios=list(scenarios), lib=Path(lib) if lib else None, baseline_ref=baseline_ref,
-                        baseline_lib=Path(baseline_lib) if baseline_lib else None, patched_ref=patched_ref,
-                        jobs=jobs, backend=backend, evidence=Path(evidence_path) if evidence_path else None)
-    node_doc, notes = None, []
-    if node_report:
-        node_doc, notes = node_section(load_node_report(node_report), baseline_lib=req.baseline_lib, lib=req.lib,
-                                   where=f"--node-report {node_report}")
-        for n in notes:
-            report.progress(n)
-    ev = run_verify(req, cache(ctx))
-    if node_doc is not None:
-        ev.extra["node"] = node_doc
-    if evidence_path:
-        write_evidence(evidence_path, ev)
+        j = proof.retire_or_map(ws, cache(ctx), target=target_name, source=source, ref=retire_ref, driver=driver,
+                                runs=runs, coverage_map=coverage_map, reproducers=list(reproducer_names))
+        if as_json:
+            report.emit_json(j.kind, {"workspace": ws.to_json(), **j.doc})
+        report.table(*j.table, as_json=as_json)
+        if not as_json:
+            for line in j.review:  # what a reviewer of each candidate reads (all of it in --json)
+                report.progress(line)
+        return j.code
+    t, repros, note = proof.selection(ws, target=target_name, reproducers=list(reproducer_names), run_all=run_all)
+    if note:
+        report.progress(note)
+    backend = proof.cluster_backend(in_cluster=in_cluster, from_logs=from_logs, image=image, kubeconfig=kubeconfig,
+                                    context=kube_context, namespace=namespace, node=node, gpu_mem_mib=gpu_mem,
+                                    save_logs=save_logs)
+    ev = proof.verify(ws, t, repros, cache(ctx), source=source, lib=lib, baseline_lib=baseline_lib,
+                      evidence=evidence_path, node_report=node_report, progress=report.progress, driver=driver,
+                      runs=runs, fixed=fixed, scenarios=list(scenarios), baseline_ref=baseline_ref,
+                      patched_ref=patched_ref, jobs=jobs, backend=backend)
     if as_json:
         report.emit_json("verify", {"evidence_path": evidence_path, "evidence": ev.to_json()})
     else:
-        console = report.out()
-        print_parts(console, verdict_parts(build_view(ev), console.width, wide=wide))
+        proof.print_verdicts(report.out(), ev, wide=wide)
     ex = ev.execution
     report.progress(f"{ex['processes']} processes in {ex['wall_s']:.1f}s, {ex['mode']}"
                     + (f" x{ex['jobs']}" if ex["mode"] == "parallel" else ""))
@@ -149,6 +104,6 @@ def command(ctx, reproducer_names, run_all, scenarios, target_name, source, driv
         for reason, scs in by.items():
             report.progress(f"skipped {', '.join(scs) if len(scs) <= 2 else f'{len(scs)} scenarios'}: {reason}")
     report.progress(f"verdict: {ev.verdict}" + (" (simulated driver)" if ev.simulated else "")
-                    + f"; {ex['processes']} runs in {clock(ex['wall_s'])}"
+                    + f"; {ex['processes']} runs in {proof.clock(ex['wall_s'])}"
                     + (f"; evidence written to {evidence_path}" if evidence_path else ""), final=True)
     return 0 if ev.verdict == "proven" else EXIT_CHECK_FAILED

@@ -11,10 +11,10 @@ from lucepatch import __version__, git
 from lucepatch.errors import EXIT_CHECK_FAILED, EnvironmentMissing, UsageError, from_exception
 from lucepatch.gate.result import FAIL, SKIP, WARN, Step, TargetResult
 from lucepatch.gate.steps import check_on, named_scenarios, step_build_and_verify, step_lint, step_probes
-from lucepatch.target import Target
+from lucepatch.target import Target, list_targets, load_target
 from lucepatch.verify.driver import driver_identity
 from lucepatch.verify.reproducer import list_reproducers
-from lucepatch.workspace import find_source, source_hint
+from lucepatch.workspace import find_source, resolve_cache, resolve_source, source_hint
 
 
 def cache_key(t: Target, ws, src: Path, upstream_head: str | None, driver_ident: dict, runs: int) -> str:
@@ -156,3 +156,47 @@ def exit_code(results: list[TargetResult], strict: bool) -> int:
               or (strict and (any(r.canary in (WARN, FAIL) for r in gated) or len(gated) < len(results)
                               or skipped_cases)))
     return EXIT_CHECK_FAILED if failed else 0
+
+
+def gate_all(ws, target: str | None, cache_dir: str | None, *, all_targets: bool = False, source: str | None = None,
+             strict: bool = False, upstream_head: str | None = None, driver: str = "auto", runs: int = 5,
+             use_cache: bool = True, evidence_dir: Path | None = None, probes: bool = True,
+             progress=lambda _line: None) -> tuple[list[str], list[TargetResult], int]:
+    """`ci [TARGET | --all]`: each target gated (`gate_target`), or reported skipped when it has no
+    checkout (one named target: its checkout is required, exit 3), or failed when its checkout
+    lacks its base (`--all`; one named target: exit 3) or when it is a line left ungated while its
+    family is gated. `cache_dir`: --cache-dir as given (resolved once the arguments are checked).
+    Returns (the target names, their results, the exit code)."""
+    if all_targets and target:
+        raise UsageError("give a TARGET or --all, not both")
+    names = list_targets(ws) if all_targets else [load_target(ws, target).name]
+    if not names:
+        raise UsageError(f"workspace {ws.path} has no targets")
+    if source and len(names) > 1:
+        raise UsageError("--source names one checkout; with --all set LUCEPATCH_SRC_<TARGET> per upstream repository "
+                         "(LUCEPATCH_SRC_HAMI_CORE serves hami-core and its lines)")
+    cache = resolve_cache(cache_dir)
+    results, targets = [], [load_target(ws, n) for n in names]
+    progress(f"workspace {ws.describe()}; targets {', '.join(names)}")
+    for t in targets:
+        src, why = find_checkout(source, t)
+        if src is None:
+            if not all_targets:
+                resolve_source(source, t.name, family=t.family)  # one named target: its checkout is required (exit 3)
+            results.append(skipped_target(t, why))
+            progress(f"{t.name}: skipped — {why}" + ("" if strict else " (not gating; --strict fails on it)"))
+            continue
+        lacks = missing_base(t, src)
+        if lacks and not all_targets:
+            raise EnvironmentMissing(lacks)  # one named target: something missing (exit 3), as every verb says it
+        if lacks:  # --all: the checkout is there but cannot gate this target: a failure, never a skip
+            results.append(failed_target(t, "checkout", lacks))
+            progress(f"{t.name}: {lacks}")
+            continue
+        progress(f"{t.name}: gating with {src}")
+        results.append(gate_target(ws, t, src, cache, upstream_head=upstream_head, driver=driver, runs=runs,
+                                   use_cache=use_cache, evidence_dir=evidence_dir, probes=probes))
+    results, ungated = ungated_lines(results, targets)
+    for r in ungated:
+        progress(f"{r.target}: {r.steps[0].detail}")
+    return names, results, exit_code(results, strict)

@@ -34,15 +34,13 @@ The series is the evidence's target (a line of compatible_hami.toml ``[series.*]
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 from lucepatch.errors import UsageError
 from lucepatch.files import sha256_file
 from lucepatch.k8s import swap
-from lucepatch.lines.fit import drop_in_commands, fit_node, load_lines
+from lucepatch.lines.fit import compat_data, drop_in_commands, fit_node, load_lines
 from lucepatch.lines.identity import FORK, LINE_BUILD, UPSTREAM, Identity, identify
 from lucepatch.lines.libfacts import LibFacts, read_lib
 from lucepatch.lines.replace import Side, judge
@@ -58,11 +56,6 @@ class Gate:
 
     def to_dict(self) -> dict:
         return {"name": self.name, "ok": self.ok, "message": self.message}
-
-
-def compat_data() -> dict:
-    with resources.files("lucepatch").joinpath("data", "compatible_hami.toml").open("rb") as f:
-        return tomllib.load(f)
 
 
 def evidence_gate(evidence: Evidence, lib_sha: str) -> Gate:

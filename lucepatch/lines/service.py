@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucepatch.errors import UsageError
+from lucepatch.k8s.client import pod_exec
 from lucepatch.lines import pod as podmod
 from lucepatch.lines import sources
 from lucepatch.lines.fit import Fit, compat_data, drop_in_commands, fit_node, load_lines, norm_release, vendor_rows
@@ -80,7 +81,9 @@ def inspect_node_library(*, lib: str | None = None, image: str | None = None, po
                          container: str | None = None, lib_path: str | None = None, hami_versions=(),
                          save: str | None = None, save_report: str | None = None, candidate: str | None = None,
                          ws=None, context: str | None = None, exec_pod=None) -> NodeLibrary:
-    """`exec_pod`: the cluster side's exec into a pod (k8s/client.py pod_exec), handed in by the caller."""
+    """`exec_pod`: the cluster side's exec into a pod (default for `pod`: k8s/client.py pod_exec)."""
+    if pod and exec_pod is None:
+        exec_pod = pod_exec
     given = [x for x in (lib, image, pod, pod_root, node_report) if x]
     if len(given) != 1:
         raise UsageError("name exactly one library: --lib FILE, --image IMAGE, --pod NAME, --pod-root DIR or "
@@ -337,3 +340,10 @@ def drops_lines(d: Drops) -> list[str]:
     if d.note:
         out.append(f"note           {d.note}")
     return out
+
+
+def identify_library(path: str) -> Identity:
+    """`inspect --lib`: what a libvgpu.so is (lines/identity.py); UsageError when it is no file."""
+    if not Path(path).is_file():
+        raise UsageError(f"--lib {path} not found: pass a libvgpu.so")
+    return identify(path)

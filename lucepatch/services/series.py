@@ -1,14 +1,59 @@
-"""The series verbs' joins: `status --behaviour` (the engine's status beside the retirement rule's
-report, which lives a floor above the engine)."""
+"""The series verbs as services: `list`, `check`, `apply`, `status` (with `--behaviour`, the join of
+the engine's status and the retirement report, which lives a floor above the engine), `export`,
+`import` and `mark`. Commands parse, call these, and print what comes back."""
 
 from __future__ import annotations
 
 import contextlib
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
-from lucepatch import git
-from lucepatch.engine import upstreamed
-from lucepatch.engine.status import status_all
+from lucepatch import git, trailers
+from lucepatch.engine import checkout, upstreamed
+from lucepatch.engine.core import CONFLICT  # noqa: F401  (the outcome commands mark)
+from lucepatch.engine.export import ExportResult, export_series
+from lucepatch.engine.importer import import_patches
+from lucepatch.engine.onto import Applied, apply_onto_checkout
+from lucepatch.engine.session import notice
+from lucepatch.engine.status import has_conflicts, status_all  # noqa: F401  (has_conflicts: the verb's exit)
+from lucepatch.engine.subtargets import check_all
+from lucepatch.errors import UsageError
+from lucepatch.series import UPSTREAM_STATUS, find_patch, rewrite_patch_file
+from lucepatch.target import Target, list_targets, load_target
+from lucepatch.verify.reproducer import list_reproducers
+from lucepatch.workspace import Workspace, resolve_source
+
+
+def open_checkout(src: Path) -> Path:
+    """The checkout `src` (the top of a git work tree), or one line saying what it is not."""
+    return checkout.open_checkout(src)
+
+
+def load_checked(ws: Workspace, name: str | None, cache: Path) -> tuple[Target, str | None]:
+    """The target with every patch parsed (before any output), and the note a verb prints when the
+    target has an open or interrupted rebase session (None when it has none)."""
+    t = load_target(ws, name)
+    if not t.series:
+        raise UsageError(f"series {t.dir / 'series'} lists no patches; add patch names, one per line")
+    _ = t.patches
+    return t, notice(cache, t)
+
+
+def listing(ws: Workspace) -> tuple[list[Target], list]:
+    """`list`: every target (series parsed) and every reproducer of the workspace."""
+    return [load_target(ws, n) for n in list_targets(ws)], list_reproducers(ws)
+
+
+def check(t: Target, src: Path, cache: Path, *, onto: str | None = None, fetch: bool = False):
+    """Per patch on the pinned base (or `onto`), in a private repository; sub-targets too."""
+    return check_all(t, src, cache, onto=onto, fetch=fetch)
+
+
+def apply(t: Target, src: Path, cache: Path, *, partial: bool = False, force: bool = False, stash: bool = False,
+          fetch: bool = False) -> Applied:
+    """The series onto lucepatch/<target>/<version> of `src`, switched only when it all applied."""
+    return apply_onto_checkout(t, src, cache, partial=partial, force=force, stash=stash, fetch=fetch)
 
 
 @contextlib.contextmanager
@@ -45,7 +90,52 @@ def annotate_behaviour(rows: list[dict], judged: dict | None) -> None:
 def status(t, src: Path, cache: Path, ws, *, fetch: bool = False, behaviour: bool = False) -> dict:
     """`status`: per patch at the checkout's HEAD (and each sub-target's at its own); with
     `behaviour`, the superproject's rows also judged by the retirement rule."""
+    open_checkout(src)
     with judged_by_behaviour(t, src, cache, ws) if behaviour else contextlib.nullcontext() as judged:
         doc = status_all(t, src, cache, fetch=fetch)
     annotate_behaviour(doc["patches"], judged)
     return doc
+
+
+def export(ws: Workspace, name: str | None, src_path: str | None, cache: Path, *, branch: str | None = None,
+           write: bool = True) -> tuple[Target, ExportResult]:
+    """`export`: the target's patch files from its lucepatch branch (written unless `write` is False)."""
+    t = load_target(ws, name)
+    _ = t.patches
+    if write:
+        ws.require_writable("export")
+    src = resolve_source(src_path, t.name, family=t.family)
+    return t, export_series(t, src, cache, branch=branch, write=write)
+
+
+def import_(ws: Workspace, name: str, cache: Path, **options):
+    """`import`: patches into a target's series (engine/importer.py; options as its keywords)."""
+    return import_patches(ws, name, cache, **options)
+
+
+@dataclass
+class Marked:
+    target: Target
+    patch: object  # series.Patch
+    before: str | None
+    after: str
+
+
+def mark(ws: Workspace, name: str, patch: str, *, submitted: str | None = None, status: str | None = None) -> Marked:
+    """`mark`: set a patch's Upstream-Status trailer (only that trailer changes; never the diff)."""
+    if bool(submitted) == bool(status):
+        raise UsageError("give exactly one of --submitted URL or --status VALUE")
+    if submitted:
+        if not re.match(r"^https?://\S+$", submitted):
+            raise UsageError(f"--submitted {submitted!r} is not a URL; pass the PR's https:// address")
+        status = f"Submitted [{submitted}]"
+    if not UPSTREAM_STATUS.match(status):
+        raise UsageError(f"Upstream-Status {status!r} is not one of Pending, Submitted [url], Denied, "
+                         "Inappropriate [reason], Inactive-Upstream, Backport, Accepted")
+    ws.require_writable("mark")
+    t = load_target(ws, name)
+    p = find_patch(t.patches, patch, where=f"{t.name}'s series")
+    before = p.trailer("Upstream-Status")
+    rewrite_patch_file(p, trailers.edit_patch(p.raw, set_=[("Upstream-Status", status)]),
+                       check={"Upstream-Status": status})
+    return Marked(t, p, before, status)

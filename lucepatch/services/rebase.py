@@ -1,0 +1,134 @@
+"""`rebase` as a service: start, resume, drive and end a rebase session (engine/session.py). The
+command and lucepatch.api.rebase both run a session through `run`, so a program gets exactly what
+the CLI does; the command only adds option parsing, the terminal's prompt and printing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lucepatch.engine import session as S
+from lucepatch.engine.apply import pause_at
+from lucepatch.engine.checkout import open_checkout
+from lucepatch.engine.subtargets import for_rebase
+from lucepatch.errors import EXIT_CHECK_FAILED, UsageError
+from lucepatch.target import Target, list_targets, load_target
+from lucepatch.upstream import retire  # noqa: F401  (registers the `needed` judge: engine/needed.py)
+from lucepatch.workspace import Workspace, resolve_source
+
+Options = S.Options
+Session = S.Session
+TABLE_COLUMNS = S.TABLE_COLUMNS
+
+
+@dataclass
+class Outcome:
+    """Where a rebase step left the session: the `rebase --json` document (None: no session), the
+    line that says so, the exit code, and the range-diff of a written series."""
+    doc: dict | None
+    line: str
+    code: int = 0
+    range_diff: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+
+def table(doc: dict) -> tuple[str, list[str], list[list]]:
+    """(title, columns, rows) of the table `rebase` prints for a document."""
+    return S.title(doc), TABLE_COLUMNS, S.table_rows(doc)
+
+
+def _store(ws: Workspace, cache: Path, name: str | None) -> tuple[S.Store, str]:
+    # the session's target may be a line it is creating: no target folder yet
+    name = name or load_target(ws, None).name
+    return S.Store(cache, ws.patches_dir / name, name), name
+
+
+def session_status(ws: Workspace, cache: Path, name: str | None) -> Outcome:
+    """`rebase --status`: the open session of the target, or a line saying there is none."""
+    store, name = _store(ws, cache, name)
+    st = store.read() if store.exists() else None
+    if st is None:
+        return Outcome(None, f"no rebase session of {name} is open")
+    return Outcome(S.summary(st, store), S.describe(st, store))
+
+
+def open_session(ws: Workspace, cache: Path, name: str | None) -> S.Session:
+    """The open session of the target, locked (`--continue`, `--skip`, `--abort`)."""
+    return S.Session.open(cache, _store(ws, cache, name)[0], known=list_targets(ws))
+
+
+def prepare(ws: Workspace, name: str | None, source: str | None, *, dry_run: bool = False) -> tuple[Target, Path]:
+    """What `rebase --onto` checks before a session starts: the target, a writable workspace (not
+    for a dry run), a series, its checkout."""
+    t = load_target(ws, name)
+    if not dry_run:
+        ws.require_writable("rebase")
+    if not t.patches:
+        raise UsageError(f"series {t.dir / 'series'} lists no patches; nothing to rebase")
+    src = resolve_source(source, t.name, family=t.family)
+    open_checkout(src)
+    return t, src
+
+
+def start(cache: Path, t: Target, src: Path, onto: str, opts: S.Options, *, dry_run: bool = False,
+          fetch: bool = False, quiet_subs: bool = False) -> S.Session | Outcome:
+    """`rebase --onto REF`: a new session, locked (or, with `dry_run`, the whole walk's Outcome,
+    nothing kept). [[submodule]]s: refused when `onto` moves one; a dry run reports each sub-target
+    at its pin there (`submodules`); `quiet_subs` prints no tables for them (a JSON caller)."""
+    subs = for_rebase(t, src, cache, onto, dry_run=dry_run, fetch=fetch, as_json=quiet_subs)
+    if dry_run:
+        doc = {**S.dry_run(cache, t, src, onto, opts, fetch=fetch), **({"submodules": subs} if subs else {})}
+        n = len(doc["conflicts"]) + sum(d["conflicts"] for d in subs)
+        return Outcome(doc, f"dry run: {n} conflict(s); nothing written", EXIT_CHECK_FAILED if n else 0)
+    return S.Session.start(cache, t, src, onto, opts, fetch=fetch)
+
+
+def run(sess: S.Session, *, resumed: bool = False, abort: bool = False, skip: str | None = None,
+        cont: bool = False, on_conflict=None) -> Outcome:
+    """One step of a session, then the walk until it stops or is written; the session is closed
+    (unlocked) at the end, whatever happens. `on_conflict(sess)` answers continue / skip / abort /
+    quit at a conflict (the terminal's prompt); None stops there."""
+    try:
+        if abort:
+            return _aborted(sess)
+        if resumed:
+            sess.recover_interrupted()
+            if skip and not sess.skip(skip):
+                return _stopped(sess)
+            if cont and sess.st.phase == S.CONFLICT_PHASE:
+                sess.resolve()
+        return _drive(sess, on_conflict)
+    finally:
+        sess.close()
+
+
+def _drive(sess: S.Session, on_conflict) -> Outcome:
+    phase = sess.st.phase
+    if phase == S.WALKING:
+        phase = S.run_until_stop(sess, on_conflict)
+    if phase == "abort":
+        return _aborted(sess)
+    if phase in ("quit", S.CONFLICT_PHASE):
+        return _stopped(sess)
+    plan = sess.plan()
+    pause_at(len(sess.st.patches))
+    sess.write(plan)
+    st = sess.st
+    return Outcome(S.summary(st, None, plan, written=True),
+                   f"{st.target_dir} now on {st.onto[:12]} ({st.direction}), version {plan['new_version']} "
+                   f"({plan['bump']})", 0, plan["range_diff"])
+
+
+def _aborted(sess: S.Session) -> Outcome:
+    sess.store.remove()  # sess.st is kept in memory for the report
+    return Outcome({**S.summary(sess.st, None), "phase": "aborted"},
+                   f"rebase session of {sess.st.target} aborted; the workspace and the checkout were never written")
+
+
+def _stopped(sess: S.Session) -> Outcome:
+    return Outcome(S.summary(sess.st, sess.store), S.describe(sess.st, sess.store), EXIT_CHECK_FAILED)
+
+
+def ask_human(sess: S.Session) -> str:
+    """The terminal's answer at a conflict (continue / skip / abort / quit)."""
+    return S.ask_human(sess)

@@ -1,0 +1,145 @@
+"""Proof as services: `verify` (both variants, the runs, the evidence), `verify --retire` /
+`--coverage-map` (retirement by behaviour) and `bisect` (where a reproducer's behaviour flips).
+Commands parse, call these, and print what comes back; lucepatch.api calls the same pipeline."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lucepatch import git
+from lucepatch.errors import LucepatchError
+from lucepatch.node.report import load_node_report
+from lucepatch.show.model import build_view
+from lucepatch.show.terminal import print_parts, verdict_parts
+from lucepatch.target import Target, family_lines, load_target
+from lucepatch.upstream import coverage, retire
+from lucepatch.upstream.bisect import FOUND, bisect_behaviour, bisect_exit_code, find_patch, record_applied_upstream
+from lucepatch.verify.driver import choose_driver
+from lucepatch.verify.evidence import Evidence, write_evidence
+from lucepatch.verify.node import node_section
+from lucepatch.verify.progress import clock  # noqa: F401  (the verdict line's duration)
+from lucepatch.verify.reproducer import load_reproducer
+from lucepatch.verify.service import VerifyRequest, run_verify, select
+from lucepatch.workspace import Workspace, resolve_source
+
+
+def selection(ws: Workspace, *, target: str | None, reproducers: list[str], run_all: bool) -> tuple[Target, list, str | None]:
+    """The target and reproducers a verify names, and (for `--all` without `--target`) the note
+    that says which target it took and how to name a line instead."""
+    t, repros = select(ws, target=target, reproducers=list(reproducers), run_all=run_all)
+    note = None
+    if run_all and not target:
+        lines = family_lines(ws, t.name)
+        note = (f"verify --all: target {t.name} (no --target; the target the workspace's reproducers are "
+                f"written for" + (f"; --target {lines[0]} for its line" if len(lines) == 1 else
+                                  f"; --target NAME for a line: {', '.join(lines)}" if lines else "") + ")")
+    return t, repros, note
+
+
+def cluster_backend(*, in_cluster: bool, from_logs: str | None, **options):
+    """The backend `--in-cluster` / `--from-logs` hand to verify (k8s/incluster.ClusterBackend), or
+    None: the runs run here. `options`: image, kubeconfig, context, namespace, node, gpu_mem_mib, save_logs."""
+    if not (in_cluster or from_logs):
+        return None
+    from lucepatch.k8s.incluster import ClusterBackend  # lazy: --in-cluster only, 16 ms
+
+    save = options.pop("save_logs", None)
+    return ClusterBackend(from_logs=Path(from_logs) if from_logs else None, save_logs=Path(save) if save else None,
+                          **options)
+
+
+def verify(ws: Workspace, t: Target, repros: list, cache: Path, *, source: str | None = None, lib: str | None = None,
+           baseline_lib: str | None = None, evidence: str | None = None, node_report: str | None = None,
+           progress=None, **options) -> Evidence:
+    """Build (or take `lib`/`baseline_lib`) both variants, run, judge; the evidence written to
+    `evidence` when given, with the node `node_report` describes (its notes go to `progress`).
+    `options`: driver, runs, fixed, scenarios, baseline_ref, patched_ref, jobs, backend."""
+    src = resolve_source(source, t.name, family=t.family) if not lib else None
+    req = VerifyRequest(workspace=ws, target=t, reproducers=repros, source=src, lib=Path(lib) if lib else None,
+                        baseline_lib=Path(baseline_lib) if baseline_lib else None,
+                        evidence=Path(evidence) if evidence else None, **options)
+    node_doc = None
+    if node_report:
+        node_doc, notes = node_section(load_node_report(node_report), baseline_lib=req.baseline_lib, lib=req.lib,
+                                       where=f"--node-report {node_report}")
+        for n in notes:
+            (progress or (lambda _l: None))(n)
+    ev = run_verify(req, cache)
+    if node_doc is not None:
+        ev.extra["node"] = node_doc
+    if evidence:
+        write_evidence(evidence, ev)
+    return ev
+
+
+def print_verdicts(console, ev: Evidence, *, wide: bool = False) -> None:
+    """The verdict table as `verify` prints it (the evidence viewer's, at the console's width)."""
+    print_parts(console, verdict_parts(build_view(ev), console.width, wide=wide))
+
+
+@dataclass
+class Judged:
+    """`verify --retire` / `--coverage-map`: the document, its table and the exit code."""
+    kind: str  # verify-retire | verify-coverage-map
+    doc: dict
+    table: tuple  # (title, columns, rows)
+    code: int
+    review: list[str] = field(default_factory=list)  # what a reviewer of each candidate reads
+
+
+def retire_or_map(ws: Workspace, cache: Path, *, target: str | None, source: str | None, ref: str | None,
+                  driver: str, runs: int | None, coverage_map: bool, reproducers: list[str]) -> Judged:
+    """Retirement by behaviour at `ref` (saved where a rebase session's `needed` reads it), or with
+    `coverage_map` the map alone (at `ref` or the pinned base)."""
+    if not target and reproducers:  # the target is the reproducers' (as verify --reproducer R)
+        target = select(ws, target=None, reproducers=list(reproducers), run_all=False)[0].name
+    t = load_target(ws, target)
+    src = resolve_source(source, t.name, family=t.family)
+    git.open_repo(src)
+    names = list(reproducers) or None
+    if coverage_map:
+        m, left_out = retire.coverage_map_at(t, src, ref or t.base, cache, driver, workspace=ws, reproducers=names)
+        doc = {**m.to_json(), "left_out": left_out, "cached": m.cached}
+        return Judged("verify-coverage-map", doc, coverage.format_coverage_map(m), 0)
+    doc = retire.retire_report(t, src, ref, cache, driver, runs, workspace=ws, reproducers=names)
+    doc["saved"] = str(retire.save_report(doc, t, cache, ws))
+    return Judged("verify-retire", doc, retire.format_retire_table(doc), retire.retire_exit_code(doc),
+                  retire.review_lines(doc))
+
+
+@dataclass
+class Bisected:
+    doc: dict
+    target: Target
+    code: int
+    patch: object = None  # the --record patch (series.Patch), None without --record
+    record_error: LucepatchError | None = None  # reported after the result, which is still worth printing
+
+
+def bisect(ws: Workspace, cache: Path, range_spec: str, reproducer: str, *, scenario: str | None = None,
+           target: str | None = None, source: str | None = None, driver: str = "auto", runs: int | None = None,
+           record: str | None = None, progress=None) -> Bisected:
+    """The first commit of `range_spec` (first parent) where the reproducer's behaviour flips; with
+    `record`, Applied-Upstream: written into that patch when upstream there holds its code."""
+    repro = load_reproducer(ws, reproducer)
+    t = load_target(ws, target or repro.target)
+    patch = None
+    if record:
+        ws.require_writable("bisect --record")
+        patch = find_patch(t, record)  # fail on a bad name before any build
+    if scenario:
+        repro.scenario(scenario)
+    src = resolve_source(source, t.name)
+    drv = choose_driver(driver, cache)
+    if progress:
+        progress(f"workspace {ws.describe()}; driver {drv.chosen} ({drv.note or drv.requested})")
+    doc = bisect_behaviour(t, src, range_spec, repro, cache, drv, runs, scenario)
+    doc["workspace"] = ws.to_json()
+    out = Bisected(doc, t, bisect_exit_code(doc), patch)
+    if patch is not None and doc["result"] == FOUND:
+        try:
+            doc["recorded"] = record_applied_upstream(patch, doc, target=t, source=src, cache=cache)
+        except LucepatchError as exc:
+            out.record_error = exc
+    return out
