@@ -132,3 +132,14 @@ def test_runs_10000_answers_within_2_s_beyond_its_runs(fh, tmp_path):
     if min(beyond)[0] >= 2.0:  # a busy machine stretches it (tests/pace.py)
         s = stretch()
         assert min(beyond)[0] < 2.0 * s, f"(s beyond the runs, s in all): {beyond} (machine stretch {s:.2f})"
+
+
+def test_retire_with_a_reproducer_and_no_target_names_the_target_by_the_reproducer(fh, tmp_path):
+    """`verify --retire REF --reproducer R` without --target takes R's target (as verify --reproducer R
+    does); an unknown R is one line, exit 2 — never a traceback (it once called select() without
+    the keywords it takes)."""
+    ws = make_ws(fh, "ws-retire-select", _series(""), ["async-sched"])
+    cmd = [sys.executable, "-m", "lucepatch", "--workspace", str(ws), "--cache-dir", str(tmp_path / "c"), "verify",
+           "--source", str(fh["upstream"]), "--retire", "HEAD", "--reproducer", "no-such-reproducer"]
+    r = subprocess.run(cmd, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, capture_output=True, text=True)
+    assert r.returncode == 2 and "no-such-reproducer" in r.stderr and "Traceback" not in r.stderr, r.stderr
