@@ -1,9 +1,12 @@
-"""The fast apply path (patches git would apply exactly are applied in Python, engine/fastapply.py)
-and the per-patch engine (`git apply --cached` + write-tree per patch) give the same outcomes,
-trees and commit ids (dates are fixed by the patches, the committer by lucepatch): on toy series
-with exact, 3-way, already-upstream, conflicting and after-conflict patches, new and deleted
-files, unusual identities, and — with LUCEPATCH_SRC_HAMI_CORE — HAMi-core's own history as a
-series (every non-merge commit 950c62f..8f3a89c) and the repository's series on their pins."""
+"""The one apply loop (engine/apply.py `apply_loop` on a `TreeState`) has two paths — Python where
+git would apply a patch exactly (engine/fastapply.py), the per-patch engine (`git apply --cached` +
+write-tree per patch) for the rest or, with LUCEPATCH_ENGINE=per-patch, for all — and they give the
+same outcomes, trees and commit ids (dates are fixed by the patches, the committer by lucepatch):
+on toy series with exact, 3-way, already-upstream, conflicting and after-conflict patches, new and
+deleted files, unusual identities, and — with LUCEPATCH_SRC_HAMI_CORE — HAMi-core's own history as
+a series (every non-merge commit 950c62f..8f3a89c) and the repository's series on their pins. The
+loop's other users get the same: a rebase session's walk (commit per patch, absorbed and
+conflicting ones) and the retirement's code signals."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT, commit_all, format_patches, git, init_repo, make_target, write
+from lucepatch.engine import retirement, session as S
 from lucepatch.engine.apply import WorkArea, apply_series
 from lucepatch.target import load_target_dir
 
@@ -95,6 +99,66 @@ def test_same_commits_with_3way_upstream_and_conflicts(tmp_path, monkeypatch):
     onto2 = commit_all(up, "conflict first")
     r = both(monkeypatch, tmp_path, t, up, base=onto2)
     assert r.outcomes[0].status == "conflict" and r.outcomes[2].after_conflict
+
+
+def _paths(monkeypatch, fn):
+    """fn() run on the per-patch path, then on the fast path."""
+    out = {}
+    for path in ("per-patch", "fast"):
+        if path == "per-patch":
+            monkeypatch.setenv("LUCEPATCH_ENGINE", "per-patch")
+        else:
+            monkeypatch.delenv("LUCEPATCH_ENGINE", raising=False)
+        out[path] = fn(path)
+    return out["per-patch"], out["fast"]
+
+
+def _moved_upstream(tmp_path):
+    """A toy series of three patches and an upstream that moved under it: patch 1 needs a 3-way
+    merge, patch 2 landed upstream, patch 3 conflicts; and a fourth patch after the conflict."""
+    up = init_repo(tmp_path / "up")
+    write(up, "a.c", "".join(f"a {i}\n" for i in range(30)))
+    write(up, "b.c", "".join(f"b {i}\n" for i in range(30)))
+    base = commit_all(up, "base")
+
+    def commits(r):
+        write(r, "a.c", (r / "a.c").read_text().replace("a 5\n", "a five\n"))
+        commit_all(r, "a five")
+        write(r, "b.c", (r / "b.c").read_text().replace("b 10\n", "b ten\n"))
+        commit_all(r, "b ten")
+        write(r, "a.c", (r / "a.c").read_text().replace("a 20\n", "a twenty\n"))
+        commit_all(r, "a twenty")
+        write(r, "b.c", (r / "b.c").read_text().replace("b 25\n", "b twenty-five\n"))
+        commit_all(r, "b twenty-five")
+    t = _series(tmp_path, up, base, commits)
+    write(up, "a.c", (up / "a.c").read_text().replace("a 8\n", "a eight\n").replace("a 20\n", "a 20!\n"))
+    write(up, "b.c", (up / "b.c").read_text().replace("b 10\n", "b ten\n"))
+    return up, t, commit_all(up, "upstream")
+
+
+def test_same_commits_in_a_rebase_session(tmp_path, monkeypatch):
+    """A session's walk goes through the one loop, patch by patch: both paths carry each patch to
+    the same commit (exact, 3-way), absorb the same one and stop at the same conflict."""
+    up, t, onto = _moved_upstream(tmp_path)
+
+    def walk(path):
+        doc = S.dry_run(tmp_path / f"cache-{path}", t, up, onto, S.Options(no_behaviour=True))
+        return [(r["name"], r["applies"], r["action"], r["commit"]) for r in doc["patches"]]
+    a, b = _paths(monkeypatch, walk)
+    assert a == b
+    assert [x[1:3] for x in b] == [("3-way", "carried"), ("absorbed", "absorbed"), ("conflict", "would stop"),
+                                   ("exact", "carried")]
+    assert all(c for _, applies, _, c in b if applies in ("exact", "3-way"))
+
+
+def test_same_code_signals_for_retirement(tmp_path, monkeypatch):
+    """The retirement's code signals re-apply the series on REF through the one loop (its 3-way
+    signal: a patch that changes nothing there): the same signals on both paths."""
+    up, t, onto = _moved_upstream(tmp_path)
+    a, b = _paths(monkeypatch, lambda path: retirement.code_signals(t, up, t.base, onto, tmp_path / f"c-{path}"))
+    assert a == b
+    assert (b[t.patches[1].name] or {}).get("signal") in ("3-way", "content-match", "reverse-apply")
+    assert b[t.patches[0].name] is None and b[t.patches[2].name] is None
 
 
 HAMI = os.environ.get("LUCEPATCH_SRC_HAMI_CORE")

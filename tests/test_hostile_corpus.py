@@ -212,7 +212,8 @@ CASES = [
 
 @pytest.fixture(params=["fast", "per-patch"])
 def engine_path(request, monkeypatch):
-    """Every hostile input goes through both apply paths (engine/apply.py FastSeries and apply_loop)."""
+    """Every hostile input goes through both paths of the one apply loop (engine/apply.py TreeState: Python first, or
+    the per-patch engine for every patch)."""
     if request.param == "per-patch":
         monkeypatch.setenv("LUCEPATCH_ENGINE", "per-patch")
     else:

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import commit_all, format_patches, git, init_repo, write
-from lucepatch.engine.apply import FastSeries, clone_private
+from lucepatch.engine.apply import TreeState, clone_private
 from lucepatch.engine.core import STATUSES, IndexEngine, validate_diffs
 from lucepatch.engine.safety import base_listing, check_series_safety
 from lucepatch.errors import LucepatchError
@@ -93,8 +92,7 @@ def test_mutated_patches_never_crash(corpus, which, ops):
         status, _ = eng.apply(d, name=str(f))
         assert status in STATUSES
         _ = p.patch_id
-        fs = FastSeries(SimpleNamespace(repo=repo, path=corpus["tmp"]), repo, corpus["base"], corpus["listing"],
-                        write_objects=False)
+        fs = TreeState(repo, corpus["tmp"] / "state.index", corpus["base"], listing=corpus["listing"], fast=True)
         if fs.try_python(fs.prefetch([p])[0]):
             assert status == "applied" and fs.tree_id == eng.write_tree(), (status, data)
     except LucepatchError as exc:

@@ -121,7 +121,7 @@ def test_rounds_agree_with_the_engine_on_the_whole_hami_core_history(tmp_path, i
     """Every commit of HAMi-core x the real series: the batched rounds give exactly the cells of
     the per-state engine (a read-tree and `git apply` per patch per distinct state)."""
     from lucepatch.engine import matrix as M
-    from lucepatch.engine.apply import WorkArea, open_engine
+    from lucepatch.engine.apply import WorkArea, prepare_private
     from lucepatch.target import load_target
     from lucepatch.workspace import resolve_workspace
 
@@ -129,7 +129,7 @@ def test_rounds_agree_with_the_engine_on_the_whole_hami_core_history(tmp_path, i
     with WorkArea(tmp_path / "cache", "matrix-agree") as work:
         root = git(HAMI, "rev-list", "--max-parents=0", "HEAD").split()[-1]
         commits, subjects = M.range_commits(Path(HAMI), f"{root}..HEAD")
-        _e, files = open_engine(Path(HAMI), t.patches, work, commits[-1])
+        files = prepare_private(Path(HAMI), t.patches, work, commits[-1])
         res = M.run_matrix(work.repo, work.path, t.patches, files, commits, subjects, independent=independent)
         assert res.stats["method"] == "rounds", res.stats
         first = {}

@@ -17,7 +17,6 @@ k+1; k = len(series) is "all applied, before the checkout moves") the run create
 from __future__ import annotations
 
 import email.utils
-import hashlib
 import os
 import re
 import shutil
@@ -28,13 +27,7 @@ from pathlib import Path
 from lucepatch import git, trailers
 from lucepatch.engine import fastapply
 from lucepatch.engine.checkout import pid_alive
-from lucepatch.engine.core import (
-    APPLIED,
-    APPLIED_3WAY,
-    CONFLICT,
-    IndexEngine,
-    validate_diffs,
-)
+from lucepatch.engine.core import APPLIED, APPLIED_3WAY, CONFLICT, PURE_CONFIG, IndexEngine, validate_diffs
 from lucepatch.engine.faults import PAUSE_ENV, pause  # noqa: F401 (PAUSE_ENV re-exported)
 from lucepatch.engine.safety import base_listing, check_series_safety
 from lucepatch.errors import EnvironmentMissing, UsageError
@@ -250,89 +243,6 @@ def commit_object(tree: str, parent: str, patch: Patch, msg: str, commit_env: di
     return body.encode("utf-8")
 
 
-class CommitMismatch(Exception):
-    """git wrote other commit ids than the ones computed here (an object format or a git that
-    writes commits differently): apply_loop redoes the series with `git commit-tree`."""
-
-
-def flush_commits(engine: IndexEngine, pending: list[tuple[str, bytes]]) -> None:
-    """Write the commit objects built in Python with one `git hash-object` and check their ids."""
-    if not pending:
-        return
-    d = engine.index.parent / "commits"
-    d.mkdir(exist_ok=True)
-    paths = []
-    for sha, obj in pending:
-        f = d / sha
-        f.write_bytes(obj)
-        paths.append(str(f))
-    out = engine.git("hash-object", "-t", "commit", "-w", "--stdin-paths",
-                     stdin=("\n".join(paths) + "\n").encode()).stdout.split()
-    if out != [sha for sha, _ in pending]:
-        raise CommitMismatch()
-    for f in paths:
-        os.unlink(f)
-    pending.clear()
-
-
-def apply_loop(engine: IndexEngine, target: Target, patches: list[Patch], files: list[Path], head: str, *,
-               trailers: bool = True, am_args: tuple[str, ...] = (), am_env: dict | None = None,
-               pause: bool = False, strip: int = 1) -> tuple[list[PatchOutcome], str]:
-    """Apply `patches` cumulatively on the engine's index; one commit per applied patch on `head`
-    (author, date and message from the patch; `strip` is the -p level of the diffs)."""
-    start = engine.write_tree()
-    try:
-        return _apply_loop(engine, target, patches, files, head, trailers=trailers, am_args=am_args,
-                           am_env=am_env, pause=pause, strip=strip, native=len(head) == 40)
-    except CommitMismatch:
-        engine.reset(start)
-        return _apply_loop(engine, target, patches, files, head, trailers=trailers, am_args=am_args,
-                           am_env=am_env, pause=False, strip=strip, native=False)
-
-
-def _apply_loop(engine: IndexEngine, target: Target, patches: list[Patch], files: list[Path], head: str, *,
-                trailers: bool, am_args: tuple[str, ...], am_env: dict | None, pause: bool, strip: int,
-                native: bool) -> tuple[list[PatchOutcome], str]:
-    outcomes = []
-    commit_env = dict(am_env or {})
-    signoff = None
-    if "--signoff" in am_args:
-        n, e = commit_env.get("GIT_COMMITTER_NAME"), commit_env.get("GIT_COMMITTER_EMAIL")
-        if n and e:
-            signoff = f"Signed-off-by: {n} <{e}>"
-    seen_conflict = False
-    pending: list[tuple[str, bytes]] = []
-    for i, (p, f) in enumerate(zip(patches, files)):
-        if pause:
-            pause_at(i)
-        status, detail = engine.apply(f, name=str(p.path), strip=strip)
-        outcome = PatchOutcome(p, status, detail=detail)
-        if status in (APPLIED, APPLIED_3WAY):
-            extra = []
-            if signoff and signoff not in p.trailer_all("Signed-off-by") and \
-                    signoff.split(": ", 1)[1] not in p.trailer_all("Signed-off-by"):
-                extra.append(signoff)
-            if trailers:
-                extra += series_trailers(target, p)
-            tree = engine.write_tree()
-            msg = commit_message(p, extra)
-            obj = commit_object(tree, head, p, msg, commit_env) if native else None
-            if obj is not None:
-                head = hashlib.sha1(b"commit %d\0" % len(obj) + obj).hexdigest()
-                pending.append((head, obj))
-            else:
-                flush_commits(engine, pending)
-                res = engine.git("commit-tree", tree, "-p", head, "-F", "-",
-                                 stdin=msg.encode("utf-8", "surrogateescape"), env={**commit_env, **patch_author(p)})
-                head = res.stdout.strip()
-            outcome.commit = head
-        outcome.after_conflict = seen_conflict
-        seen_conflict = seen_conflict or status == CONFLICT
-        outcomes.append(outcome)
-    flush_commits(engine, pending)
-    return outcomes, head
-
-
 ENGINE_ENV = "LUCEPATCH_ENGINE"  # "per-patch": skip the fast path (tests run both paths)
 
 
@@ -344,7 +254,7 @@ def _signoff(am_args: tuple[str, ...], commit_env: dict) -> str | None:
     return None
 
 
-def _extra_trailers(p: Patch, target: Target, trailers: bool, signoff: str | None) -> list[str]:
+def _extra_trailers(p: Patch, target: Target | None, trailers: bool, signoff: str | None) -> list[str]:
     extra = []
     if signoff and signoff not in p.trailer_all("Signed-off-by") and \
             signoff.split(": ", 1)[1] not in p.trailer_all("Signed-off-by"):
@@ -354,36 +264,89 @@ def _extra_trailers(p: Patch, target: Target, trailers: bool, signoff: str | Non
     return extra
 
 
-class FastSeries:
-    """The series applied in Python where git would apply a patch exactly (engine/fastapply.py),
-    the per-patch engine for the others (3-way, conflicts, anything unusual): the same trees,
-    and commit objects built by the same `commit_object` as `apply_loop`, so the same commit ids.
-    A series that applies exactly costs two git processes (the base's blobs and, for apply,
-    nothing else: the objects are written here), not two per patch."""
+_UNPARSED = object()
 
-    def __init__(self, work: WorkArea, source: Path, base: str, listing: str, write_objects: bool):
-        self.fa = fastapply
-        self.work, self.source = work, source
+
+class TreeState:
+    """The tree a series goes onto, patch by patch: the one place lucepatch applies a patch and
+    makes its commit (apply, check, a rebase session's walk and its old chain, quilt import, the
+    retirement's code signals).
+
+    A patch git would apply exactly is applied in Python (engine/fastapply.py: no git process);
+    any other (3-way, conflicts, anything unusual, a -pN other than 1) goes through the per-patch
+    engine (engine/core.py: `git apply --cached`, then `--3way`) on an index holding the current
+    tree; LUCEPATCH_ENGINE=per-patch (or fast=False) sends every patch there. The blobs, trees and
+    commits made here are kept until `flush` writes them into `repo`; every commit object is built
+    by `commit_object` whichever path its patch took, so a series gets the same commit ids either way
+    (tests/test_apply_paths.py compares them)."""
+
+    def __init__(self, repo: Path, index: Path, base: str, *, listing: str | None = None,
+                 read_from: Path | None = None, fast: bool | None = None):
+        self.repo, self.index = Path(repo), Path(index)
+        self.read_from = Path(read_from or repo)  # where the base's blobs are read (a checkout: no alternates)
         self.algo = "sha256" if len(base) == 64 else "sha1"
-        self.tree = fastapply.Tree(listing, self.algo)
-        self.tree.dirty.add("")
-        self.tree_id = self.tree.write()
-        self.tree.new_objects.clear()  # the base tree exists already
+        self.fast = os.environ.get(ENGINE_ENV) != "per-patch" if fast is None else fast
         self.blobs: dict[str, bytes] = {}
-        self.objects: dict[str, tuple[str, bytes]] = {}
-        self.write_objects = write_objects
-        self.engine: IndexEngine | None = None
+        self.objects: dict[str, tuple[str, bytes]] = {}  # made here, not written yet
         self.python_applied = 0
+        self._engine: IndexEngine | None = None
+        self._engine_tree: str | None = None  # the tree the engine's index holds
+        self.tree: fastapply.Tree | None = None
+        if self.fast:
+            self.tree = fastapply.Tree(base_listing(self.read_from, base) if listing is None else listing, self.algo)
+            self.tree.dirty.add("")
+            self.tree_id = self.tree.write()
+            self.tree.new_objects.clear()  # the base tree exists already
+        else:
+            self.tree_id = self._engine_at(base)
 
+    # ---- the per-patch engine
+    def _engine_at(self, tree: str) -> str:
+        """The engine's index at `tree` (a commit or a tree); the tree's id."""
+        if self._engine is None:
+            self._engine = IndexEngine(self.repo, self.index)
+        if self._engine_tree != tree:
+            self._engine.reset(tree)
+            self._engine_tree = self._engine.write_tree()
+        return self._engine_tree
+
+    @property
+    def engine(self) -> IndexEngine:
+        """The per-patch engine at the current tree (the objects made so far written first)."""
+        self.flush()
+        self._engine_at(self.tree_id)
+        return self._engine
+
+    def check_reverse(self, f: Path) -> bool:
+        """Does the patch reverse-apply exactly to the current tree (the tree already has it)?"""
+        return self.engine.check_reverse(f)
+
+    def _with_engine(self, f: Path, name: str, strip: int) -> tuple[str, str]:
+        eng = self.engine
+        status, detail = eng.apply(f, name=name, strip=strip)
+        if status in (APPLIED, APPLIED_3WAY):
+            new = eng.write_tree()
+            self._engine_tree = new
+            if new != self.tree_id:
+                if self.tree is not None:
+                    self.tree = fastapply.Tree(base_listing(self.repo, new), self.algo)
+                self.tree_id = new
+        return status, detail
+
+    # ---- the Python path
     def prefetch(self, patches: list[Patch]) -> list:
-        parsed = [self.fa.parse(p.diff) for p in patches]
+        """Each patch's file diffs as the Python path reads them (None: git decides), with every
+        base blob they modify read in one git process."""
+        if not self.fast:
+            return [None] * len(patches)
+        parsed = [fastapply.parse(p.diff) for p in patches]
         want = set()
         for fds in parsed:
             for fd in fds or []:
                 e = self.tree.get(fd.path)
                 if e is not None and fd.kind != "add":
                     want.add(e[1])
-        self._read_blobs(self.source, want)
+        self._read_blobs(self.read_from, want)
         return parsed
 
     def _read_blobs(self, repo: Path, oids: set[str]) -> None:
@@ -417,9 +380,9 @@ class FastSeries:
                 if e is None or e[0] not in ("100644", "100755"):
                     return False
                 if e[1] not in self.blobs:
-                    self._read_blobs(self.work.repo, {e[1]})
+                    self._read_blobs(self.repo, {e[1]})
                 content, mode = self.blobs[e[1]], e[0]
-            out = self.fa.apply_file(content, fd.hunks)
+            out = fastapply.apply_file(content, fd.hunks)
             if out is None or (fd.kind == "delete" and out):
                 return False
             changes.append((fd, mode, out))
@@ -427,7 +390,7 @@ class FastSeries:
             if fd.kind == "delete":
                 self.tree.delete(fd.path)
                 continue
-            oid = self.fa.object_id("blob", out, self.algo)
+            oid = fastapply.object_id("blob", out, self.algo)
             self.blobs[oid] = out
             self.objects.setdefault(oid, ("blob", out))
             self.tree.put(fd.path, mode, oid)
@@ -437,14 +400,38 @@ class FastSeries:
         self.python_applied += 1
         return True
 
+    # ---- one patch, one commit
+    def apply(self, p: Patch, f: Path, fds=_UNPARSED, *, strip: int = 1) -> tuple[str, str]:
+        """(status, detail) of patch `p` (its diff written at `f`) on the current tree, which then
+        holds the result: Python first where it can decide, else the per-patch engine."""
+        if self.fast and strip == 1:
+            if fds is _UNPARSED:
+                fds = fastapply.parse(p.diff)
+            if self.try_python(fds):
+                return APPLIED, ""
+        return self._with_engine(f, str(p.path), strip)
+
+    def commit(self, p: Patch, msg: str, parent: str, commit_env: dict) -> str:
+        """The commit of the current tree on `parent` (author and date from the patch): built here,
+        or by `git commit-tree` when its identity is unusual (`commit_object` returns None)."""
+        obj = commit_object(self.tree_id, parent, p, msg, commit_env)
+        if obj is not None:
+            oid = fastapply.object_id("commit", obj, self.algo)
+            self.objects[oid] = ("commit", obj)
+            return oid
+        self.flush()
+        return git.run(self.repo, "commit-tree", self.tree_id, "-p", parent, "-F", "-",
+                       stdin=msg.encode("utf-8", "surrogateescape"),
+                       env={"GIT_OPTIONAL_LOCKS": "0", **PURE_CONFIG, **commit_env, **patch_author(p)}).stdout.strip()
+
     def flush(self) -> None:
-        """Write the objects made here into the private repository: one pack (two files, which
-        the switch copies into the checkout as they are), loose objects for sha256 ids."""
-        d = self.work.repo / ".git" / "objects"
+        """Write the objects made here into `repo`: one pack (two files, which the switch copies
+        into the checkout as they are), loose objects for sha256 ids."""
         if not self.objects:
             return
+        d = self.repo / ".git" / "objects"
         if self.algo == "sha1" and sum(len(b) for _, b in self.objects.values()) < 1 << 30:
-            self.fa.write_pack(d / "pack", self.objects)
+            fastapply.write_pack(d / "pack", self.objects)
             self.objects.clear()
             return
         for oid, (kind, body) in self.objects.items():
@@ -453,64 +440,34 @@ class FastSeries:
                 continue
             f.parent.mkdir(exist_ok=True)
             tmp = f.with_name(f".tmp-{oid[2:]}-{os.getpid()}")
-            tmp.write_bytes(self.fa.loose_bytes(kind, body))
+            tmp.write_bytes(fastapply.loose_bytes(kind, body))
             os.replace(tmp, f)
         self.objects.clear()
 
-    def with_engine(self, f: Path, name: str, strip: int) -> tuple[str, str]:
-        """The per-patch engine on the current tree, then the tree read back."""
-        self.flush()
-        if self.engine is None:
-            self.engine = IndexEngine(self.work.repo, self.work.path / "index")
-        self.engine.reset(self.tree_id)
-        status, detail = self.engine.apply(f, name=name, strip=strip)
-        if status in (APPLIED, APPLIED_3WAY):
-            new = self.engine.write_tree()
-            if new != self.tree_id:
-                self.tree = self.fa.Tree(safety_listing(self.work.repo, new), self.algo)
-                self.tree_id = new
-        return status, detail
 
-
-def safety_listing(repo: Path, tree: str) -> str:
-    return base_listing(repo, tree)
-
-
-def fast_loop(work: WorkArea, source: Path, target: Target, patches: list[Patch], files: list[Path], base: str,
-              listing: str, *, trailers: bool = True, am_args: tuple[str, ...] = (), am_env: dict | None = None,
-              pause: bool = False, write_objects: bool = True) -> tuple[list[PatchOutcome], str, str, dict]:
-    fs = FastSeries(work, source, base, listing, write_objects)
-    parsed = fs.prefetch(patches)
+def apply_loop(state: TreeState, target: Target | None, patches: list[Patch], files: list[Path], head: str, *,
+               trailers: bool = True, am_args: tuple[str, ...] = (), am_env: dict | None = None,
+               pause: bool = False, strip: int = 1, parsed: list | None = None) -> tuple[list[PatchOutcome], str]:
+    """The one apply loop: `patches` in order on `state`, one commit per applied patch on `head`
+    (author, date and message from the patch, lucepatch's trailers unless `trailers` is False,
+    `--signoff` in `am_args` signing with `am_env`'s committer); a conflicting patch is skipped and
+    the later ones are still tried (`after_conflict`). The objects stay in `state` until its flush.
+    `parsed`: the patches' file diffs from `state.prefetch` (read here when not given)."""
     commit_env = dict(am_env or {})
     signoff = _signoff(am_args, commit_env)
-    outcomes, head, seen_conflict = [], base, False
-    for i, (p, f, fds) in enumerate(zip(patches, files, parsed)):
+    outcomes, seen_conflict = [], False
+    for i, (p, f) in enumerate(zip(patches, files)):
         if pause:
             pause_at(i)
-        if fs.try_python(fds):
-            status, detail = APPLIED, ""
-        else:
-            status, detail = fs.with_engine(f, str(p.path), 1)
+        status, detail = state.apply(p, f, parsed[i] if parsed is not None else _UNPARSED, strip=strip)
         outcome = PatchOutcome(p, status, detail=detail)
         if status in (APPLIED, APPLIED_3WAY):
-            msg = commit_message(p, _extra_trailers(p, target, trailers, signoff))
-            obj = commit_object(fs.tree_id, head, p, msg, commit_env)
-            if obj is not None:
-                head = fs.fa.object_id("commit", obj, fs.algo)
-                fs.objects[head] = ("commit", obj)
-            else:  # an identity commit_object does not build: git's own commit-tree
-                fs.flush()
-                head = git.run(work.repo, "commit-tree", fs.tree_id, "-p", head, "-F", "-",
-                               stdin=msg.encode("utf-8", "surrogateescape"),
-                               env={**commit_env, **patch_author(p)}).stdout.strip()
+            head = state.commit(p, commit_message(p, _extra_trailers(p, target, trailers, signoff)), head, commit_env)
             outcome.commit = head
         outcome.after_conflict = seen_conflict
         seen_conflict = seen_conflict or status == CONFLICT
         outcomes.append(outcome)
-    if write_objects:
-        fs.flush()
-    stats = {"python": fs.python_applied, "engine": len(patches) - fs.python_applied}
-    return outcomes, head, fs.tree_id, stats
+    return outcomes, head
 
 
 def apply_series(target: Target, source: Path, patches: list[Patch], work: WorkArea,
@@ -523,8 +480,9 @@ def apply_series(target: Target, source: Path, patches: list[Patch], work: WorkA
     `checkout=False` leaves the private repository without a work tree (apply/check/status do
     not need one); `write_objects=False` (check) computes the outcomes without writing the new
     commits anywhere; `base_label` names `base` in an error (the flag a user gave it with).
-    Patches that git would apply exactly are applied in Python (FastSeries),
-    the others by the per-patch engine; LUCEPATCH_ENGINE=per-patch uses the engine for all.
+    The patches go through the one apply loop (`apply_loop` on a `TreeState`): in Python where
+    git would apply them exactly, the others by the per-patch engine; LUCEPATCH_ENGINE=per-patch
+    uses the engine for all.
     """
     base_sha = resolve_base(source, base or target.base, target.name, fetch=fetch, upstream=target.upstream,
                             what=base_label)
@@ -533,25 +491,16 @@ def apply_series(target: Target, source: Path, patches: list[Patch], work: WorkA
     clone_private(source, work.repo)
     files = prepare_patch_files(patches, work)
     validate_diffs(work.repo, [(f, str(p.path)) for f, p in zip(files, patches)])
-    if os.environ.get(ENGINE_ENV) == "per-patch":
-        engine = IndexEngine(work.repo, work.path / "index")
-        engine.reset(base_sha)
-        result = SeriesResult(base=base_sha, head=base_sha, tree=engine.write_tree(), workdir=work.repo)
-        outcomes, head = apply_loop(engine, target, patches, files, base_sha, trailers=trailers,
-                                    am_args=am_args, am_env=am_env, pause=True)
-        tree = engine.write_tree()
-        result.method = {"python": 0, "engine": len(patches)}
-    else:
-        write = write_objects or checkout
-        outcomes, head, tree, stats = fast_loop(work, source, target, patches, files, base_sha, listing,
-                                                trailers=trailers, am_args=am_args, am_env=am_env, pause=True,
-                                                write_objects=write)
-        result = SeriesResult(base=base_sha, head=base_sha, tree=tree, workdir=work.repo)
-        result.method = stats
+    state = TreeState(work.repo, work.path / "index", base_sha, listing=listing, read_from=source)
+    outcomes, head = apply_loop(state, target, patches, files, base_sha, trailers=trailers, am_args=am_args,
+                                am_env=am_env, pause=True, parsed=state.prefetch(patches))
+    if write_objects or checkout:
+        state.flush()
+    result = SeriesResult(base=base_sha, head=base_sha, tree=state.tree_id, workdir=work.repo,
+                          method={"python": state.python_applied, "engine": len(patches) - state.python_applied})
     result.outcomes.extend(outcomes)
     pause_at(len(patches))
     result.head = head
-    result.tree = tree
     if checkout:
         git.run(work.repo, "checkout", "--quiet", "--detach", head)
     elif write_objects:
@@ -559,15 +508,20 @@ def apply_series(target: Target, source: Path, patches: list[Patch], work: WorkA
     return result
 
 
-def open_engine(source: Path, patches: list[Patch], work: WorkArea, commit: str) -> tuple[IndexEngine, list[Path]]:
-    """Private clone + index engine at `commit`, patch diffs written and validated (read-only verbs)."""
+def prepare_private(source: Path, patches: list[Patch], work: WorkArea, commit: str) -> list[Path]:
+    """The series checked against `commit`, a private clone, the patch diffs written and validated
+    (what every read-only use of the series starts with)."""
     check_series_safety(patches, source, commit)
     clone_private(source, work.repo)
     files = prepare_patch_files(patches, work)
     validate_diffs(work.repo, [(f, str(p.path)) for f, p in zip(files, patches)])
-    engine = IndexEngine(work.repo, work.path / "index")
-    engine.reset(commit)
-    return engine, files
+    return files
+
+
+def open_state(source: Path, patches: list[Patch], work: WorkArea, commit: str) -> tuple[TreeState, list[Path]]:
+    """`prepare_private`, and the series' tree at `commit` as the one apply loop carries it."""
+    files = prepare_private(source, patches, work, commit)
+    return TreeState(work.repo, work.path / "index", commit, read_from=source), files
 
 
 def applied_patch_ids(repo: Path, base: str, head: str) -> dict[str, str]:

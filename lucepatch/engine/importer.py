@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucepatch import git
-from lucepatch.engine.apply import (PURE_ENV, WorkArea, apply_loop, clone_private, format_commits, format_patch_slug,
+from lucepatch.engine.apply import (PURE_ENV, TreeState, WorkArea, apply_loop, clone_private, format_commits, format_patch_slug,
                                     resolve_base)
-from lucepatch.engine.core import ALREADY_UPSTREAM, CONFLICT, IndexEngine
+from lucepatch.engine.core import ALREADY_UPSTREAM, CONFLICT
 from lucepatch.engine.safety import MAX_PATCH_BYTES, check_patch_paths, check_patch_shape
 from lucepatch.errors import UsageError
 from lucepatch.series import Patch, parse_patch, read_series_entries
@@ -84,8 +84,7 @@ def normalise_quilt(src: Path, work: WorkArea, base: str, qdir: Path) -> list[tu
     if not entries:
         raise UsageError(f"quilt series {qdir / 'series'} lists no patches")
     clone_private(src, work.repo)
-    engine = IndexEngine(work.repo, work.path / "index")
-    engine.reset(base)
+    state = TreeState(work.repo, work.path / "index", base)
     head = base
     d = work.path / "q"
     d.mkdir()
@@ -107,11 +106,12 @@ def normalise_quilt(src: Path, work: WorkArea, base: str, qdir: Path) -> list[tu
         f.write_bytes(probe.diff)
         subject, body, an, ae = quilt_message(header, name)
         probe.subject, probe.body, probe.author, probe.date = subject, body, _quoted_ident(an, ae), QUILT_DATE
-        # the engine's commit loop, one patch at a time: the first patch that does not apply stops the import
-        (outcome,), head = apply_loop(engine, None, [probe], [f], head, trailers=False, strip=strip)
+        # the one apply loop, one patch at a time: the first patch that does not apply stops the import
+        (outcome,), head = apply_loop(state, None, [probe], [f], head, trailers=False, strip=strip)
         if outcome.status in (CONFLICT, ALREADY_UPSTREAM):
             raise UsageError(f"quilt patch {path} does not apply on {base[:12]} ({outcome.detail or outcome.status}); "
                              "import it onto the base it was made for (--base)")
+    state.flush()
     files = format_commits(work.repo, base, head, work.path / "out")
     return [(format_patch_slug(f.name), f.read_bytes()) for f, _, _ in files]
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucepatch import git
-from lucepatch.engine.apply import WorkArea, open_engine
+from lucepatch.engine.apply import WorkArea, prepare_private
 from lucepatch.engine.core import ALREADY_UPSTREAM, APPLIED, APPLIED_3WAY, CONFLICT, PURE_CONFIG, IndexEngine
 from lucepatch.engine.safety import diff_paths
 from lucepatch.engine.subtargets import gitlinks, sub_targets
@@ -637,7 +637,7 @@ def matrix_of(t, src: Path, cache: Path, rev_range: str, *, independent: bool = 
     if not commits:
         raise UsageError(f"--range {rev_range} holds no commits in {src}")
     with WorkArea(cache, f"matrix-{t.name}") as work:
-        _engine, files = open_engine(src, t.patches, work, commits[0])
+        files = prepare_private(src, t.patches, work, commits[0])
         res = run_matrix(work.repo, work.path, t.patches, files, commits, subjects, independent=independent, jobs=jobs)
     subs = []
     if t.submodules:
@@ -651,7 +651,7 @@ def matrix_of(t, src: Path, cache: Path, rev_range: str, *, independent: bool = 
             sm = SubMatrix(st, commits, links, [], 0)
             if have:
                 with WorkArea(cache, f"matrix-{st.target.name}") as work:
-                    _engine, sfiles = open_engine(ssrc, st.target.patches, work, have[0])
+                    sfiles = prepare_private(ssrc, st.target.patches, work, have[0])
                     r = run_matrix(work.repo, work.path, st.target.patches, sfiles, have, [""] * len(have),
                                    independent=independent, jobs=jobs)
                 cells = dict(zip(have, r.cells))

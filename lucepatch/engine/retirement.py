@@ -25,7 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lucepatch import git
-from lucepatch.engine.apply import WorkArea, open_engine
+from lucepatch.engine.apply import WorkArea, open_state
 from lucepatch.engine.core import ALREADY_UPSTREAM
 from lucepatch.engine.upstreamed import CODE_SIGNALS, content_match, tree_reader, upstream_patch_ids
 
@@ -72,21 +72,21 @@ def code_signals(target, source: Path, base: str, ref: str, cache: Path) -> dict
     out: dict[str, dict | None] = {}
     ids = upstream_patch_ids(source, base, ref) if base != ref else {}
     with WorkArea(Path(cache), f"code-{target.name}") as work:
-        engine, files = open_engine(source, target.patches, work, ref)
+        state, files = open_state(source, target.patches, work, ref)
         read = tree_reader(work.repo, ref)
         for p, f in zip(target.patches, files):
             sig = None
             if p.patch_id in ids:
                 sig = {"signal": "patch-id", "commit": ids[p.patch_id],
                        "detail": f"upstream commit {ids[p.patch_id][:12]} has patch-id {p.patch_id[:12]}"}
-            elif engine.check_reverse(f):
+            elif state.check_reverse(f):
                 sig = {"signal": "reverse-apply", "commit": None,
                        "detail": f"the patch reverse-applies exactly to {ref[:12]}"}
             elif content_match(p, read):
                 sig = {"signal": "content-match", "commit": None,
                        "detail": f"every changed run is present in {ref[:12]} (whitespace/context differ)"}
             # applied cumulatively (a conflict leaves the index as it was and the next patch is tried)
-            status, _ = engine.apply(f, name=str(p.path))
+            status, _ = state.apply(p, f)
             if sig is None and status == ALREADY_UPSTREAM:
                 sig = {"signal": "3-way", "commit": None,
                        "detail": f"re-applied on {ref[:12]} (3-way, after the series' earlier patches) it changes "

@@ -36,9 +36,9 @@ from typing import Callable
 from lucepatch import git, report, trailers
 from lucepatch.engine import needed as needed_mod, retirement
 from lucepatch.engine import transaction, upstreamed
-from lucepatch.engine.apply import (FORMAT_PATCH_ARGS, PURE_ENV, WorkArea, apply_loop, clone_private, commit_message,
-                                    format_commits, patch_author, pause_at, resolve_base, series_trailers,
-                                    with_trailers)
+from lucepatch.engine.apply import (FORMAT_PATCH_ARGS, PURE_ENV, TreeState, WorkArea, apply_loop, clone_private,
+                                    commit_message, format_commits, patch_author, pause_at, resolve_base,
+                                    series_trailers, with_trailers)
 from lucepatch.engine.checkout import clear_private_locks, pid_alive
 from lucepatch.engine.core import ALREADY_UPSTREAM, APPLIED, APPLIED_3WAY, CONFLICT, IndexEngine, validate_diffs
 from lucepatch.engine.safety import check_series_safety
@@ -275,7 +275,7 @@ class Session:
     def __init__(self, store: Store, st: State, cache: Path):
         self.store, self.st, self.cache = store, st, cache
         self.t: Target = load_target_dir(store.dir / "original" / st.target)
-        self._engine: IndexEngine | None = None
+        self._state: TreeState | None = None
 
     # ---- opening
     @classmethod
@@ -332,7 +332,7 @@ class Session:
                                 for p in tt.patches],
                        options=asdict(opts), started=_now(), pid=os.getpid(), new_line=opts.line)
             sess = cls.__new__(cls)
-            sess.store, sess.st, sess.cache, sess._engine = store, st, cache, None
+            sess.store, sess.st, sess.cache, sess._state = store, st, cache, None
             sess.t = tt
             # the judge keys its saved report by the target's content and the workspace's reproducers:
             # the staged copy (tt) has no reproducers/ beside it
@@ -376,10 +376,10 @@ class Session:
         validate_diffs(repo, [(f, str(p.path)) for f, p in zip(files, patches)])
         # The old series on the old base: its blobs let 3-way merges of later patches work even
         # when an earlier one is dropped, and its head is the left side of the range-diff.
-        old = IndexEngine(repo, self.root / "old.index")
-        old.reset(st.base)
+        old = TreeState(repo, self.root / "old.index", st.base)
         carried = [(p, f) for p, f, ps in zip(patches, files, st.patches) if not ps.backport]
         outcomes, st.old_head = apply_loop(old, self.t, [p for p, _ in carried], [f for _, f in carried], st.base)
+        old.flush()
         bad = [o.patch.name for o in outcomes if o.status == CONFLICT]
         if bad:
             st.warnings.append(f"on its own base {st.base[:12]} the series does not apply cleanly ({', '.join(bad)}); "
@@ -407,11 +407,12 @@ class Session:
 
     # ---- the walk
     @property
-    def engine(self) -> IndexEngine:
-        if self._engine is None:
-            self._engine = IndexEngine(self.repo, self.root / "engine.index")
-            self._engine.reset(self.st.head)
-        return self._engine
+    def state(self) -> TreeState:
+        """The series' tree at the recorded head, as the one apply loop carries it (kept between
+        patches in this process; rebuilt from `head` after a human's commit or a restart)."""
+        if self._state is None:
+            self._state = TreeState(self.repo, self.root / "engine.index", self.st.head)
+        return self._state
 
     def save(self) -> None:
         self.st.pid = os.getpid()
@@ -426,8 +427,8 @@ class Session:
                 continue
             pause_at(i)
             p = self.t.patches[i]
-            eng = self.engine
-            outcomes, head = apply_loop(eng, self.t, [p], [self.patch_file(i)], st.head)
+            outcomes, head = apply_loop(self.state, self.t, [p], [self.patch_file(i)], st.head)
+            self.state.flush()  # the head saved below must be readable after a kill
             o = outcomes[0]
             if o.status in (APPLIED, APPLIED_3WAY):
                 ps.action, ps.applies, ps.commit, ps.detail = CARRIED, "exact" if o.status == APPLIED else "3-way", head, o.detail
@@ -513,7 +514,7 @@ class Session:
         ps.action, ps.commit, ps.conflict_files = RESOLVED, commit, []
         ps.detail = "resolved by hand in the session work tree"
         st.head, st.phase, st.current = commit, WALKING, None
-        self._engine = None
+        self._state = None
         self.save()
 
     def skip(self, name: str) -> bool:
@@ -537,7 +538,7 @@ class Session:
     def recover_interrupted(self) -> None:
         """Before resuming: the recorded head is the truth, whatever a killed step left behind —
         including the locks a killed git left in the session's private repository."""
-        self._engine = None
+        self._state = None
         clear_private_locks(self.root)
         if self.st.phase == WRITING:
             transaction.recover(Path(self.st.target_dir).parent)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from lucepatch import git
 from lucepatch.engine import upstreamed
-from lucepatch.engine.apply import CONFLICT, WorkArea, applied_patch_ids, open_engine, resolve_base
+from lucepatch.engine.apply import CONFLICT, WorkArea, applied_patch_ids, open_state, resolve_base
 from lucepatch.engine.subtargets import sub_targets
 
 APPLIED = "applied"
@@ -21,7 +21,7 @@ CONFLICTS = "conflicts"
 def compute_status(t, src, work, head: str, base: str) -> list[dict]:
     applied = applied_patch_ids(src, base, head)
     up_ids = upstreamed.upstream_patch_ids(src, base, head)
-    engine, files = open_engine(src, t.patches, work, head)
+    state, files = open_state(src, t.patches, work, head)
     reader = upstreamed.tree_reader(work.repo, head)
     rows = []
     for p, f in zip(t.patches, files):
@@ -31,7 +31,7 @@ def compute_status(t, src, work, head: str, base: str) -> list[dict]:
             row.update(status=APPLIED, commit=applied[p.patch_id], detail="Patch-Id trailer reachable from HEAD")
         else:
             hit = upstreamed.detect(p, f, repo=work.repo, ref=head, upstream_ids=up_ids,
-                                    reverse_check=engine.check_reverse, read_file=reader, target=t, source=src)
+                                    reverse_check=state.check_reverse, read_file=reader, target=t, source=src)
             if hit:
                 row.update(status=UPSTREAM, signal=hit.signal, commit=hit.commit, detail=hit.detail)
         rows.append(row)
@@ -39,7 +39,7 @@ def compute_status(t, src, work, head: str, base: str) -> list[dict]:
     for row, p, f in zip(rows, t.patches, files):
         if row["status"] is not None:
             continue
-        status, detail = engine.apply(f, name=str(p.path))
+        status, detail = state.apply(p, f)
         if status == CONFLICT:
             row.update(status=CONFLICTS, detail=detail)
         elif status == "already-upstream":
