@@ -12,6 +12,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from lucepatch import odb
 from lucepatch.engine import fastapply as F
 
 STATS = {"applied": 0, "refused": 0}
@@ -118,9 +119,9 @@ def test_tree_objects_are_gits(tmp_path):
     write(up, "a-b", "file sorted between a and a/\n")
     write(up, "z", "z\n")
     commit_all(up, "base")
-    t = F.Tree(git(up, "ls-tree", "-r", "-t", "-z", "--full-tree", "HEAD"))
+    t = odb.Tree(git(up, "ls-tree", "-r", "-t", "-z", "--full-tree", "HEAD"))
     data = b"new\n"
-    oid = F.object_id("blob", data)
+    oid = odb.object_id("blob", data)
     subprocess.run(["git", "hash-object", "-w", "--stdin"], input=data, cwd=up, check=True, capture_output=True)
     t.put("a/new/deep.txt", "100755", oid)
     t.delete("a/b/c.txt")
@@ -134,7 +135,7 @@ def test_tree_objects_are_gits(tmp_path):
     commit_all(up, "change")
     assert root == git(up, "rev-parse", "HEAD^{tree}").strip()
     for oid, (kind, body) in t.new_objects.items():
-        assert F.object_id(kind, body) == oid
+        assert odb.object_id(kind, body) == oid
 
 
 def test_the_generator_exercises_both_outcomes():
@@ -152,10 +153,10 @@ def test_pack_written_here_is_read_by_git(tmp_path):
     commit_all(up, "base")
     objs = {}
     for data in (b"", b"a\n", b"b" * 5000, bytes(range(256)) * 40):
-        objs[F.object_id("blob", data)] = ("blob", data)
-    tree = b"100644 f\0" + bytes.fromhex(F.object_id("blob", b"a\n"))
-    objs[F.object_id("tree", tree)] = ("tree", tree)
-    name = F.write_pack(up / ".git/objects/pack", objs)
+        objs[odb.object_id("blob", data)] = ("blob", data)
+    tree = b"100644 f\0" + bytes.fromhex(odb.object_id("blob", b"a\n"))
+    objs[odb.object_id("tree", tree)] = ("tree", tree)
+    name = odb.write_pack(up / ".git/objects/pack", objs)
     out = git(up, "verify-pack", "-v", str(up / f".git/objects/pack/pack-{name}.idx"))
     assert "ok" in out.splitlines()[-1]
     for oid, (kind, data) in objs.items():

@@ -16,6 +16,7 @@ The checks run on a small package written here first, so each can be seen to fai
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
 import sys
 from dataclasses import dataclass
@@ -326,6 +327,29 @@ def test_commands_import_only_the_api_and_the_services(house):
     assert not bad, ("commands importing below the service layer (call lucepatch.api or a module of floor "
                      f"{sorted(allowed)} instead, or move the code there):\n  "
                      + "\n  ".join(f"{e.src} -> {e.dst} at {e.where} ({e.kind})" for e in bad))
+
+
+def _house_metrics():
+    spec = importlib.util.spec_from_file_location("_house_metrics", ROOT / "tools" / "house_metrics.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_git_objects_are_written_only_by_the_object_layer():
+    """One git object layer (lucepatch/odb.py, docs/design.md "Layers"): no other module compresses
+    object bytes, writes a pack, a pack index or an index file, places object files in a store, or
+    runs git's object-writing plumbing (tools/house_metrics.py reads it from the code)."""
+    hm = _house_metrics()
+    signals = {src: hm._writer_signals(ast.parse(src)) for src in (
+        "zlib.compress(b)", "f.write(b'PACK' + x)", "idx = b'\\377tOc'", "d.glob('pack-*.idx')",
+        "git.run(r, 'commit-tree', t)", "git.run(r, 'hash-object', '-w', '--stdin')", "git.run(r, 'hash-object', p)")}
+    assert [bool(v) for v in signals.values()] == [True, True, True, True, True, True, False]  # hashing is no write
+    writers = hm.measure(ROOT)["git_object_writers"]
+    elsewhere = [w for w in writers if not w["function"].startswith("lucepatch/odb.py:")]
+    assert not elsewhere, ("git objects written outside lucepatch/odb.py (call odb's functions instead):\n  "
+                           + "\n  ".join(f"{w['function']} ({', '.join(w['how'])})" for w in elsewhere))
+    assert writers, "the detector found no writer at all, not even odb.py's: it reads nothing"
 
 
 def test_function_level_imports_say_why(house):

@@ -145,10 +145,10 @@ def test_rounds_agree_with_the_engine_on_the_whole_hami_core_history(tmp_path, i
 
 
 def test_index_file_written_and_read_like_git(tmp_path):
-    """matrix writes its synthetic index itself and reads git's result itself: both must be
+    """matrix writes its synthetic index itself and reads git's result itself (lucepatch/odb.py): both must be
     byte-compatible with git (ls-files agrees, and a conflict's stages are read back)."""
     from conftest import init_repo
-    from lucepatch.engine.matrix import read_index, write_index
+    from lucepatch.odb import read_index, write_index
 
     up = init_repo(tmp_path / "r")
     write(up, "x", "one\n")

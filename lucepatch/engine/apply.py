@@ -24,7 +24,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lucepatch import git, trailers
+from lucepatch import git, odb, trailers
 from lucepatch.engine import fastapply
 from lucepatch.engine.checkout import pid_alive
 from lucepatch.engine.core import APPLIED, APPLIED_3WAY, CONFLICT, PURE_CONFIG, IndexEngine, validate_diffs
@@ -238,9 +238,7 @@ def commit_object(tree: str, parent: str, patch: Patch, msg: str, commit_env: di
     epoch = email.utils.mktime_tz(parsed)
     if epoch < 0:
         return None
-    body = (f"tree {tree}\nparent {parent}\nauthor {name} <{addr}> {epoch} {tz}\n"
-            f"committer {cn} <{ce}> 0 +0000\n\n{msg}")
-    return body.encode("utf-8")
+    return odb.commit_bytes(tree, parent, f"{name} <{addr}> {epoch} {tz}", f"{cn} <{ce}> 0 +0000", msg)
 
 
 ENGINE_ENV = "LUCEPATCH_ENGINE"  # "per-patch": skip the fast path (tests run both paths)
@@ -291,9 +289,9 @@ class TreeState:
         self.python_applied = 0
         self._engine: IndexEngine | None = None
         self._engine_tree: str | None = None  # the tree the engine's index holds
-        self.tree: fastapply.Tree | None = None
+        self.tree: odb.Tree | None = None
         if self.fast:
-            self.tree = fastapply.Tree(base_listing(self.read_from, base) if listing is None else listing, self.algo)
+            self.tree = odb.Tree(base_listing(self.read_from, base) if listing is None else listing, self.algo)
             self.tree.dirty.add("")
             self.tree_id = self.tree.write()
             self.tree.new_objects.clear()  # the base tree exists already
@@ -329,7 +327,7 @@ class TreeState:
             self._engine_tree = new
             if new != self.tree_id:
                 if self.tree is not None:
-                    self.tree = fastapply.Tree(base_listing(self.repo, new), self.algo)
+                    self.tree = odb.Tree(base_listing(self.repo, new), self.algo)
                 self.tree_id = new
         return status, detail
 
@@ -350,20 +348,10 @@ class TreeState:
         return parsed
 
     def _read_blobs(self, repo: Path, oids: set[str]) -> None:
-        oids = sorted(o for o in oids if o not in self.blobs)
-        if not oids:
-            return
-        out = git.run_bytes(repo, "cat-file", "--batch", stdin="".join(f"{o}\n" for o in oids).encode(),
-                            env={"GIT_OPTIONAL_LOCKS": "0"})
-        pos = 0
-        for _ in oids:
-            nl = out.index(b"\n", pos)
-            head = out[pos:nl].split()
-            if len(head) != 3 or head[1] != b"blob":
-                raise UsageError(f"the base tree names {head[0].decode()} as a file but it is not a blob")
-            size = int(head[2])
-            self.blobs[head[0].decode()] = out[nl + 1:nl + 1 + size]
-            pos = nl + 1 + size + 1
+        try:
+            self.blobs.update(odb.read_blobs(repo, {o for o in oids if o not in self.blobs}))
+        except ValueError as exc:
+            raise UsageError(f"the base tree names {exc} as a file but it is not a blob") from None
 
     def try_python(self, fds) -> bool:
         """Apply the patch's files in Python; False (nothing changed) when git must decide."""
@@ -390,7 +378,7 @@ class TreeState:
             if fd.kind == "delete":
                 self.tree.delete(fd.path)
                 continue
-            oid = fastapply.object_id("blob", out, self.algo)
+            oid = odb.object_id("blob", out, self.algo)
             self.blobs[oid] = out
             self.objects.setdefault(oid, ("blob", out))
             self.tree.put(fd.path, mode, oid)
@@ -416,32 +404,17 @@ class TreeState:
         or by `git commit-tree` when its identity is unusual (`commit_object` returns None)."""
         obj = commit_object(self.tree_id, parent, p, msg, commit_env)
         if obj is not None:
-            oid = fastapply.object_id("commit", obj, self.algo)
+            oid = odb.object_id("commit", obj, self.algo)
             self.objects[oid] = ("commit", obj)
             return oid
         self.flush()
-        return git.run(self.repo, "commit-tree", self.tree_id, "-p", parent, "-F", "-",
-                       stdin=msg.encode("utf-8", "surrogateescape"),
-                       env={"GIT_OPTIONAL_LOCKS": "0", **PURE_CONFIG, **commit_env, **patch_author(p)}).stdout.strip()
+        return odb.commit_tree(self.repo, self.tree_id, parent, msg,
+                               env={"GIT_OPTIONAL_LOCKS": "0", **PURE_CONFIG, **commit_env, **patch_author(p)})
 
     def flush(self) -> None:
-        """Write the objects made here into `repo`: one pack (two files, which the switch copies
-        into the checkout as they are), loose objects for sha256 ids."""
-        if not self.objects:
-            return
-        d = self.repo / ".git" / "objects"
-        if self.algo == "sha1" and sum(len(b) for _, b in self.objects.values()) < 1 << 30:
-            fastapply.write_pack(d / "pack", self.objects)
-            self.objects.clear()
-            return
-        for oid, (kind, body) in self.objects.items():
-            f = d / oid[:2] / oid[2:]
-            if f.exists():
-                continue
-            f.parent.mkdir(exist_ok=True)
-            tmp = f.with_name(f".tmp-{oid[2:]}-{os.getpid()}")
-            tmp.write_bytes(fastapply.loose_bytes(kind, body))
-            os.replace(tmp, f)
+        """Write the objects made here into `repo` (odb.write_objects: one pack, which the switch
+        copies into the checkout as it is; loose objects for sha256 ids)."""
+        odb.write_objects(self.repo, self.objects)
         self.objects.clear()
 
 
@@ -567,9 +540,8 @@ def format_commits(repo: Path, base: str, head: str, out_dir: Path) -> list[tupl
         meta = git.run(repo, "log", "-1", "--format=%an%x00%ae%x00%ad%x00%T%x00%B", "--date=raw", c).stdout
         an, ae, ad, tree, msg = meta.split("\x00", 4)
         clean, pid = strip_our_trailers(msg)
-        res = git.run(repo, "commit-tree", tree, "-p", prev, "-F", "-", stdin=clean.encode("utf-8", "surrogateescape"),
-                      env={"GIT_AUTHOR_NAME": an, "GIT_AUTHOR_EMAIL": ae, "GIT_AUTHOR_DATE": "@" + ad, **PURE_ENV})
-        prev = res.stdout.strip()
+        prev = odb.commit_tree(repo, tree, prev, clean,
+                               env={"GIT_AUTHOR_NAME": an, "GIT_AUTHOR_EMAIL": ae, "GIT_AUTHOR_DATE": "@" + ad, **PURE_ENV})
         pid_of.append((pid, c))
     out_dir.mkdir(parents=True, exist_ok=True)
     if not commits:

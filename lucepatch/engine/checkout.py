@@ -18,13 +18,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lucepatch import git, report, signals
+from lucepatch import git, odb, report, signals
 from lucepatch.engine.faults import pause
 from lucepatch.errors import EnvironmentMissing, LucepatchError, UsageError, oserror_fix
 
@@ -484,8 +483,7 @@ def _stash_state(src: Path, ours: str) -> str:
         if path in names:
             index[path] = meta.split()[1]
     present = sorted(n for n in names if (src / n).is_file())
-    hashes = git.run(src, "hash-object", "--stdin-paths", stdin="\n".join(present).encode() + b"\n",
-                     env=RO).stdout.split() if present else []
+    hashes = odb.hash_files(src, present)
     tree = dict(zip(present, hashes))
     seen = set()
     for n in names:
@@ -514,7 +512,7 @@ def _torn(src: Path, rel: str, blobs) -> bool:
     if data is None:
         return not (src / rel).is_symlink() and all(blobs)
     for b in blobs:
-        if b and git.run_bytes(src, "cat-file", "blob", b, env=RO).startswith(data):
+        if b and odb.read_object(src, "blob", b).startswith(data):
             return True
     return False
 
@@ -719,50 +717,20 @@ def recover_all(journal_dir: Path) -> list[str]:
 def _copy_objects(d: dict, workrepo: Path) -> None:
     """The series' new objects into the checkout's object store. The private repository holds
     exactly this run's objects (it borrows everything else): the packs lucepatch wrote and any
-    loose objects git wrote there are copied as they are (content-addressed; a temporary name,
-    then a rename, a pack before its index, as git does). A checkout with core.sharedRepository
-    (group permissions git maintains) gets them by fetch instead."""
-    src, gd = Path(d["src"]), Path(d["git_dir"])
-    common = gd
-    if (gd / "commondir").is_file():
-        common = (gd / (gd / "commondir").read_text().strip()).resolve()
-    dest = common / "objects"
-    mine = workrepo / ".git" / "objects"
+    loose objects git wrote there are copied as they are (odb.copy_objects). A checkout with
+    core.sharedRepository (group permissions git maintains) gets them by fetch instead."""
+    src = Path(d["src"])
+    dest = odb.objects_dir(Path(d["git_dir"]))
     if d.get("shared_repository") or not dest.is_dir():
         git.run(src, *QUIET_GC, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(workrepo), "HEAD")
         return
     try:
-        for idx in sorted((mine / "pack").glob("pack-*.idx")):
-            for f in (idx.with_suffix(".pack"), idx):
-                final = dest / "pack" / f.name
-                if not final.exists():
-                    _copy_in(f, final, final.with_name(f"tmp-lucepatch-{f.name}-{os.getpid()}"))
-        for fan in mine.iterdir():
-            if len(fan.name) != 2 or not fan.is_dir():
-                continue
-            target = dest / fan.name
-            for obj in fan.iterdir():
-                final = target / obj.name
-                if final.exists() or obj.name.startswith("."):
-                    continue
-                target.mkdir(exist_ok=True)
-                _copy_in(obj, final, target / f".lucepatch-{obj.name}-{os.getpid()}")
+        odb.copy_objects(workrepo / ".git" / "objects", dest)
     except OSError as exc:  # the checkout's disk (full, read-only, ...), named as the checkout's
         fix = oserror_fix(OSError(exc.errno, exc.strerror, str(dest)))
         if fix is None:
             raise
         raise EnvironmentMissing(f"cannot copy the series' objects into {dest}: {exc.strerror}; {fix}") from None
-
-
-def _copy_in(f: Path, final: Path, tmp: Path) -> None:
-    """One object file into the checkout: a temporary name, then a rename (removed if the copy fails)."""
-    try:
-        shutil.copyfile(f, tmp)
-        os.chmod(tmp, 0o444)
-        os.replace(tmp, final)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 @dataclass

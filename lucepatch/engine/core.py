@@ -21,7 +21,7 @@ import re
 import shutil
 from pathlib import Path
 
-from lucepatch import git
+from lucepatch import git, odb
 from lucepatch.errors import UsageError
 
 APPLIED = "applied"
@@ -68,7 +68,7 @@ class IndexEngine:
 
     def write_tree(self) -> str:
         if self._tree is None:
-            self._tree = self.git("write-tree").stdout.strip()
+            self._tree = odb.write_tree(self.repo, env=self.env)
         return self._tree
 
     def apply(self, patch_file: Path, *, name: str = "", strip: int = 1) -> tuple[str, str]:

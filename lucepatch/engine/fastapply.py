@@ -5,10 +5,10 @@ function of the patch and the blobs it names: apply.c parses each hunk into a pr
 postimage, searches the preimage from the hunk's new position alternately forwards and backwards
 (`find_pos`), never matching lines an earlier hunk of the same patch wrote, with the first/last
 line anchored when the hunk starts at line 0/1 or has no trailing context, and replaces the lines
-it found. This module does exactly that in Python (`apply_file`), builds the tree objects of
-each result (`Tree`), and the commit objects the per-patch engine would write — so a series
-whose patches apply exactly needs two git processes (the base tree, its blobs), not two per
-patch. Anything it is not sure to do as git does returns None and the caller asks git (the
+it found. This module does exactly that in Python (`apply_file`); engine/apply.py's TreeState
+puts each result in a tree (lucepatch/odb.py `Tree`) and builds the commit objects the per-patch
+engine would write — so a series whose patches apply exactly needs two git processes (the base
+tree, its blobs), not two per patch. Anything it is not sure to do as git does returns None and the caller asks git (the
 per-patch engine, engine/core.py): binary or mode changes, renames and copies, a file twice in
 one patch, quoted or prefix-less paths, a non-regular file, a folder where a file goes.
 
@@ -20,13 +20,8 @@ decides then); tests/test_fastapply.py compares with `git apply --cached` on gen
 
 from __future__ import annotations
 
-import hashlib
-import os
 import re
-import struct
-import zlib
 from dataclasses import dataclass, field
-from pathlib import Path
 
 _HUNK = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _INDEX = re.compile(rb"^index ([0-9a-f]+)\.\.([0-9a-f]+)(?: ([0-7]{6}))?$")
@@ -258,169 +253,3 @@ def apply_file(content: bytes, hunks: list[Hunk]) -> bytes | None:
         img[found:found + len(pre)] = post
         patched[found:found + len(pre)] = [True] * len(post)
     return b"".join(img)
-
-
-# ---- objects and trees --------------------------------------------------------------------------
-def object_id(kind: str, body: bytes, algo: str = "sha1") -> str:
-    h = hashlib.new(algo)
-    h.update(f"{kind} {len(body)}\0".encode())
-    h.update(body)
-    return h.hexdigest()
-
-
-def loose_bytes(kind: str, body: bytes) -> bytes:
-    """The zlib stream of a loose object file (git reads any compression level)."""
-    return zlib.compress(f"{kind} {len(body)}\0".encode() + body, 1)
-
-
-class Tree:
-    """The tree of a commit as lucepatch changes it file by file; tree objects are computed only
-    for the folders a change touched (`ls-tree -r -t` gives the others' ids)."""
-
-    def __init__(self, listing: str, algo: str = "sha1"):
-        self.algo = algo
-        self.dirs: dict[str, dict[str, tuple[str, str]]] = {"": {}}  # folder -> name -> (mode, id)
-        self.dirty: set[str] = set()
-        self.ids: dict[str, str] = {}
-        self.new_objects: dict[str, tuple[str, bytes]] = {}  # id -> (kind, body) written by us
-        for entry in listing.split("\0"):
-            if not entry:
-                continue
-            meta, _, path = entry.partition("\t")
-            mode, kind, oid = meta.split()
-            parent, _, name = path.rpartition("/")
-            self.dirs.setdefault(parent, {})[name] = (mode, oid)
-            if kind == "tree":
-                self.dirs.setdefault(path, {})
-                self.ids[path] = oid
-
-    def get(self, path: str) -> tuple[str, str] | None:
-        parent, _, name = path.rpartition("/")
-        return self.dirs.get(parent, {}).get(name)
-
-    def is_dir(self, path: str) -> bool:
-        return path in self.dirs
-
-    def _touch(self, folder: str) -> None:
-        while True:
-            self.dirty.add(folder)
-            if not folder:
-                return
-            folder = folder.rpartition("/")[0]
-
-    def can_create(self, path: str) -> bool:
-        """No entry there, no file where one of its folders goes (git apply refuses both)."""
-        if self.get(path) is not None or self.is_dir(path):
-            return False
-        parts = path.split("/")
-        for k in range(1, len(parts)):
-            e = self.get("/".join(parts[:k]))
-            if e is not None and e[0] != "040000":
-                return False
-        return True
-
-    def put(self, path: str, mode: str, oid: str) -> None:
-        parent, _, name = path.rpartition("/")
-        if parent and parent not in self.dirs:
-            self.put_dir(parent)
-        self.dirs[parent][name] = (mode, oid)
-        self._touch(parent)
-
-    def put_dir(self, folder: str) -> None:
-        parent, _, name = folder.rpartition("/")
-        if parent and parent not in self.dirs:
-            self.put_dir(parent)
-        self.dirs.setdefault(folder, {})
-        self.dirs[parent][name] = ("040000", "")
-        self._touch(folder)
-
-    def delete(self, path: str) -> None:
-        parent, _, name = path.rpartition("/")
-        del self.dirs[parent][name]
-        self._touch(parent)
-        while parent and not self.dirs[parent]:  # git drops folders that became empty
-            del self.dirs[parent]
-            self.ids.pop(parent, None)
-            parent, _, name = parent.rpartition("/")
-            del self.dirs[parent][name]
-            self._touch(parent)
-
-    def write(self) -> str:
-        """The root tree's id; every changed folder's tree object is kept in new_objects."""
-        for folder in sorted(self.dirty, key=lambda d: (-d.count("/") if d else 1, d)):
-            if folder not in self.dirs:
-                continue
-            entries = self.dirs[folder]
-            for name, (mode, oid) in list(entries.items()):
-                if mode == "040000":
-                    sub = f"{folder}/{name}" if folder else name
-                    entries[name] = (mode, self.ids[sub])
-            body = b"".join(
-                f"{'40000' if mode == '040000' else mode} ".encode() + name.encode("utf-8", "surrogateescape") + b"\0"
-                + bytes.fromhex(oid)
-                for name, (mode, oid) in sorted(entries.items(), key=lambda e: _tree_order(e[0], e[1][0])))
-            oid = object_id("tree", body, self.algo)
-            self.new_objects.setdefault(oid, ("tree", body))
-            self.ids[folder] = oid
-        self.dirty.clear()
-        return self.ids[""]
-
-
-def _tree_order(name: str, mode: str) -> bytes:
-    """git sorts tree entries by name, a folder as if its name ended in '/'."""
-    b = name.encode("utf-8", "surrogateescape")
-    return b + b"/" if mode == "040000" else b
-
-
-_PACK_TYPES = {"commit": 1, "tree": 2, "blob": 3, "tag": 4}
-
-
-def write_pack(pack_dir, objects: dict[str, tuple[str, bytes]]) -> str:
-    """Write `objects` (sha1 ids) as one pack and its version-2 index into `pack_dir`, the way
-    `git index-pack` would leave them (pack-<checksum>.pack, then .idx: git looks a pack up by its
-    index, so the index appears last). Whole objects, no deltas: a pack git reads like any other,
-    two files instead of one per object. Returns the pack's checksum."""
-    pack_dir = Path(pack_dir)
-    pack_dir.mkdir(parents=True, exist_ok=True)
-    items = sorted(objects.items())
-    body = bytearray(b"PACK" + struct.pack(">II", 2, len(items)))
-    entries = []
-    for oid, (kind, data) in items:
-        offset = len(body)
-        size = len(data)
-        head = bytearray()
-        byte = (_PACK_TYPES[kind] << 4) | (size & 0x0F)
-        size >>= 4
-        while size:
-            head.append(byte | 0x80)
-            byte = size & 0x7F
-            size >>= 7
-        head.append(byte)
-        packed = bytes(head) + zlib.compress(data, 1)
-        body += packed
-        entries.append((bytes.fromhex(oid), zlib.crc32(packed) & 0xFFFFFFFF, offset))
-    checksum = hashlib.sha1(bytes(body)).digest()
-    body += checksum
-    if len(body) >= 1 << 31:
-        raise ValueError("pack too large for 4-byte offsets")  # never for a patch series; caller writes loose
-    fanout = [0] * 256
-    for raw, _, _ in entries:
-        fanout[raw[0]] += 1
-    total = 0
-    for i in range(256):
-        total += fanout[i]
-        fanout[i] = total
-    idx = bytearray(b"\377tOc" + struct.pack(">I", 2) + struct.pack(">256I", *fanout))
-    idx += b"".join(raw for raw, _, _ in entries)
-    idx += b"".join(struct.pack(">I", crc) for _, crc, _ in entries)
-    idx += b"".join(struct.pack(">I", off) for _, _, off in entries)
-    idx += checksum
-    idx += hashlib.sha1(bytes(idx)).digest()
-    name = checksum.hex()
-    for ext, data in ((".pack", body), (".idx", idx)):
-        final = pack_dir / f"pack-{name}{ext}"
-        tmp = pack_dir / f"tmp-{name}{ext}-{os.getpid()}"
-        tmp.write_bytes(bytes(data))
-        os.chmod(tmp, 0o444)
-        os.replace(tmp, final)
-    return name

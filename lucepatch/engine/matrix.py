@@ -25,16 +25,14 @@ and the engine per distinct state), which is also what the agreement test compar
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
-import struct
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lucepatch import git
+from lucepatch import git, odb
 from lucepatch.engine.apply import WorkArea, prepare_private
 from lucepatch.engine.core import ALREADY_UPSTREAM, APPLIED, APPLIED_3WAY, CONFLICT, PURE_CONFIG, IndexEngine
 from lucepatch.engine.safety import diff_paths
@@ -87,18 +85,16 @@ def state_keys(repo: Path, commits: list[str], paths: list[str]) -> tuple[list[t
     object is a blob (False: a path is a folder or a submodule somewhere in the range)."""
     if not paths:
         return [()] * len(commits), True
-    lines = "".join(f"{c}:{p}\n" for c in commits for p in paths)
-    out = git.run(repo, "cat-file", "--batch-check=%(objectname) %(objecttype)",
-                  stdin=lines.encode("utf-8", "surrogateescape")).stdout.splitlines()
+    out = odb.batch_check(repo, [f"{c}:{p}" for c in commits for p in paths])
     keys, only_blobs = [], True
     n = len(paths)
     for i in range(len(commits)):
         row = []
-        for line in out[i * n:(i + 1) * n]:
-            if line.endswith(" missing"):
+        for found in out[i * n:(i + 1) * n]:
+            if found is None:
                 row.append(MISSING)
             else:
-                oid, kind = line.split()
+                oid, kind = found
                 only_blobs = only_blobs and kind == "blob"
                 row.append(oid)
         keys.append(tuple(row))
@@ -200,44 +196,6 @@ def _moved(block: bytes, path: str, prefix: str) -> bytes:
     return out if out.endswith(b"\n") else out + b"\n"
 
 
-# ---- the index file, written and read here (two git processes less per round) -------------------
-def write_index(path: Path, entries: list[tuple[str, str, str]]) -> None:
-    """A version-2 index of (mode, oid, path) at stage 0 with no stat data (git apply --cached
-    reads only modes, ids and paths); what `git update-index --index-info` would write."""
-    body = [b"DIRC", struct.pack(">II", 2, len(entries))]
-    for mode, oid, p in sorted(entries, key=lambda e: e[2].encode("utf-8", "surrogateescape")):
-        name = p.encode("utf-8", "surrogateescape")
-        raw = bytes.fromhex(oid)
-        head = struct.pack(">10I", 0, 0, 0, 0, 0, 0, int(mode, 8), 0, 0, 0) + raw
-        head += struct.pack(">H", min(len(name), 0xFFF)) + name
-        head += b"\0" * (8 - (len(head) % 8))
-        body.append(head)
-    data = b"".join(body)
-    digest = hashlib.sha1 if len(entries) == 0 or len(entries[0][1]) == 40 else hashlib.sha256
-    path.write_bytes(data + digest(data).digest())
-
-
-def read_index(path: Path, oid_len: int) -> list[tuple[str, str, int]] | None:
-    """(path, oid, stage) of a version 2/3 index; None for anything else (then ask git)."""
-    if not path.exists():
-        return []
-    data = path.read_bytes()
-    if len(data) < 12 or data[:4] != b"DIRC":
-        return None
-    version, count = struct.unpack(">II", data[4:12])
-    if version not in (2, 3):
-        return None
-    out, pos, n = [], 12, oid_len // 2
-    for _ in range(count):
-        oid = data[pos + 40:pos + 40 + n].hex()
-        flags = struct.unpack(">H", data[pos + 40 + n:pos + 42 + n])[0]
-        start = pos + 42 + n + (2 if flags & 0x4000 else 0)
-        end = data.index(b"\0", start)
-        out.append((data[start:end].decode("utf-8", "surrogateescape"), oid, (flags >> 12) & 3))
-        pos += ((end - pos) // 8 + 1) * 8
-    return out
-
-
 # ---- batches: many (patch, state) evaluations in one git apply ---------------------------------
 Result = tuple  # (status, post blobs aligned with shape.paths, detail)
 
@@ -294,9 +252,7 @@ class Batches:
         if not oids:
             return set()
         self.git_runs += 1
-        out = git.run(self.repo, "cat-file", "--batch-check=%(objectname) %(objecttype)",
-                      stdin="".join(f"{o}\n" for o in oids).encode()).stdout.splitlines()
-        return {line.split()[0] for line in out if line.endswith(" blob")}
+        return {found[0] for found in odb.batch_check(self.repo, oids) if found and found[1] == "blob"}
 
     def _index(self) -> Path:
         with self._lock:
@@ -373,7 +329,7 @@ class Batches:
         files = [shapes[fe.key].files[fe.fi] for fe in fes]
         entries = [(f.mode, fe.blob, f"e{k}/{f.path}") for k, (fe, f) in enumerate(zip(fes, files))
                    if fe.blob != MISSING]
-        write_index(index, entries)
+        odb.write_index(index, entries)
         oid_len = len(entries[0][1]) if entries else 40
         moved = [_moved(shapes[fe.key].blocks[fe.fi], f.path, f"e{k}/") for k, (fe, f) in enumerate(zip(fes, files))]
         result: dict[int, tuple[str, str]] = {}
@@ -389,7 +345,7 @@ class Batches:
                 raise _Fallback("the exact subset failed on its second run")
             if not extra:
                 break
-        listed = read_index(index, oid_len)
+        listed = odb.read_index(index, oid_len)
         if listed is None:  # an index format we do not read: ask git
             listed = []
             for entry in self._git(index, "ls-files", "-s", "-z").stdout.split("\0"):

@@ -19,7 +19,7 @@ from pathlib import PurePosixPath
 from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
-from lucepatch import git
+from lucepatch import odb
 from lucepatch.errors import UsageError
 from lucepatch.series import Patch
 
@@ -113,7 +113,7 @@ def check_patch_shape(patch: Patch) -> None:
 def base_listing(repo_dir, commit: str) -> str:
     """`ls-tree -r -t -z` of the commit: every entry, folders included (safety reads symlinks and
     gitlinks from it, the fast apply path builds its trees from it)."""
-    return git.run(repo_dir, "ls-tree", "-r", "-t", "-z", "--full-tree", commit, env={"GIT_OPTIONAL_LOCKS": "0"}).stdout
+    return odb.listing(repo_dir, commit)
 
 
 def _tree_special_paths(repo_dir, commit: str, listing: str | None = None) -> tuple[set[str], set[str]]:

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from lucepatch import git, report, trailers
+from lucepatch import git, odb, report, trailers
 from lucepatch.engine import needed as needed_mod, retirement
 from lucepatch.engine import transaction, upstreamed
 from lucepatch.engine.apply import (FORMAT_PATCH_ARGS, PURE_ENV, TreeState, WorkArea, apply_loop, clone_private,
@@ -503,14 +503,13 @@ class Session:
         left = self._unmerged()
         if left:
             raise CheckFailed(f"{', '.join(left)} still unmerged in {wt}: git add (or git rm) them, then --continue")
-        tree = _g(wt, "write-tree").stdout.strip()
+        tree = odb.write_tree(wt, env=_GIT_ENV)
         if tree == git.tree_of(wt, st.head):
             raise CheckFailed(f"nothing to commit for {ps.name}: the work tree equals the base plus the patches before "
                               f"it; if the patch is no longer needed, lucepatch rebase {st.target} --skip {ps.slug_hint}")
         msg = commit_message(p, series_trailers(self.t, p))
         who = {"GIT_AUTHOR_NAME": "lucepatch", "GIT_AUTHOR_EMAIL": "lucepatch@localhost", **patch_author(p)}
-        commit = _g(wt, "commit-tree", tree, "-p", st.head, "-F", "-", stdin=msg.encode("utf-8", "surrogateescape"),
-                    env=who).stdout.strip()
+        commit = odb.commit_tree(wt, tree, st.head, msg, env={**_GIT_ENV, **who})
         ps.action, ps.commit, ps.conflict_files = RESOLVED, commit, []
         ps.detail = "resolved by hand in the session work tree"
         st.head, st.phase, st.current = commit, WALKING, None

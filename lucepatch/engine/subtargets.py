@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from lucepatch import git, report
+from lucepatch import git, odb, report
 from lucepatch.engine.apply import WorkArea, apply_series
 from lucepatch.errors import EnvironmentMissing, UsageError
 from lucepatch.target import Target, sub_target
@@ -126,22 +126,15 @@ def gitlinks(repo: Path, commits: list[str], path: str) -> list[str | None]:
         return []
     parent, _, name = path.strip("/").rpartition("/")
     specs = [f"{c}:{parent}" if parent else f"{c}^{{tree}}" for c in commits]
-    out = git.run_bytes(repo, "cat-file", "--batch", stdin="".join(f"{s}\n" for s in specs).encode("utf-8", "surrogateescape"),
-                        env={"GIT_OPTIONAL_LOCKS": "0"})
     want = name.encode("utf-8", "surrogateescape")
+    oid_bytes = 32 if len(commits[0]) == 64 else 20
     links: list[str | None] = []
-    pos = 0
-    for _ in specs:
-        nl = out.index(b"\n", pos)
-        header = out[pos:nl].split()
-        pos = nl + 1
-        if len(header) != 3:  # "<spec> missing" (or ambiguous): no such folder in that commit
+    for found in odb.read_specs(repo, specs):  # None: no such folder in that commit
+        if found is None:
             links.append(None)
             continue
-        oid, kind, size = header[0], header[1], int(header[2])
-        body = out[pos:pos + size]
-        pos += size + 1  # the content, then a newline
-        links.append(_tree_gitlink(body, want, len(oid) // 2) if kind == b"tree" else None)
+        kind, body = found
+        links.append(_tree_gitlink(body, want, oid_bytes) if kind == "tree" else None)
     return links
 
 

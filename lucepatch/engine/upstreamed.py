@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from lucepatch import git, report
+from lucepatch import git, odb, report
 from lucepatch.errors import LucepatchError
 from lucepatch.series import Patch
 
@@ -211,8 +211,7 @@ def tree_reader(repo: Path, ref: str) -> Callable[[str], str | None]:
 
     def read(path: str) -> str | None:
         if path not in cache:
-            res = git.run(repo, "cat-file", "-p", f"{ref}:{path}", check=False)
-            cache[path] = res.stdout if res.status == 0 else None
+            cache[path] = odb.read_file(repo, ref, path)
         return cache[path]
 
     return read

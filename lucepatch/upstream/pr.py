@@ -14,7 +14,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lucepatch import __version__, git
+from lucepatch import __version__, git, odb
 from lucepatch.engine.apply import WorkArea, apply_series
 from lucepatch.errors import CheckFailed, UsageError
 from lucepatch.series import Patch, find_patch
@@ -376,7 +376,7 @@ def _author_messages(repo: Path, base: str, patches: list[Patch], own: dict[str,
                for k, fmt in (("GIT_AUTHOR_NAME", "%an"), ("GIT_AUTHOR_EMAIL", "%ae"), ("GIT_AUTHOR_DATE", "%aD"),
                               ("GIT_COMMITTER_NAME", "%cn"), ("GIT_COMMITTER_EMAIL", "%ce"),
                               ("GIT_COMMITTER_DATE", "%cD"))}
-        parent = git.run(repo, "commit-tree", tree, "-p", parent, "-F", "-", stdin=msg.encode(), env=env).stdout.strip()
+        parent = odb.commit_tree(repo, tree, parent, msg, env=env)
     git.run(repo, "reset", "-q", "--soft", parent)
     return placeholders
 
