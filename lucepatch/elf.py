@@ -11,6 +11,10 @@ absent on a build machine never shows what comes after it in load order.
 
 One module so that no caller parses ELF structures by hand; a file that is not ELF, or is
 truncated, is a UsageError naming it.
+
+Long: one module per outside thing (docs/design.md "Layers"): every ELF read shares the pyelftools
+handle, the is-it-ELF check and the one error for a bad file; the dynamic section, GPU code, the
+loader's closure, glibc needs and environment names are its sections, each a few functions.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ import pytest
 
 from lucepatch import elf
 from lucepatch.builders import probe as P
+from lucepatch.builders import standins
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import needs  # noqa: E402
@@ -57,7 +58,7 @@ def test_deleted_library_behind_the_driver_is_caught(layout, tmp_path):
     assert not c.ok and c.missing == {str(layout / "libgpu.so"): ["libcore.so"]}
     assert c.lines() == ["libcore.so => not found (needed by libgpu.so)"]
     # the loader with a stub driver on its path agrees with the walk
-    si = P.make_stand_ins(tmp_path / "cache", {"driver_symbols": ["cuMemCreate"]})
+    si = standins.make_stand_ins(tmp_path / "cache", {"driver_symbols": ["cuMemCreate"]})
     got = P.loader_list(layout / "app", si, ["libcuda.so.1"])
     assert got["ran"] and got["missing"] == ["libcore.so"]
 
@@ -69,7 +70,7 @@ def test_wrong_machine_candidate_is_skipped(layout, tmp_path):
     (layout / "libcore.so").write_bytes(bytes(data))
     c = elf.resolve_closure([layout / "app"], allowed_missing=["libcuda.so.1"])
     assert c.missing == {str(layout / "libgpu.so"): ["libcore.so"]}
-    si = P.make_stand_ins(tmp_path / "cache", {"driver_symbols": ["cuMemCreate"]})
+    si = standins.make_stand_ins(tmp_path / "cache", {"driver_symbols": ["cuMemCreate"]})
     assert P.loader_list(layout / "app", si, ["libcuda.so.1"])["missing"] == ["libcore.so"]
 
 

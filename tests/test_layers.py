@@ -352,6 +352,15 @@ def test_git_objects_are_written_only_by_the_object_layer():
     assert writers, "the detector found no writer at all, not even odb.py's: it reads nothing"
 
 
+def test_long_modules_say_why():
+    """One module per concept (docs/design.md "Layers"): a module over 500 lines says at its top,
+    in a `Long:` paragraph of its docstring, why it is one module and not several."""
+    long = _house_metrics().measure(ROOT)["modules_over_500_lines"]
+    silent = [f"{m['module']} ({m['lines']} lines)" for m in long if not m["reason"]]
+    assert not silent, ("modules over 500 lines without a `Long: <why>` paragraph at the top of their docstring "
+                        "(split them by concept, or say why not):\n  " + "\n  ".join(silent))
+
+
 def test_function_level_imports_say_why(house):
     _mods, _edges, inner, _floors = house
     bad = unexplained_inner(inner)

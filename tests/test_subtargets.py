@@ -256,11 +256,11 @@ def test_check_onto_checks_each_submodule_at_its_pin_there(sup, cli):
 
 
 def test_probe_tree_is_the_engines_sub_targets(sup, tmp_path):
-    """builders.probe.prepare_tree applies through engine/subtargets.applied_each: the patched
+    """builders.tree.prepare_tree applies through engine/subtargets.applied_each: the patched
     superproject with each patched submodule tree at its path; a conflict names the sub-target."""
     import contextlib
 
-    from lucepatch.builders.probe import prepare_tree
+    from lucepatch.builders.tree import prepare_tree
     from lucepatch.errors import CheckFailed
     from lucepatch.target import load_target_dir
 

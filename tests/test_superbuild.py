@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lucepatch.builders import probe as P
+from lucepatch.builders import standins
 from lucepatch.builders import superbuild as S
 from lucepatch.target import load_target_dir
 
@@ -34,7 +34,7 @@ def fx(tmp_path):
                                     'binaries = ["cudaproj_server", "gpu_app"]\nshare = ["src"]')
     toml.write_text(text)
     # the devel-image layout of the probes (stubs/libcuda.so only): what a driver-less builder has
-    f["si"] = P.make_stand_ins(tmp_path / "cache", {"driver_symbols": ["cuMemCreate"]})
+    f["si"] = standins.make_stand_ins(tmp_path / "cache", {"driver_symbols": ["cuMemCreate"]})
     return f
 
 

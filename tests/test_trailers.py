@@ -149,7 +149,7 @@ def _old_dco_regex(m):  # what upstream/checks.py used to do
 
 @pytest.mark.parametrize("msg", TRICKY)
 def test_every_trailer_reader_answers_as_git(msg):
-    from lucepatch.engine.apply import patch_id_trailer
+    from lucepatch.engine.commits import patch_id_trailer
     from lucepatch.upstream.checks import signed_off_by
 
     theirs = git_parse(msg)

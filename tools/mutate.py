@@ -2,8 +2,9 @@
 """Mutation testing of the retirement rule and the verdicts (issue 26): do the tests notice when the
 decision code is wrong?
 
-A small AST mutator. Over the decision functions of lucepatch/upstream/retire.py,
-lucepatch/upstream/behaviour.py and lucepatch/verify/verdict.py it makes one mutant per change:
+A small AST mutator. Over the decision functions of lucepatch/upstream/retire.py (the rule) and
+retire_report.py (its report: exit code, table, kept reports), lucepatch/upstream/behaviour.py and
+lucepatch/verify/verdict.py it makes one mutant per change:
 
   compare   flip a comparison (== !=, < >=, > <=, in / not in, is / is not)
   boolop    and <-> or
@@ -55,6 +56,7 @@ FAST = ["tests/test_retire_logic.py"]
 # file -> the tests that judge it (each runs in seconds)
 FILES = {
     "lucepatch/upstream/retire.py": FAST,
+    "lucepatch/upstream/retire_report.py": FAST,
     "lucepatch/upstream/behaviour.py": FAST + ["tests/test_retire_rule.py::test_identically_means_same_class_and_checks_on_every_run_controls_passing",
                                                "tests/test_retire_rule.py::test_an_invalid_or_skipped_run_makes_it_inconclusive"],
     "lucepatch/verify/verdict.py": ["tests/test_verdict.py"] + FAST,
@@ -64,8 +66,8 @@ SKIP = {
     "lucepatch/upstream/retire.py": {"retire_report", "Judge.__init__", "Judge.conflicts", "Judge.applicable",
                                      "Judge.ordered", "Judge.context", "_name_upstream_commits", "behaviour_hook",
                                      "behaviour_hook.row_of", "behaviour_hook.behaviour_fixed_upstream",
-                                     "behaviour_hook.code_signal", "reproducers_dir", "target_reproducers",
-                                     "_register", "_short", "_patch", "_doc", "_row", "_is_control"},
+                                     "behaviour_hook.code_signal", "_register", "_short", "_patch", "_is_control"},
+    "lucepatch/upstream/retire_report.py": {"reproducers_dir", "target_reproducers", "_doc", "_row"},
     "lucepatch/upstream/behaviour.py": {"Lab.__init__", "Lab.build", "Lab.measure", "Lab.measure_point", "Lab._on_build",
                                         "Lab.driver_doc", "Build.key", "Build.to_json", "measure_behaviour",
                                         "resolve_driver", "Behaviour.to_json"},

@@ -8,6 +8,10 @@ labels     OCI labels + org.lucepatch.*: source, upstream revision, series versi
            per repository, profile, evidence sha256 (the preflight probe run)
 checks     runtime closure: `ld.so --list` on every ELF under /app, every NEEDED resolves except
            the driver's (libcuda.so.1, provided by the host at run time)
+
+Long: one recipe read four ways — render, context, labels and the closure checks (and the node's
+library check after a build) read the same profile and target fields and the same docker client;
+each is its own section below.
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ from pathlib import Path
 import jinja2
 
 from lucepatch import __version__, elf, report
-from lucepatch.builders.probe import AppliedTree, make_stand_ins, prepare_tree, resolve_profile
+from lucepatch.builders.probe import resolve_profile
+from lucepatch.builders.standins import make_stand_ins
+from lucepatch.builders.tree import AppliedTree, prepare_tree
 from lucepatch.builders.superbuild import plan_for
 from lucepatch.target import sub_target
 from lucepatch.errors import CheckFailed, EnvironmentMissing, UsageError

@@ -7,9 +7,12 @@ link commands of one executable against one-TU stand-ins (`link`), the same afte
 runtime-like folder (`runpath`), or the generated target list (`targets`). Probes are data
 (patches/<target>/probes.toml); a patch names its probe with a `Probe:` trailer.
 
-Sub-targets: the superproject and each `[[submodule]]` of target.toml are applied by the engine
-(engine/subtargets.applied_each, with the variant's patches and carried bases), and the applied
-submodule trees are linked into the applied superproject tree at their paths (link_submodules).
+The tree a probe configures is the patched (or baseline) superproject with its submodules
+(builders/tree.py, shared with the image and superproject builds).
+
+Long: one runner for the four kinds of probe (compile, link, runpath, targets): they share the
+configured build tree, the stand-ins, the compile commands read from it and the error summary;
+the tree is builders/tree.py's, the stand-ins builders/standins.py's.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.util
-import json
 import os
 import re
 import shlex
@@ -29,11 +31,12 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lucepatch import compiling, elf, git, report
+from lucepatch import elf, git, report
 from lucepatch.builders import driverless, toolchain
+from lucepatch.builders.standins import StandIns, make_stand_ins
+from lucepatch.builders.tree import AppliedTree, prepare_tree
 from lucepatch.elf import GpuCode, is_elf
 from lucepatch.engine.apply import WorkArea
-from lucepatch.engine.subtargets import applied_each, link_submodules
 from lucepatch.errors import CheckFailed, EnvironmentMissing, UsageError
 from lucepatch.target import Target, sub_target
 
@@ -193,218 +196,10 @@ def resolve_profile(target: Target, name: str | None) -> tuple[str, dict]:
     return name, merged
 
 
-# ---------------------------------------------------------------------------------- the tree
-@dataclass
-class AppliedTree:
-    root: Path
-    variant: str
-    repos: list[dict]  # per repository: name, path, base, head, patches
-
-    def to_json(self) -> dict:
-        return {"variant": self.variant, "repos": self.repos}
-
-
-def nested_submodules(sub_src: Path, base: str) -> list[dict]:
-    """Submodules of a submodule (BSA's csrc/cutlass): path, pinned commit, and whether the
-    user's checkout has it initialised at that commit."""
-    gm = sub_src / ".gitmodules"
-    if not gm.is_file():
-        return []
-    r = git.run(sub_src, "config", "-f", str(gm), "--get-regexp", r"^submodule\..*\.path$", check=False)
-    out = []
-    for line in r.stdout.splitlines():
-        path = line.split(None, 1)[1].strip()
-        ls = git.run(sub_src, "ls-tree", base, path, check=False).stdout.split()
-        pinned = ls[2] if len(ls) >= 3 and ls[1] == "commit" else ""
-        d = sub_src / path
-        have = ""
-        if (d / ".git").exists():
-            have = git.try_resolve(d, "HEAD") or ""
-        state = "absent" if not have else ("initialised" if have == pinned else f"initialised at {have[:12]}, pinned {pinned[:12]}")
-        out.append({"path": path, "pinned": pinned, "head": have, "state": state})
-    return out
-
-
-def carried_bases(source: Path, repos: list[tuple[str, str]]) -> dict[str, str]:
-    """Bases for checkouts carried without history (tools/carry_lucebox.py pack; a machine with no network).
-
-    With LUCEPATCH_CARRIED_TREES=<manifest.json>, each repository of `source` is a one-commit copy of
-    the pinned tree made by that tool; its HEAD is used as the base once HEAD^{tree} equals the tree
-    the manifest recorded for that pinned commit (so the content is exactly what was carried)."""
-    path = os.environ.get("LUCEPATCH_CARRIED_TREES")
-    if not path:
-        return {}
-    try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"LUCEPATCH_CARRIED_TREES={path}: {exc}")
-    out = {}
-    for rel, pinned in repos:
-        ent = doc.get(rel)
-        if not ent or ent.get("pinned") != pinned:
-            raise CheckFailed(f"{path} records no carried tree of {rel} at {pinned[:12]}: re-run python3 tools/carry_lucebox.py pack")
-        repo = Path(source) / rel
-        tree = git.tree_of(repo)
-        if tree != ent["tree"]:
-            raise CheckFailed(f"{repo}: tree {tree[:12]} is not the carried copy of {pinned[:12]} (tree {ent['tree'][:12]})")
-        out[rel] = git.head(repo)
-    return out
-
-
-def prepare_tree(target: Target, source: Path, variant: str, cache: Path, stack: contextlib.ExitStack, *,
-                 nested: bool = False) -> AppliedTree:
-    """Superproject + every submodule with their series applied, in private work areas.
-
-    nested: also copy the working trees of nested submodules (BSA's csrc/cutlass) from the user's
-    checkout where initialised (full builds need them; probes do not, and skip the copy)."""
-    carried = carried_bases(source, [(".", target.base)] + [(s.path, s.base) for s in target.submodules])
-    # every submodule, an empty series too (BSA today): a build reads its tree at its path
-    applied = applied_each(target, source, cache, stack, patches_for=lambda t: t.variant_patches(variant),
-                           bases=carried, label=f"probe-{variant}", checkout=True, skip_empty=False)
-    for a in applied:
-        if a.result.conflicts:
-            hint = f"; run lucepatch check {target.name}" if a.sub.is_superproject else ""
-            raise CheckFailed(f"{a.sub.target.name} {variant}: {', '.join(o.patch.name for o in a.result.conflicts)} "
-                              f"do(es) not apply on {a.result.base[:12]}{hint}")
-    root = link_submodules(applied)
-    repos = []
-    for a in applied:
-        entry = {"name": a.sub.target.name, "path": a.sub.path, "base": a.result.base, "head": a.result.head,
-                 "patches": [p.name for p in a.patches]}
-        if nested and not a.sub.is_superproject:
-            entry["nested"] = nested_submodules(a.source, a.result.base)
-            for n in entry["nested"]:
-                if n["head"]:
-                    ndest = Path(a.result.workdir) / n["path"]
-                    shutil.rmtree(ndest, ignore_errors=True)
-                    shutil.copytree(a.source / n["path"], ndest, symlinks=True, ignore=shutil.ignore_patterns(".git"))
-                else:
-                    report.progress(f"note: {a.sub.path}/{n['path']} is not initialised in {source} "
-                                    f"(git -C {a.source} submodule update --init {n['path']}); builds that need it fall back")
-        repos.append(entry)
-    return AppliedTree(root, variant, repos)
-
-
 # ---------------------------------------------------------------------------------- stand-ins
 def _run(cmd, cwd=None, env=None, timeout=1800, shell=False) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=cwd, env=env, timeout=timeout, shell=shell, capture_output=True, text=True,
                           errors="replace", executable="/bin/bash" if shell else None)
-
-
-@dataclass
-class StandIns:
-    """A CUDA devel-image layout for configure and link on a driver-less box.
-
-    cuda/lib64/stubs/libcuda.so (SONAME libcuda.so.1, no libcuda.so.1 file: the devel-image
-    layout), cuBLAS stand-ins where the toolkit has none, a nlohmann_json package config where none
-    is installed (configure only: no probe compiles the C++ that uses it), objects for links, and
-    driver/ with libcuda.so.1 + libnvidia-ml.so.1 stubs for the loader cross-check (never on a
-    link path: they would hide F6).
-    """
-    root: Path
-    driver_symbols: list[str]
-    presets: dict[str, str] = field(default_factory=dict)
-    nlohmann: Path | None = None
-
-    @property
-    def stubs(self) -> Path:
-        return self.root / "cuda" / "lib64" / "stubs"
-
-    @property
-    def driver(self) -> Path:
-        return self.root / "driver"
-
-    @property
-    def src(self) -> Path:
-        return self.root / "src"
-
-    def cmake_args(self) -> list[str]:
-        return [f"-D{k}={v}" for k, v in self.presets.items()]
-
-
-def _stand_in_unit(syms: list[str], work: Path) -> compiling.Unit:
-    work.mkdir(parents=True, exist_ok=True)
-    texts = {
-        "driver.c": "".join(f"int {s}(void) {{ return 0; }}\n" for s in syms),
-        "cublas.c": "int lucepatch_cublas_stand_in(void) { return 0; }\n",
-        "empty.c": "static int lucepatch_probe_empty_tu __attribute__((unused));\n",
-        "main.c": "int main(void) { return 0; }\n",
-        "uses_driver.c": "".join(f"extern int {s}(void);\n" for s in syms)
-        + "int lucepatch_uses_driver(void) { return 0" + "".join(f" + {s}()" for s in syms) + "; }\n",
-        "nvml.c": "int nvmlInit_v2(void) { return 0; }\n",
-    }
-    for name, text in texts.items():
-        if not (work / name).is_file() or (work / name).read_text() != text:
-            (work / name).write_text(text)
-    src = {n: str(work / n) for n in texts}
-    so = lambda soname, out, c: ["{cc}", "-shared", "-fPIC", f"-Wl,-soname,{soname}", "-o", "{out}/" + out, src[c]]  # noqa: E731
-    steps = [["mkdir", "-p", "{out}/cuda/lib64/stubs", "{out}/src", "{out}/driver"],
-             so("libcuda.so.1", "cuda/lib64/stubs/libcuda.so", "driver.c"),
-             so("libcublas.so.13", "cuda/lib64/libcublas.so.13", "cublas.c"),
-             so("libcublasLt.so.13", "cuda/lib64/libcublasLt.so.13", "cublas.c"),
-             so("libcuda.so.1", "driver/libcuda.so.1", "driver.c"),
-             so("libnvidia-ml.so.1", "driver/libnvidia-ml.so.1", "nvml.c")]
-    steps += [["{cc}", "-c", "-fPIC", "-o", f"{{out}}/src/{n}.o", src[f"{n}.c"]] for n in ("empty", "main", "uses_driver")]
-    return compiling.Unit(what="probe stand-ins", steps=steps,
-                          outputs=["cuda/lib64/stubs/libcuda.so", "cuda/lib64/libcublas.so", "driver/libcuda.so.1",
-                                   "src/empty.o", "src/main.o", "src/uses_driver.o"],
-                          inputs=[work / n for n in texts],
-                          links={"cuda/lib64/libcublas.so": "libcublas.so.13",
-                                 "cuda/lib64/libcublasLt.so": "libcublasLt.so.13"})
-
-
-def _nlohmann_stand_in(cache: Path) -> Path:
-    d = cache / "probe-standins" / "nlohmann_json-v1"
-    if (d / "nlohmann_jsonConfigVersion.cmake").is_file():
-        return d
-    tmp = Path(tempfile.mkdtemp(prefix=".nlohmann-", dir=d.parent if d.parent.is_dir() else None))
-    (tmp / "nlohmann_jsonConfig.cmake").write_text(
-        "# lucepatch probe stand-in: an interface target only (probes compile no JSON-using TU)\n"
-        "if(NOT TARGET nlohmann_json::nlohmann_json)\n"
-        "  add_library(nlohmann_json::nlohmann_json INTERFACE IMPORTED)\nendif()\n")
-    (tmp / "nlohmann_jsonConfigVersion.cmake").write_text(
-        "set(PACKAGE_VERSION 3.11.3)\nset(PACKAGE_VERSION_COMPATIBLE TRUE)\nset(PACKAGE_VERSION_EXACT FALSE)\n")
-    tmp.chmod(0o755)
-    try:
-        os.rename(tmp, d)
-    except OSError:  # a concurrent run made the same folder
-        shutil.rmtree(tmp, ignore_errors=True)
-    return d
-
-
-def make_stand_ins(cache: Path, cfg: dict) -> StandIns:
-    """The stand-in layout, built once per content key through lucepatch.compiling."""
-    syms = list(cfg.get("driver_symbols") or ["cuMemCreate"])
-    cache = Path(cache)
-    (cache / "probe-standins").mkdir(parents=True, exist_ok=True)
-    unit = _stand_in_unit(syms, cache / "probe-standins" / "src" / hashlib.sha256("\n".join(syms).encode()).hexdigest()[:12])
-    cc_path = compiling.cc()
-    unit.steps = [[a.replace("{cc}", cc_path) for a in step] for step in unit.steps]
-    root = compiling.build_cached(unit, cache / "probe-standins", compiler=cc_path)
-    si = StandIns(root, syms)
-    cuda = root / "cuda" / "lib64"
-    home = None
-    try:
-        home = toolchain.cuda_home()
-    except EnvironmentMissing:
-        pass
-    libdirs = [home / d for d in ("lib64", "lib", "targets/x86_64-linux/lib")] if home else []
-    if not any((d / "stubs" / "libcuda.so").is_file() for d in libdirs):
-        si.presets["CUDA_cuda_driver_LIBRARY"] = str(cuda / "stubs" / "libcuda.so")
-    for lib in ("cublas", "cublasLt"):
-        if not any((d / f"lib{lib}.so").is_file() for d in libdirs):
-            si.presets[f"CUDA_{lib}_LIBRARY"] = str(cuda / f"lib{lib}.so")
-    if not _has_nlohmann():
-        si.nlohmann = _nlohmann_stand_in(cache)
-        si.presets["nlohmann_json_DIR"] = str(si.nlohmann)
-    return si
-
-
-def _has_nlohmann() -> bool:
-    for base in ("/usr/share/cmake", "/usr/lib/cmake", "/usr/local/share/cmake", "/usr/lib/x86_64-linux-gnu/cmake"):
-        if (Path(base) / "nlohmann_json" / "nlohmann_jsonConfig.cmake").is_file():
-            return True
-    return False
 
 
 # ---------------------------------------------------------------------------------- helpers

@@ -5,7 +5,7 @@ plan_for()           what is configured and built: the profile's cmake arguments
                      every *.so* of the build tree, [build] share folders). The image's Dockerfile
                      is rendered from the same Plan, so `build --image` builds exactly this.
 build_superproject   the patched (or baseline) trees of the superproject and every [[submodule]]
-                     (probe.prepare_tree), cmake + ninja with -j = this machine's cores, cached
+                     (tree.prepare_tree), cmake + ninja with -j = this machine's cores, cached
                      under <cache>/superbuilds/<key> (key: the applied trees, the plan, the
                      toolchain), then the payload in app/{bin,lib,share}, sha256 of every file,
                      SASS per library and per object (lucepatch.elf) against the profile's arch
@@ -31,7 +31,8 @@ from pathlib import Path
 
 from lucepatch import elf, git, report
 from lucepatch.builders import driverless, toolchain
-from lucepatch.builders.probe import prepare_tree, resolve_profile, summarize_errors
+from lucepatch.builders.probe import resolve_profile, summarize_errors
+from lucepatch.builders.tree import prepare_tree
 from lucepatch.errors import CheckFailed, EnvironmentMissing, UsageError
 from lucepatch.files import sha256_file
 from lucepatch.target import Target

@@ -11,6 +11,11 @@ another git, a full disk) or SIGINT/SIGTERM after the first write rolls every st
 (`rollback`) and re-raises; the stash pop is the commit point, after which the switch is
 complete and a late signal is reported as such (signals.completed). After a SIGKILL the journal
 stays; the next lucepatch command (main.py) finds it and rolls back (`recover_all`).
+
+Long: the switch and its undo are one protocol over one journal: each step the switch takes
+(begin, stash, move the branch, copy objects, restore) has its rollback and its recovery after a
+SIGKILL beside it, and they share the journal's fields; apart, a step would be read away from its
+undo. The object copy is lucepatch/odb.py's.
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from lucepatch import git
 from lucepatch.engine import checkout as co
-from lucepatch.engine.apply import WorkArea, clone_private, format_commits, format_patch_slug, resolve_base
+from lucepatch.engine.apply import WorkArea, clone_private, resolve_base
+from lucepatch.engine.commits import format_commits, format_patch_slug
 from lucepatch.errors import UsageError
 from lucepatch.series import parse_patch
 from lucepatch.target import Target

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucepatch import git
-from lucepatch.engine.apply import (PURE_ENV, TreeState, WorkArea, apply_loop, clone_private, format_commits, format_patch_slug,
-                                    resolve_base)
+from lucepatch.engine.apply import TreeState, WorkArea, apply_loop, clone_private, resolve_base
+from lucepatch.engine.commits import PURE_ENV, format_commits, format_patch_slug
 from lucepatch.engine.core import ALREADY_UPSTREAM, CONFLICT
 from lucepatch.engine.safety import MAX_PATCH_BYTES, check_patch_paths, check_patch_shape
 from lucepatch.errors import UsageError

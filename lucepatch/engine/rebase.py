@@ -1,4 +1,6 @@
-"""rebase: the rules a rebase session (engine/session.py) applies to a finished walk.
+"""rebase: the rules a rebase session (engine/session.py) applies — to what it starts from (a new
+line of the series, `--backport` commits carried first) and to a finished walk (the target folder
+it writes, the version bump, the attribution of absorbed patches).
 
 Version bump: MAJOR when the base changes, MINOR when a patch leaves the series (absorbed,
 skipped, dropped) or its change (patch-id) differs, PATCH when only its text changes (index
@@ -8,11 +10,23 @@ oldest first-parent commit of base..onto where its signal first holds.
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 
+from lucepatch import git, trailers
 from lucepatch.engine import upstreamed
+from lucepatch.engine.commits import FORMAT_PATCH_ARGS, PURE_ENV
 from lucepatch.engine.core import ALREADY_UPSTREAM, IndexEngine
-from lucepatch.series import Patch
+from lucepatch.errors import UsageError
+from lucepatch.series import Patch, read_series
+from lucepatch.target import Target, line_name, update_target_toml
+
+_GIT_ENV = {**PURE_ENV, "GIT_OPTIONAL_LOCKS": "0"}
+
+
+def _g(repo: Path, *args, check=True):
+    return git.run(repo, *args, check=check, env=_GIT_ENV)
 
 
 def bump_version(version: str, kind: str | None) -> str:
@@ -37,3 +51,74 @@ def attribute(repo: Path, base: str, onto: str, work: Path, patch: Patch, f: Pat
         def has(c):
             return upstreamed.content_match(patch, upstreamed.tree_reader(repo, c))
     return upstreamed.first_commit_with(repo, base, onto, has)
+
+
+def as_line(orig: Path, t: Target, line: str) -> None:
+    """Turn the session's copy of `t` into line `line` of its family (name, line_of, line, 1.0.0)."""
+    update_target_toml(orig / "target.toml", remove=("line", "line_of"), after="name",
+                       name=line_name(t.family, line), line_of=t.family, line=line, version="1.0.0")
+
+
+def _identity(source: Path) -> str:
+    name, mail = os.environ.get("GIT_COMMITTER_NAME"), os.environ.get("GIT_COMMITTER_EMAIL")
+    if not (name and mail):
+        ident = git.config_identity(source)
+        if ident is None:
+            raise UsageError("--backport signs each backport off: set git config user.name and user.email "
+                             "(or GIT_COMMITTER_NAME/GIT_COMMITTER_EMAIL)")
+        name, mail = ident
+    return f"{name} <{mail}>"
+
+
+def backports(repo: Path, source: Path, orig: Path, opts, upstream: str | None = None) -> dict[str, str]:
+    """Patch files for `--backport REV...` (format-patch of each upstream commit, marked
+    `Upstream-Status: Backport [<commit>]`, signed off by the backporter), first in the series."""
+    shas = {rev: git.resolve_commit(source, rev, what="--backport", upstream=upstream)
+            for rev in dict.fromkeys(opts.backports)}
+    build_only = set()
+    for rev in opts.build_only:
+        sha = git.try_resolve(source, rev)
+        if sha not in shas.values():
+            raise UsageError(f"--build-only {rev} is not one of the --backport commits")
+        build_only.add(sha)
+    signoff = ("Signed-off-by", _identity(source))
+    series = (orig / "series").read_text()
+    names, made = [], {}
+    existing = set(read_series(orig / "series"))
+    for rev, sha in shas.items():
+        if len(_g(repo, "rev-list", "--parents", "-n1", sha).stdout.split()) > 2:
+            raise UsageError(f"--backport {rev} is a merge; name the commits it brings instead")
+        raw = _g(repo, *FORMAT_PATCH_ARGS, "--stdout", "-1", sha).stdout.encode("utf-8", "surrogateescape")
+        have = trailers.patch_trailers(raw)
+        extra = [("Upstream-Status", f"Backport [{sha}]")] + ([("Build-Only", "yes")] if sha in build_only else [])
+        add = [] if any(k.lower() == "signed-off-by" and v == signoff[1] for k, v in have) else [signoff]
+        raw = trailers.edit_patch(raw, set_=extra, add=add)
+        subject = _g(repo, "log", "-1", "--format=%s", sha).stdout.strip()
+        slug = re.sub(r"[^a-z0-9]+", "-", subject.lower()).strip("-")[:60].rstrip("-") or sha[:12]
+        name, n = f"backport-{slug}.patch", 2
+        while name in existing or name in names:
+            name, n = f"backport-{slug}-{n}.patch", n + 1
+        (orig / name).write_bytes(raw)
+        names.append(name)
+        made[name] = sha
+    (orig / "series").write_text("".join(f"{n}\n" for n in names) + series)
+    return made
+
+
+def build_target_dir(d: Path, t: Target, st, plan: dict) -> None:
+    """Edit the staged copy `d` of the target folder into the rebased series."""
+    left = [n for n in plan["absorbed"]]
+    if left:
+        (d / "absorbed").mkdir(exist_ok=True)
+    for name, data in plan["absorbed"].items():
+        (d / "absorbed" / name).write_bytes(data)
+        (d / name).unlink(missing_ok=True)
+    for name, data in plan["files"].items():  # backports are new files
+        if not (d / name).is_file() or (d / name).read_bytes() != data:
+            (d / name).write_bytes(data)
+    # the session's series (backports first), comments and quilt options kept
+    lines = (t.dir / "series").read_text().splitlines(keepends=True)
+    keep = [ln for ln in lines if (ln.split("#", 1)[0].split() or [None])[0] not in left]
+    if (d / "series").read_text() != "".join(keep):
+        (d / "series").write_text("".join(keep))
+    update_target_toml(d / "target.toml", base=st.onto, version=plan["new_version"])

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from lucepatch import git
 from lucepatch.engine import upstreamed
-from lucepatch.engine.apply import CONFLICT, WorkArea, applied_patch_ids, open_state, resolve_base
+from lucepatch.engine.apply import CONFLICT, WorkArea, open_state, resolve_base
+from lucepatch.engine.commits import applied_patch_ids
 from lucepatch.engine.subtargets import sub_targets
 
 APPLIED = "applied"

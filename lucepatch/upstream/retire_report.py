@@ -1,0 +1,210 @@
+"""The retirement report (schema 2 of `lucepatch-retire`, lucepatch/data/retire.schema.json): what
+the rule (upstream/retire.py) decided, as the document `verify --retire` prints and saves, the
+table and the review lines people read, the exit code, where a report is kept (by the target's
+content, the commit and the reproducers it used) and how a kept report answers later questions
+(`status --behaviour`, a rebase session's `needed`). The rule writes it; nothing here decides."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from lucepatch.engine import retirement
+from lucepatch.files import data_schema
+from lucepatch.series import Patch
+from lucepatch.target import Target
+from lucepatch.verify.reproducer import Reproducer, load_reproducer_dir
+
+SCHEMA_VERSION = 2
+KIND = "lucepatch-retire"
+MIN_RUNS = 10
+
+SUPERSEDED = retirement.SUPERSEDED
+RETIRE_CANDIDATE = retirement.RETIRE_CANDIDATE
+STILL_NEEDED = "still-needed"
+NO_LONGER_EFFECTIVE = "no-longer-effective"
+REGRESSION = "regression"
+CONFLICT = "conflict"
+UNTESTABLE = "untestable"
+INCONCLUSIVE = "inconclusive"
+NOT_JUDGED = "not-judged"
+STATUSES = (SUPERSEDED, RETIRE_CANDIDATE, STILL_NEEDED, NO_LONGER_EFFECTIVE, REGRESSION, CONFLICT, UNTESTABLE,
+            INCONCLUSIVE, NOT_JUDGED)
+NEEDED = {SUPERSEDED: "superseded", RETIRE_CANDIDATE: "retire-candidate", STILL_NEEDED: "still-needed",
+          NO_LONGER_EFFECTIVE: "still-needed", REGRESSION: "inconclusive", CONFLICT: "inconclusive",
+          UNTESTABLE: "untestable", INCONCLUSIVE: "inconclusive", NOT_JUDGED: "not-judged"}
+# how the table names a status (a candidate is not a verdict: a person reads the code first)
+SHOWN = {RETIRE_CANDIDATE: "retire-candidate (needs review)"}
+# the report's schema is data (lucepatch/data/retire.schema.json), read by show too without this rule;
+# tests/test_retire_schema_data.py keeps its enums equal to the constants above
+RETIRE_SCHEMA = data_schema("retire")
+
+
+# ---- the reproducers a target's reports are judged with ----------------------------------------
+
+
+def reproducers_dir(target: Target, workspace=None, directory: Path | None = None) -> Path:
+    if directory is not None:
+        return Path(directory)
+    if workspace is not None:
+        return Path(workspace.reproducers_dir)
+    return target.dir.resolve().parent.parent / "reproducers"  # patches/<target>/ sits beside reproducers/
+
+
+def target_reproducers(target: Target, workspace=None, directory: Path | None = None) -> list[Reproducer]:
+    d = reproducers_dir(target, workspace, directory)
+    if not d.is_dir():
+        return []
+    return [r for r in (load_reproducer_dir(p) for p in sorted(d.iterdir()) if (p / "reproducer.toml").is_file())
+            if r.target == target.name]
+
+
+# ---- the document -------------------------------------------------------------------------------
+
+
+def _row(p: Patch, status: str, reason: str, applies: bool, scen: list[str], details: list, code,
+         scenario: str | None = None, unreached: list[str] | None = None) -> dict:
+    # `textual` is the code signal under its old name (reports before issue 26 had it, information only)
+    return {"name": p.name, "subject": p.subject, "patch_id": p.patch_id, "build_only": p.build_only,
+            "status": status, "needed": NEEDED[status], "reason": reason, "scenario": scenario, "applies": applies,
+            "judged": scen, "unreached": unreached or [], "scenarios": details, "code_signal": code, "textual": code}
+
+
+def _doc(target, ref, commit, base, lab, n, rows, still, cov, notes) -> dict:
+    ddoc = lab.driver_doc()
+    summary = {s: sum(1 for p in rows if p["status"] == s) for s in STATUSES}
+    return {
+        "schema_version": SCHEMA_VERSION, "kind": KIND, "target": target.name,
+        "series": {"version": target.version, "series_hash": target.series_hash},
+        "upstream": {"url": target.upstream, "ref": ref, "commit": commit, "base": base},
+        "driver": ddoc, "simulated": ddoc.get("kind") == "fake", "runs": n,
+        "rule": "add-one, leave-one-out, positive control at the base, coverage, input sweep, joint check; superseded "
+                "only with a code signal (docs/design.md)",
+        "invariant": retirement.INVARIANT,
+        "reproducers": [{"name": r.name, "hash": r.hash} for r in lab.repros.values()],
+        "builds": [b.to_json() for b in lab.builds.values()],
+        "coverage": cov.to_json() if cov else None,
+        "patches": rows,
+        "superseded": [p["name"] for p in rows if p["status"] == SUPERSEDED],
+        "retire_candidates": [p["name"] for p in rows if p["status"] == RETIRE_CANDIDATE],
+        "no_longer_effective": [p["name"] for p in rows if p["status"] == NO_LONGER_EFFECTIVE],
+        "still_failing": still,
+        "notes": notes,
+        "summary": {k: v for k, v in summary.items() if v},
+    }
+
+
+def retire_exit_code(doc: dict) -> int:
+    """0 when every patch is judged and none has stopped working; 1 when a patch is no longer
+    effective, a regression or inconclusive (superseded patches and candidates are news, not failures)."""
+    bad = {NO_LONGER_EFFECTIVE, INCONCLUSIVE, REGRESSION}
+    return 1 if any(p["status"] in bad for p in doc["patches"]) else 0
+
+
+def format_retire_table(doc: dict) -> tuple[str, list[str], list[list[str]]]:
+    """(title, columns, rows) for report.table: one row per patch, then the still-failing scenarios."""
+    up = doc["upstream"]
+    title = (f"retire check of {doc['target']} at {up['ref']} ({up['commit'][:12]}, base {up['base'][:12]}) — driver "
+             f"{doc['driver'].get('kind')}{' (simulated)' if doc.get('simulated') else ''}, {doc['runs']} runs per side")
+    rows = []
+    for p in doc["patches"]:
+        code = p.get("code_signal", p.get("textual"))
+        sig = f" [code: {code['signal']}]" if code and p["status"] != SUPERSEDED else ""
+        rows.append([p["name"], SHOWN.get(p["status"], p["status"]) + ("" if p["applies"] else " (does not apply)"),
+                     p.get("scenario") or "", p["reason"] + sig])
+    for s in doc.get("still_failing", []):
+        rows.append(["(no patch)", "still failing", s["scenario"], f"{s['behaviour']} on {s['build']}"])
+    return title, ["patch", "status", "decided by", "why"], rows
+
+
+def review_lines(doc: dict) -> list[str]:
+    """For each retire-candidate, what its reviewer reads (the whole material is in the report's
+    `review`): the hunks, REF's version of the functions they touch, the runs."""
+    out = []
+    for p in doc["patches"]:
+        rv = p.get("review")
+        if p["status"] != RETIRE_CANDIDATE or not rv:
+            continue
+        fns = [f"{f['file']} ({f['text'].splitlines()[0][:60]} …)" if "text" in f else f"{f['file']}: {f['missing']}"
+               for f in rv["ref_functions"]]
+        out.append(f"{p['name']}: retire-candidate (needs review) — {rv['question']}")
+        hunks = ", ".join(f"{h['file']}:{h['line']} {h['header']}".strip() for h in rv["hunks"])
+        out.append(f"  its hunks: {hunks}")
+        out.append(f"  {doc['upstream']['commit'][:12]}'s version: {'; '.join(fns) or 'none found'}")
+        out.append(f"  runs: {len(rv['runs'])} comparison(s), e.g. "
+                   + "; ".join(f"{r['scenario']} {r['pair']}: {r['with']}" for r in rv["runs"][:2]))
+    return out
+
+
+# ---- a kept report: where it is, what it answers ------------------------------------------------
+
+
+def _upstream_has(doc: dict, row: dict) -> bool:
+    """The one judgement, for a recorded row: superseded with a code signal, under the invariant."""
+    return retirement.accepts(row["status"], row.get("code_signal"), doc.get("invariant"))
+
+
+def report_hook(doc: dict):
+    """A behaviour hook (engine.upstreamed) answering from one retire report: `status --behaviour`."""
+    by = {p["name"]: p for p in doc["patches"]}
+
+    def retirement_rule(target, patch, source, ref):
+        row = by.get(patch.name)
+        if row is None or ref != doc["upstream"]["commit"]:
+            return None
+        return True if _upstream_has(doc, row) else False if row["needed"] == "still-needed" else None
+
+    def code_signal(patch, ref):
+        row = by.get(patch.name)
+        ok = row is not None and ref == doc["upstream"]["commit"] and _upstream_has(doc, row)
+        return row["code_signal"] if ok else None
+
+    retirement_rule.detail = lambda patch, ref: f"superseded at {ref[:12]}: {by[patch.name]['reason']}"[:300]
+    retirement_rule.code_signal = code_signal
+    return retirement_rule
+
+
+def content_key(target: Target, commit: str) -> str:
+    """Where a target's reports at `commit` are kept: its content (target.toml and the patches, the
+    series hash) and the commit — never a path, so a rebase session's staged copy finds them."""
+    doc = {"series": target.series_hash, "commit": commit}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def _reproducers_key(used: list[dict]) -> str:
+    doc = sorted((r["name"], r["hash"]) for r in used)
+    return hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:24]
+
+
+def save_report(doc: dict, target: Target, cache: Path, workspace=None) -> Path:
+    """Keep the report where a rebase session's judge and status --behaviour find it: under the
+    target's content and commit, one file per set of reproducers (with their hashes) it used."""
+    path = (Path(cache) / "retire" / content_key(target, doc["upstream"]["commit"])
+            / f"{_reproducers_key(doc.get('reproducers', []))}.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def load_saved(target: Target, commit: str, cache: Path, workspace=None, *,
+               reproducers: Path | None = None) -> dict | None:
+    """The saved report for this target's content at `commit` whose reproducers are all unchanged in
+    the workspace (`reproducers`: their folder; default the workspace's), the one judged with the
+    most of them; None when there is none."""
+    current = {r.name: r.hash for r in target_reproducers(target, workspace, reproducers)}
+    best, size = None, -1
+    for f in sorted((Path(cache) / "retire" / content_key(target, commit)).glob("*.json")):
+        try:
+            doc = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue  # a torn or foreign file is no report
+        used = {r["name"]: r["hash"] for r in doc.get("reproducers", [])}
+        if not used or any(current.get(n) != h for n, h in used.items()):
+            continue  # made with reproducers that changed since (or are gone): not this judgement
+        if len(used) > size:
+            best, size = doc, len(used)
+    return best
