@@ -619,12 +619,70 @@ def _read_journal(jp: Path) -> dict | None:
     return d if isinstance(d, dict) and d.get("version") == JOURNAL_VERSION else None
 
 
+# the message of the one reflog entry _finish_drop writes (git update-ref always logs), cut at once
+_FINISH_DROP = "lucepatch: the drop a killed git stash pop began"
+
+
+def _stash_log(gd: Path) -> Path:
+    return _common_dir(gd) / "logs" / "refs" / "stash"
+
+
+def _listed_top(gd: Path) -> str | None:
+    """The commit `git stash list` shows as stash@{0}: the newest entry of refs/stash's reflog
+    (the list is that reflog, not the ref); None when the list is empty."""
+    try:
+        lines = _stash_log(gd).read_bytes().splitlines()
+    except FileNotFoundError:
+        return None
+    for line in reversed(lines):
+        fields = line.split(b" ", 2)
+        if len(fields) == 3:
+            return fields[1].decode()
+    return None
+
+
+def _cut_finish_drop_entry(gd: Path) -> None:
+    """Remove the reflog entry _finish_drop's update-ref appended (a kill may have come between
+    the two; then this recovery's rerun finds it)."""
+    f = _stash_log(gd)
+    try:
+        data = f.read_bytes()
+    except FileNotFoundError:
+        return
+    lines = data.splitlines(True)
+    if lines and lines[-1].rstrip(b"\n").endswith(b"\t" + _FINISH_DROP.encode()):
+        with open(f, "r+b") as fh:
+            fh.truncate(len(data) - len(lines[-1]))
+
+
+def _finish_drop(d: dict, ours: str) -> None:
+    """`git stash pop` was killed inside its drop, between its two renames: git rewrites the
+    reflog without our entry first (the list no longer shows it; the user's older stash is
+    stash@{0} again), then moves refs/stash off it; the kill left the ref on ours (and
+    refs/stash.lock, holding the new value: gone with the stale locks). git drops only once the
+    apply succeeded, so the pop is done but for the ref: move it where git was moving it, to the
+    list's top, or delete it (and its log) when the list is empty, as git's drop does — never a
+    `git stash drop` here, which would drop the user's own stash@{0}."""
+    gd = Path(d["git_dir"])
+    top = _listed_top(gd)
+    if top:
+        _w(d, "update-ref", "-m", _FINISH_DROP, "refs/stash", top, ours)
+        _cut_finish_drop_entry(gd)
+    else:
+        _w(d, "update-ref", "-d", "refs/stash", ours)
+
+
 def _finish(d: dict) -> str:
     """Roll a member forward: its switch had reached the commit point (the group's, or its own
-    stash pop); only the pop of our stash may be left — or be half done, or done but not dropped."""
-    src = Path(d["src"])
+    stash pop); only the pop of our stash may be left — or be half done, or applied but not
+    dropped, or dropped from the list (the reflog) but not yet from refs/stash."""
+    src, gd = Path(d["src"]), Path(d["git_dir"])
     note = f"the apply interrupted in {src} had completed ({d['branch']} checked out)"
+    _cut_finish_drop_entry(gd)  # a recovery killed inside _finish_drop: redone below
     ours = d.get("stash") if _rev(src, "refs/stash") == d.get("stash") else None
+    if ours and "popped" not in d.get("steps", []) and _listed_top(gd) != ours:
+        _finish_drop(d, ours)
+        ours = None
     if ours and "popped" not in d.get("steps", []):
         where = _stash_state(src, ours)
         if where == ABSENT and _w(d, "stash", "apply", "--index", "--quiet", ours, check=False).status != 0:
