@@ -39,6 +39,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import needs  # noqa: E402
 from conftest import REPO_ROOT, commit_all, format_patches, git, init_repo, make_target, write  # noqa: E402
 from lucepatch.engine.transaction import snapshot  # noqa: E402
 
@@ -51,7 +52,7 @@ BRANCH = "lucepatch/toy/1.0.0"
 
 
 # ---- the fixture: an upstream checkout, a three-patch series (one adds a folder) -----------------
-def make_world(root: Path) -> dict:
+def make_world(root: Path, older_stash: bool = True) -> dict:
     up = init_repo(root / "pristine" / "up")
     write(up, "src/a.c", "int a(void) {\n    return 1;\n}\n")
     write(up, "src/b.c", "int b(void) {\n    return 2;\n}\n")
@@ -73,9 +74,9 @@ def make_world(root: Path) -> dict:
     git(up, "checkout", "-q", "-b", "next")
     commit_all(up, "upstream: a readme")
     git(up, "checkout", "-q", "main")
-    # the user's own older stash, which every outcome must keep
-    write(up, "notes.txt", "an older change the user stashed\n")
-    git(up, "stash", "push", "-q", "-m", "the user's own older stash")
+    if older_stash:  # the user's own older stash, which every outcome must keep
+        write(up, "notes.txt", "an older change the user stashed\n")
+        git(up, "stash", "push", "-q", "-m", "the user's own older stash")
     ws = root / "pristine" / "ws"
     make_target(ws, "toy", base, pfiles)
     return {"root": root, "pristine": root / "pristine"}
@@ -222,13 +223,19 @@ def kill_once(world: dict, tmp: Path, mode: str, cal: dict, rng: random.Random, 
             os.kill(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+    rec = {"mode": mode, "i": i, "delay": ("+" if anchored else "") + f"{delay:.3f}", "group": group}
+    return recover_and_judge(rec, proc, up, ws, cache, cal)
+
+
+def recover_and_judge(rec: dict, proc: subprocess.Popen, up: Path, ws: Path, cache: Path, cal: dict) -> dict:
+    """After the kill: the next command recovers; the checkout is judged against what was printed."""
+    mode = rec["mode"]
     out, err = proc.communicate(timeout=120)
-    killed = proc.returncode == -signal.SIGKILL
     # the next command, at once: it recovers what the killed run left
     nxt = run([sys.executable, "-m", "lucepatch", "--workspace", str(ws), "list"], cache)
-    rec = {"mode": mode, "i": i, "delay": ("+" if anchored else "") + f"{delay:.3f}", "group": group, "killed": killed,
-           "exit": proc.returncode, "run_said": out.decode() + err.decode(), "next_said": nxt.stderr,
-           "next_exit": nxt.returncode, "printed": printed(err.decode() + nxt.stderr)}
+    rec.update({"killed": proc.returncode == -signal.SIGKILL, "exit": proc.returncode,
+                "run_said": out.decode() + err.decode(), "next_said": nxt.stderr, "next_exit": nxt.returncode,
+                "printed": printed(err.decode() + nxt.stderr)})
     if mode == "rebase":
         return judge_rebase(rec, up, ws, cache, cal)
     state = checkout_state(up)
@@ -329,6 +336,119 @@ def test_random_sigkills_leave_what_was_printed(world, tmp_path, mode):
                      + "\n".join(f"  #{r['i']} delay {r['delay']}s {'group' if r['group'] else 'pid'}: {r['outcome']} "
                                  f"{r.get('vs_done', '')} | printed {r['printed']} | left {r['leftovers']} | "
                                  f"next: {r['next_said'].strip()[-300:]!r}" for r in bad[:8]))
+
+
+# ---- a kill at every commit point: deterministic --------------------------------------------------
+# git makes each change visible with a rename (a lock file onto index, HEAD, a ref, a reflog), and
+# the switch saves its journal the same way: the renames of a run are its commit points. A shim
+# (tests/fixtures/killpoint/killpoint.c, LD_PRELOAD) numbers them across lucepatch and its gits and
+# SIGKILLs the whole group right before or right after point N — every run the same point, where a
+# random kill finds some of them once in hundreds of runs (CI found the drop of `git stash pop`
+# cut between its reflog and its ref that way: the user's older stash was dropped in its place).
+KILLPOINT_C = Path(__file__).resolve().parent / "fixtures" / "killpoint" / "killpoint.c"
+
+
+@pytest.fixture(scope="module")
+def killpoint(tmp_path_factory) -> Path:
+    gcc = needs.tool("gcc")
+    so = tmp_path_factory.mktemp("killpoint") / "killpoint.so"
+    subprocess.run([gcc, "-shared", "-fPIC", "-O2", "-o", str(so), str(KILLPOINT_C), "-ldl"], check=True)
+    return so
+
+
+def killpoint_env(so: Path, up: Path, cache: Path, counter: Path, **more: str) -> dict:
+    """Count the renames onto the checkout's git folder and the switch's journal folder."""
+    under = f"{up.resolve() / '.git'}/:{cache.resolve() / 'switch'}/"
+    return {**env(cache), "LD_PRELOAD": str(so), "KILLPOINT_UNDER": under, "KILLPOINT_COUNTER": str(counter),
+            **{f"KILLPOINT_{k.upper()}": v for k, v in more.items()}}
+
+
+def commit_points(world: dict, tmp: Path, mode: str, so: Path) -> list[str]:
+    """An uninterrupted run, its commit points logged: "<program> -> <file>", in order."""
+    d = tmp / f"points-{mode}"
+    up, ws, cache = copy_world(world, d, mode)
+    proc = subprocess.run(argv(mode, up, ws), env=killpoint_env(so, up, cache, d / "count", log=str(d / "log")),
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    points = []
+    for line in (d / "log").read_text().splitlines():
+        n, _, rest = line.partition(" ")
+        program, _, path = rest.rpartition(" -> ")
+        assert int(n) == len(points) + 1, line
+        where = path.split("/.git/", 1)[1] if "/.git/" in path else f"journal {Path(path).name}"
+        points.append(f"{' '.join(program.split()[:3]).rsplit('/', 1)[-1]} -> {where}")
+    shutil.rmtree(d)
+    return points
+
+
+@pytest.mark.parametrize("mode,older_stash", [("apply", True), ("stash", True), ("stash", False)],
+                         ids=["apply", "stash", "stash-no-older-stash"])
+def test_a_group_kill_at_every_commit_point_leaves_what_was_printed(killpoint, tmp_path, mode, older_stash):
+    world = make_world(tmp_path / "world", older_stash=older_stash)
+    cal = calibrate(world, tmp_path, mode)
+    points = commit_points(world, tmp_path, mode, killpoint)
+    assert any(p.startswith("git stash pop") for p in points) == (mode == "stash"), points
+    recs = []
+    for n, point in enumerate(points, 1):
+        for when in ("before", "after"):
+            d = tmp_path / f"{mode}-{n}-{when}"
+            up, ws, cache = copy_world(world, d, mode)
+            proc = subprocess.Popen(argv(mode, up, ws), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    env=killpoint_env(killpoint, up, cache, d / "count", at=str(n), when=when),
+                                    start_new_session=True)
+            rec = {"mode": mode, "i": n, "delay": f"{when} #{n} {point}", "group": True}
+            recs.append(recover_and_judge(rec, proc, up, ws, cache, cal))
+            shutil.rmtree(d, ignore_errors=True)
+    print(f"\n{len(points)} commit points\n" + table(recs))
+    bad = [r for r in recs if not r["ok"] or not r["killed"]]
+    assert not bad, (f"{len(bad)} of {len(recs)} kills at a commit point left a state that is not what was printed:\n"
+                     + "\n".join(f"  {r['delay']}: {'' if r['killed'] else 'NOT KILLED '}{r['outcome']} "
+                                  f"{r.get('vs_done', '')} | printed {r['printed']} | left {r['leftovers']} | "
+                                  f"next: {r['next_said'].strip()[-300:]!r}" for r in bad[:8]))
+
+
+
+def test_a_recovery_killed_while_it_finishes_a_cut_drop_is_finished_by_the_next(killpoint, tmp_path):
+    """`git stash pop` killed between its reflog and its ref (the window above); then the recovery
+    that finishes that drop is killed at each of its own commit points: the command after it
+    still leaves exactly an uninterrupted run's state, and says so."""
+    world = make_world(tmp_path / "world")
+    cal = calibrate(world, tmp_path, "stash")
+    points = commit_points(world, tmp_path, "stash", killpoint)
+    n = points.index("git stash pop -> logs/refs/stash") + 1
+
+    def cut_drop(d: Path) -> tuple[Path, Path, Path]:
+        up, ws, cache = copy_world(world, d, "stash")
+        proc = subprocess.run(argv("stash", up, ws), env=killpoint_env(killpoint, up, cache, d / "count", at=str(n)),
+                              capture_output=True, timeout=120, start_new_session=True, check=False)
+        assert proc.returncode == -signal.SIGKILL
+        assert git(up, "rev-parse", "refs/stash", env=RO) != git(up, "rev-parse", "refs/stash@{0}", env=RO)
+        return up, ws, cache
+
+    # the recovery's own commit points
+    up, ws, cache = cut_drop(tmp_path / "probe")
+    def recover(ws: Path) -> list[str]:
+        return [sys.executable, "-m", "lucepatch", "--workspace", str(ws), "list"]
+
+    res = subprocess.run(recover(ws), env=killpoint_env(killpoint, up, cache, tmp_path / "probe" / "count2",
+                                                    log=str(tmp_path / "probe" / "log")), capture_output=True, check=False)
+    assert res.returncode == 0 and checkout_state(up) == cal["done"], res.stderr
+    mine = (tmp_path / "probe" / "log").read_text().splitlines()
+    assert any(line.endswith("/.git/refs/stash") for line in mine), mine
+    recs = []
+    for k in range(1, len(mine) + 1):
+        for when in ("before", "after"):
+            d = tmp_path / f"r-{k}-{when}"
+            up, ws, cache = cut_drop(d)
+            proc = subprocess.Popen(recover(ws), stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                    env=killpoint_env(killpoint, up, cache, d / "count2", at=str(k), when=when))
+            rec = {"mode": "stash", "i": k, "delay": f"{when} #{k} of the recovery", "group": True}
+            recs.append(recover_and_judge(rec, proc, up, ws, cache, cal))
+            shutil.rmtree(d, ignore_errors=True)
+    print("\n" + table(recs))
+    bad = [r for r in recs if not r["ok"] or not r["killed"] or r["outcome"] != "completed"]
+    assert not bad, [(r["delay"], r["killed"], r["outcome"], r.get("vs_done"), r["printed"], r["next_said"][-300:])
+                     for r in bad]
 
 
 if __name__ == "__main__":
