@@ -18,6 +18,10 @@ and never a *.lock file, a temporary object file or a journal left behind. For `
 user's checkout never changes and the workspace's target folder is the old one or the new one,
 never a mix; an open session finishes (--continue) with exactly an uninterrupted run's result.
 
+Beside the random kills, test_a_group_kill_at_every_commit_point_... kills the group right before
+and right after each rename git makes onto .git and each journal save (the run's commit points,
+numbered by tests/fixtures/killpoint/killpoint.c): the same kills every run.
+
 LUCEPATCH_KILL_SEED=N reproduces a run; LUCEPATCH_KILLS=N (per mode) scales it (CI: the defaults,
 >= 200 kills in all, a few minutes on 2 cores). `python3 tests/test_switch_kill.py` prints the
 table of outcomes x what was printed.
