@@ -169,9 +169,18 @@ def run(cmd: list[str], cache: Path) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, env=env(cache), capture_output=True, text=True, timeout=120)
 
 
-def calibrate(world: dict, tmp: Path, mode: str) -> dict:
-    """One uninterrupted run: the state it leaves, how long it takes, when the switch starts."""
-    up, ws, cache = copy_world(world, tmp / f"calibrate-{mode}", mode)
+def calibrate(world: dict, tmp: Path, mode: str, runs: int = 3) -> dict:
+    """Uninterrupted runs: the state one leaves, and how long the fastest takes and when its
+    switch starts. The fastest: on a loaded machine one slow run stretches the window, and kills
+    aimed into it land after most runs have finished."""
+    cals = [_calibrate_once(world, tmp / f"calibrate-{mode}-{k}", mode) for k in range(runs)]
+    fastest = min(cals, key=lambda c: c["end"] - c["start"])
+    return {**cals[0], **{k: min(c[k] for c in cals) for k in ("total", "start")},
+            "end": min(c["start"] for c in cals) + fastest["end"] - fastest["start"]}
+
+
+def _calibrate_once(world: dict, dest: Path, mode: str) -> dict:
+    up, ws, cache = copy_world(world, dest, mode)
     before = checkout_state(up)
     ws_before = snapshot(ws / "patches" / "toy")
     t0 = time.monotonic()
@@ -190,7 +199,7 @@ def calibrate(world: dict, tmp: Path, mode: str) -> dict:
             end = now
         time.sleep(0.001)
     total = time.monotonic() - t0
-    out, err = proc.communicate()
+    _out, err = proc.communicate()
     assert proc.returncode == 0, err.decode()
     start = total * 0.6 if start is None else start
     return {"before": before, "done": checkout_state(up), "ws_before": ws_before,
@@ -389,7 +398,7 @@ def commit_points(world: dict, tmp: Path, mode: str, so: Path) -> list[str]:
                          ids=["apply", "stash", "stash-no-older-stash"])
 def test_a_group_kill_at_every_commit_point_leaves_what_was_printed(killpoint, tmp_path, mode, older_stash):
     world = make_world(tmp_path / "world", older_stash=older_stash)
-    cal = calibrate(world, tmp_path, mode)
+    cal = calibrate(world, tmp_path, mode, runs=1)  # its states; no timing here
     points = commit_points(world, tmp_path, mode, killpoint)
     assert any(p.startswith("git stash pop") for p in points) == (mode == "stash"), points
     recs = []
@@ -417,7 +426,7 @@ def test_a_recovery_killed_while_it_finishes_a_cut_drop_is_finished_by_the_next(
     that finishes that drop is killed at each of its own commit points: the command after it
     still leaves exactly an uninterrupted run's state, and says so."""
     world = make_world(tmp_path / "world")
-    cal = calibrate(world, tmp_path, "stash")
+    cal = calibrate(world, tmp_path, "stash", runs=1)
     points = commit_points(world, tmp_path, "stash", killpoint)
     n = points.index("git stash pop -> logs/refs/stash") + 1
 
