@@ -147,7 +147,9 @@ class Journal:
     data: dict = field(default_factory=dict)
 
     def save(self) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
+        # named with the writer's pid: a save a SIGKILL cut short before its first byte still
+        # says whose it was (_drop_stale_save)
+        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
         with open(tmp, "w") as f:
             json.dump(self.data, f)
             f.flush()
@@ -163,7 +165,7 @@ class Journal:
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
-        self.path.with_name(self.path.name + ".tmp").unlink(missing_ok=True)  # a save a SIGKILL cut short
+        self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp").unlink(missing_ok=True)  # a save cut short
 
 
 def journal_path(journal_dir: Path, gd: Path) -> Path:
@@ -705,10 +707,13 @@ def _completed(d: dict) -> bool:
 
 
 def _drop_stale_save(tmp: Path) -> None:
-    """A journal save that a SIGKILL cut short (written, not yet renamed): the journal beside it,
-    if any, is the one that counts; a save of a living switch is renamed within a moment."""
+    """A journal save that a SIGKILL cut short (not yet renamed, perhaps not yet written): the
+    journal beside it, if any, is the one that counts. Whose it was is in its name
+    (<key>.json.<pid>.tmp); a save without one (an older lucepatch's) says it inside, or, empty,
+    is left for two seconds (a save of a living switch is renamed within a moment)."""
+    named = tmp.name.removesuffix(".tmp").rpartition(".")[2]
     try:
-        pid = int(json.loads(tmp.read_text()).get("pid", 0))
+        pid = int(named) if named.isdigit() else int(json.loads(tmp.read_text()).get("pid", 0))
     except (OSError, ValueError, AttributeError):
         pid = 0
     try:
@@ -755,6 +760,7 @@ def _recover_one(jp: Path, *, strict: bool) -> str | None:
             for mp, md in (live if forward else list(reversed(live))):
                 notes.append(_finish(md) if forward else "an apply was killed while switching; " + rollback(md))
                 Journal(mp).remove()
+                _drop_stale_saves(mp.parent, f"{mp.name}.*.tmp")  # the killed switch's save cut short
     except LucepatchError as exc:
         if strict:
             raise
@@ -765,11 +771,16 @@ def _recover_one(jp: Path, *, strict: bool) -> str | None:
     return "; ".join(notes) or None
 
 
+def _drop_stale_saves(journal_dir: Path, pattern: str) -> None:
+    for tmp in sorted(Path(journal_dir).glob(pattern)):
+        _drop_stale_save(tmp)
+
+
 def recover_all(journal_dir: Path) -> list[str]:
     """Every journal left by a killed switch (main.py calls this before any verb)."""
     notes = []
-    for tmp in sorted(Path(journal_dir).glob("*.json.tmp")):
-        _drop_stale_save(tmp)
+    _drop_stale_saves(journal_dir, "*.json.*.tmp")
+    _drop_stale_saves(journal_dir, "*.json.tmp")  # an older lucepatch's name
     for jp in sorted(Path(journal_dir).glob("*.json")):
         n = _recover_one(jp, strict=False)
         if n:
