@@ -18,9 +18,10 @@ and never a *.lock file, a temporary object file or a journal left behind. For `
 user's checkout never changes and the workspace's target folder is the old one or the new one,
 never a mix; an open session finishes (--continue) with exactly an uninterrupted run's result.
 
-Beside the random kills, test_a_group_kill_at_every_commit_point_... kills the group right before
-and right after each rename git makes onto .git and each journal save (the run's commit points,
-numbered by tests/fixtures/killpoint/killpoint.c): the same kills every run.
+Beside the random kills, test_a_group_kill_at_every_commit_point_... kills the group right after
+each file git or the switch creates in .git and the journal folder, and right before and after
+each rename onto them (the run's commit points, numbered by tests/fixtures/killpoint/killpoint.c):
+the same kills every run.
 
 LUCEPATCH_KILL_SEED=N reproduces a run; LUCEPATCH_KILLS=N (per mode) scales it (CI: the defaults,
 >= 200 kills in all, a few minutes on 2 cores). `python3 tests/test_switch_kill.py` prints the
@@ -352,12 +353,13 @@ def test_random_sigkills_leave_what_was_printed(world, tmp_path, mode):
 
 
 # ---- a kill at every commit point: deterministic --------------------------------------------------
-# git makes each change visible with a rename (a lock file onto index, HEAD, a ref, a reflog), and
-# the switch saves its journal the same way: the renames of a run are its commit points. A shim
-# (tests/fixtures/killpoint/killpoint.c, LD_PRELOAD) numbers them across lucepatch and its gits and
-# SIGKILLs the whole group right before or right after point N — every run the same point, where a
-# random kill finds some of them once in hundreds of runs (CI found the drop of `git stash pop`
-# cut between its reflog and its ref that way: the user's older stash was dropped in its place).
+# git makes each change visible with a rename (a lock file onto index, HEAD, a ref, a reflog), the
+# file created and written first, and the switch saves its journal the same way: those creations
+# and renames are a run's commit points. A shim (tests/fixtures/killpoint/killpoint.c, LD_PRELOAD)
+# numbers them across lucepatch and its gits and SIGKILLs the whole group right after a creation,
+# or right before or after a rename — every run the same point, where a random kill finds some of
+# them once in hundreds of runs (CI found the drop of `git stash pop` cut between its reflog and
+# its ref that way: the user's older stash was dropped in its place).
 KILLPOINT_C = Path(__file__).resolve().parent / "fixtures" / "killpoint" / "killpoint.c"
 
 
@@ -377,7 +379,7 @@ def killpoint_env(so: Path, up: Path, cache: Path, counter: Path, **more: str) -
 
 
 def commit_points(world: dict, tmp: Path, mode: str, so: Path) -> list[str]:
-    """An uninterrupted run, its commit points logged: "<program> -> <file>", in order."""
+    """An uninterrupted run, its commit points logged: "<rename|create>: <program> -> <file>", in order."""
     d = tmp / f"points-{mode}"
     up, ws, cache = copy_world(world, d, mode)
     proc = subprocess.run(argv(mode, up, ws), env=killpoint_env(so, up, cache, d / "count", log=str(d / "log")),
@@ -385,11 +387,11 @@ def commit_points(world: dict, tmp: Path, mode: str, so: Path) -> list[str]:
     assert proc.returncode == 0, proc.stderr
     points = []
     for line in (d / "log").read_text().splitlines():
-        n, _, rest = line.partition(" ")
+        n, kind, rest = line.split(" ", 2)
         program, _, path = rest.rpartition(" -> ")
         assert int(n) == len(points) + 1, line
         where = path.split("/.git/", 1)[1] if "/.git/" in path else f"journal {Path(path).name}"
-        points.append(f"{' '.join(program.split()[:3]).rsplit('/', 1)[-1]} -> {where}")
+        points.append(f"{kind}: {' '.join(program.split()[:3]).rsplit('/', 1)[-1]} -> {where}")
     shutil.rmtree(d)
     return points
 
@@ -400,10 +402,12 @@ def test_a_group_kill_at_every_commit_point_leaves_what_was_printed(killpoint, t
     world = make_world(tmp_path / "world", older_stash=older_stash)
     cal = calibrate(world, tmp_path, mode, runs=1)  # its states; no timing here
     points = commit_points(world, tmp_path, mode, killpoint)
-    assert any(p.startswith("git stash pop") for p in points) == (mode == "stash"), points
+    assert any(p.startswith("rename: git stash pop") for p in points) == (mode == "stash"), points
+    assert any(p.startswith("create: ") and p.endswith(".tmp") for p in points), points  # a journal save
     recs = []
     for n, point in enumerate(points, 1):
-        for when in ("before", "after"):
+        # right before a creation is right after the point before it
+        for when in ("before", "after") if point.startswith("rename") else ("after",):
             d = tmp_path / f"{mode}-{n}-{when}"
             up, ws, cache = copy_world(world, d, mode)
             proc = subprocess.Popen(argv(mode, up, ws), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -428,7 +432,7 @@ def test_a_recovery_killed_while_it_finishes_a_cut_drop_is_finished_by_the_next(
     world = make_world(tmp_path / "world")
     cal = calibrate(world, tmp_path, "stash", runs=1)
     points = commit_points(world, tmp_path, "stash", killpoint)
-    n = points.index("git stash pop -> logs/refs/stash") + 1
+    n = points.index("rename: git stash pop -> logs/refs/stash") + 1
 
     def cut_drop(d: Path) -> tuple[Path, Path, Path]:
         up, ws, cache = copy_world(world, d, "stash")
@@ -447,10 +451,10 @@ def test_a_recovery_killed_while_it_finishes_a_cut_drop_is_finished_by_the_next(
                                                     log=str(tmp_path / "probe" / "log")), capture_output=True, check=False)
     assert res.returncode == 0 and checkout_state(up) == cal["done"], res.stderr
     mine = (tmp_path / "probe" / "log").read_text().splitlines()
-    assert any(line.endswith("/.git/refs/stash") for line in mine), mine
+    assert any(" rename " in line and line.endswith("/.git/refs/stash") for line in mine), mine
     recs = []
-    for k in range(1, len(mine) + 1):
-        for when in ("before", "after"):
+    for k, line in enumerate(mine, 1):
+        for when in ("before", "after") if line.split()[1] == "rename" else ("after",):
             d = tmp_path / f"r-{k}-{when}"
             up, ws, cache = cut_drop(d)
             proc = subprocess.Popen(recover(ws), stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
