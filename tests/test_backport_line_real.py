@@ -141,6 +141,24 @@ def test_every_reproducer_on_the_simulated_driver(cli):
 
 
 @pytest.mark.skipif(not TOOLS, reason="no-tool: needs gcc, cmake and /usr/local/cuda/include/cuda.h")
+def test_llama_vmm_holds_where_hami_charges_the_context(cli, monkeypatch):
+    """54b1305 charges its context_size (the memory NVML reports for the process at init: 518 MiB on the
+    H200) again on every cuDevicePrimaryCtxRetain that follows a release (upstream fixed it in 98a39b7).
+    llama-vmm's usage reads once retained and released the primary context each time, so on the H200
+    (i28-v25, docs/evidence/i28-hami-core-v2.5.h200.json) its control failed on both sides: the reads grew
+    the usage they read. The simulated driver's context footprint at the H200's size shows the same with
+    that instrument; with the context held across reads the control passes and the VMM charges are proven."""
+    monkeypatch.setenv("LUCEPATCH_FAKECUDA_CTX_OVERHEAD_MIB", "518")
+    r = cli("--workspace", REPO_ROOT, "verify", "--target", "hami-core-v2.5", "--reproducer", "llama-vmm",
+            "--source", SRC, "--driver", "fake", "--fixed", "--runs", "3", "--json")
+    sc = {s["scenario"]: s for s in r.json["evidence"]["scenarios"]}
+    assert sc["llama-vmm:control"]["verdict"] == "pass", sc["llama-vmm:control"]["reason"]
+    for name in ("llama-vmm:main-device", "llama-vmm:ctxless-device", "llama-vmm:device-create"):
+        assert (sc[name]["baseline"]["failures"], sc[name]["patched"]["failures"]) == (3, 0), name
+    assert sc["llama-vmm:host-numa-create"]["verdict"] == "guarded"
+
+
+@pytest.mark.skipif(not TOOLS, reason="no-tool: needs gcc, cmake and /usr/local/cuda/include/cuda.h")
 def test_the_accounting_backport_makes_the_difference(tmp_path, cli):
     """The line without the 740f9ef/111bf4d backport drifts like 54b1305 does: the
     accounting fix, not the carried device fixes before it, is what async-accounting proves."""

@@ -4,7 +4,7 @@
 #   bash tools/gpu_session.sh <step...>
 #   steps: env traces async-sched all all-a all-b all-serial vmm-refs overhead bench-verify multi-device
 #          pool-alloc run-cost main-job main-job-jobs lucebox-build lucebox-full lucebox-f6 lucebox-f6-probe ggml-build ggml-client ggml-diag
-#          i28-main i28-v25 i28-traces i28-2gpu i28-ggml pr188-bundle (local) pr188-all
+#          i28-main i28-v25 i28-llama-vmm i28-traces i28-2gpu i28-ggml pr188-bundle (local) pr188-all
 #          fork-lib
 #   plan (issue 4): smoke = `env async-sched`; full = `all vmm-refs overhead bench-verify traces`;
 #   reserve = `all-serial` (if parallel runs misbehave on the GPU); 2-GPU machine: `multi-device`.
@@ -43,6 +43,7 @@
 #   of runs, goal <= 240 s; main-job ~35 s cold; bench-verify ~1.5 min warm: fixed 20 vs sequential).
 #   The like-for-like comparison with the 474 s run is `PR188_REPROS=old50 ... pr188-all` (its 50 scenarios,
 #   see the step); the 86 of every reproducer today did not finish in 300 s (docs/evidence/hami-core-pr188-all.cut.h200.log).
+#   Measured 2026-12-03: 242.6 s, then 264.3 s on another H200 at x6; 222.4 s with PR188_JOBS=8 there (hami-core-pr188-old50*).
 # verify runs in parallel (private mount namespace + tmpfs /tmp/vgpulock per run) when root and
 # unshare(1) works, serially otherwise; the evidence's execution.mode says which.
 # Everything it writes goes under $OUT (or ./gpu-out when OUT is unset).
@@ -407,6 +408,20 @@ print(f'main job x{sys.argv[3]}: {float(sys.argv[2]) - float(sys.argv[1]):.2f} s
       mkdir -p "$OUT/commit"; s0=$(now)
       i28_verify hami-core-v2.5 i28-hami-core-v2.5
       python3 -c "import sys; print(f'i28-v25 wall: {float(sys.argv[2]) - float(sys.argv[1]):.1f} s')" "$s0" "$(now)" | tee -a "$OUT/i28-timing.log" ;;
+    i28-llama-vmm)
+      # issue 28: llama-vmm alone on both lines, after its usage reads stopped cycling the primary context (on the
+      # v2.5 line each retain after a release charged HAMi's context_size again and the control failed on the H200);
+      # 4 builds (cached after i28-main/i28-v25) + ~140 processes (< 1.5 min)
+      mkdir -p "$OUT/commit"; s0=$(now)
+      for t in hami-core hami-core-v2.5; do
+        lp verify --target $t --reproducer llama-vmm --source $SRC --driver $DRIVER --runs ${RUNS:-10} --jobs $JOBS \
+          --evidence "$OUT/commit/i28-llama-vmm-$t.$TAG.json" 2>&1 | tee "$OUT/verify-i28-llama-vmm-$t.log"
+      done
+      # its bare-driver traces, re-recorded for the changed program (device-create needs 2 GPUs: it stays awaiting)
+      rm -rf "$OUT/traces-llama-vmm"
+      python3 -m lucepatch.verify.trace.record_all --out "$OUT/traces-llama-vmm" --driver $DRIVER --label $TAG \
+        --program llama-vmm 2>&1 | tee "$OUT/traces-llama-vmm.log"
+      python3 -c "import sys; print(f'i28-llama-vmm wall: {float(sys.argv[2]) - float(sys.argv[1]):.1f} s')" "$s0" "$(now)" | tee -a "$OUT/i28-timing.log" ;;
     i28-traces)
       # the bare driver's answers to the new programs (no HAMi): the probe `queries` and every new reproducer
       # scenario the machine can run; commit $OUT/traces-i28/*.h200.jsonl under tests/fakecuda/traces/ and drop

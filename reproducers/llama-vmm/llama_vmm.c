@@ -35,16 +35,25 @@ static void check_eq(const char *name, long long want, long long got) {
 }
 
 /* Bytes in use on `dev` as HAMi reports them, read with that device's primary context pushed
- * on the calling thread (the main thread; the VMM work happens elsewhere). */
+ * on the calling thread (the main thread; the VMM work happens elsewhere).
+ * The primary context is retained once per device and held until exit, never released between
+ * reads: HAMi v2.5.x (54b1305) charges its context_size again on every cuDevicePrimaryCtxRetain
+ * that follows a cuDevicePrimaryCtxRelease (upstream fixed that in 98a39b7), so a read that
+ * retained and released would itself grow the usage it reads (measured on an H200: the
+ * control's usage ended 36 MiB above where it began, or past the limit, where cuMemGetInfo fails). */
 static long long used_on(int dev) {
-    CUdevice d;
-    CUcontext c, popped;
-    if (cuDeviceGet(&d, dev) != CUDA_SUCCESS || cuDevicePrimaryCtxRetain(&c, d) != CUDA_SUCCESS)
+    static CUcontext held[8];
+    CUcontext popped;
+    if (dev < 0 || dev >= 8)
         return -1;
-    cuCtxPushCurrent(c);
+    if (!held[dev]) {
+        CUdevice d;
+        if (cuDeviceGet(&d, dev) != CUDA_SUCCESS || cuDevicePrimaryCtxRetain(&held[dev], d) != CUDA_SUCCESS)
+            return -1;
+    }
+    cuCtxPushCurrent(held[dev]);
     long long u = lp_used_bytes();
     cuCtxPopCurrent(&popped);
-    cuDevicePrimaryCtxRelease(d);
     return u;
 }
 
