@@ -57,7 +57,8 @@ def test_the_traces_step_records_every_awaited_issue28_program():
         prog = name.split(".")[0]
         assert name in programs or prog in programs, name
         if "2 GPUs" in KNOWN["awaiting-trace"][name]:
-            assert "--program device-index" in SCRIPT.split("i28-2gpu)")[1].split(";;")[0], name
+            two_gpu = SCRIPT.split("i28-2gpu)")[1].split(";;")[0]
+            assert f"--program {name}" in two_gpu or f"--program {prog} " in two_gpu, name
 
 
 def test_the_traces_step_re_records_every_exit_status_it_is_named_for():

@@ -107,7 +107,7 @@ I28_REPROS="--reproducer meminfo-null --reproducer untracked-free --reproducer p
   --reproducer llama-vmm --reproducer device-index"
 I28_CTYPES="--reproducer ctypes-meminfo"
 I28_TRACES="--program driver-semantics.queries --program meminfo-null --program untracked-free --program pointer-attrs \
-  --program vmm-release --program llama-vmm.main-device --program device-index"
+  --program vmm-release --program llama-vmm --program device-index"
 i28_verify() {  # $1 = target, $2 = evidence name; one verify per target: the C reproducers, then the ctypes scenarios
   lp verify --target $1 $I28_REPROS --source $SRC --driver $DRIVER --runs ${RUNS:-10} --jobs $JOBS \
     --evidence "$OUT/commit/$2.$TAG.json" 2>&1 | tee "$OUT/verify-$2.log"
