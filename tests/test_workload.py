@@ -246,3 +246,23 @@ def test_two_rank_scenario_is_skipped_on_one_gpu_with_the_reason():
     # the torch-free control runs anywhere; every torch scenario needs the real driver
     assert unmet(r, r.scenario("driver"), "fake", devices=1) == ""
     assert "needs the real CUDA driver (this verify uses the simulated one" in unmet(r, r.scenario("torch-init"), "fake")
+
+
+def test_workload_runs_default_to_eight_slots_c_runs_to_six(cli, env, monkeypatch):
+    """verify's default parallelism: 6 for C reproducers (their processes queue on the driver's context
+    creation), 8 once workload reproducers run (their seconds go to Python and PyTorch start-up on the
+    CPU); measured on one H200 in lucepatch/verify/session.py. An explicit --jobs always wins."""
+    from lucepatch.verify import session
+    from lucepatch.verify.runner import namespace_isolation
+
+    monkeypatch.setattr(session.os, "cpu_count", lambda: 16)
+    res, doc = _verify(cli, env, "blackbox", "control")
+    ex = doc["execution"]
+    assert (ex["mode"], ex["jobs"]) == (("parallel", 8) if namespace_isolation()[0] else ("serial", 1)), ex
+    assert "8 jobs" in res.err or ex["mode"] == "serial"
+    monkeypatch.setattr(session, "namespace_isolation", lambda: (True, "private mount namespace per run"))
+    assert session.plan_execution(None).jobs == 6
+    assert session.plan_execution(None, workloads=True).jobs == 8
+    assert session.plan_execution(3, workloads=True).jobs == 3
+    monkeypatch.setattr(session.os, "cpu_count", lambda: 4)
+    assert session.plan_execution(None, workloads=True).jobs == 4

@@ -43,7 +43,8 @@
 #   of runs, goal <= 240 s; main-job ~35 s cold; bench-verify ~1.5 min warm: fixed 20 vs sequential).
 #   The like-for-like comparison with the 474 s run is `PR188_REPROS=old50 ... pr188-all` (its 50 scenarios,
 #   see the step); the 86 of every reproducer today did not finish in 300 s (docs/evidence/hami-core-pr188-all.cut.h200.log).
-#   Measured 2026-12-03: 242.6 s, then 264.3 s on another H200 at x6; 222.4 s with PR188_JOBS=8 there (hami-core-pr188-old50*).
+#   Measured 2026-12-03: 242.6 s, then 264.3 s on another H200 at x6; 222.4 s with PR188_JOBS=8 there (hami-core-pr188-old50*);
+#   verify's default is x8 since, where workload reproducers run (PR188_JOBS unset: the default).
 # verify runs in parallel (private mount namespace + tmpfs /tmp/vgpulock per run) when root and
 # unshare(1) works, serially otherwise; the evidence's execution.mode says which.
 # Everything it writes goes under $OUT (or ./gpu-out when OUT is unset).
@@ -188,7 +189,7 @@ for step in "$@"; do
       echo "wrote $B ($(git -C $C rev-parse pr188-on-e3c3477)); carry it with .upstream/hami-core"; rm -rf $C ;;
     pr188-all)
       # issue 29: every reproducer, ref-vs-ref, on a candidate PR — upstream PR #188 on e3c3477 against
-      # e3c3477 — at x6 on one GPU, as a reviewer waits on it (sequential rule, settled scenarios stop).
+      # e3c3477 — at verify's default slots (8 with workloads) on one GPU, as a reviewer waits on it (sequential rule, settled scenarios stop).
       # Goal <= 240 s with the 50 verdicts of the run before settling (474 s, 960 processes on one H200).
       # Needs .upstream/pr188-on-e3c3477.bundle (step pr188-bundle); fetched into a private clone of $SRC
       # (objects borrowed), so $SRC is not written. Two cold HAMi-core builds (~15 s) + the runs.
@@ -216,7 +217,7 @@ for step in "$@"; do
       fi
       s0=$(now)
       lp verify $what --source $C --baseline-ref e3c3477 --patched-ref pr188-on-e3c3477 \
-        --driver $DRIVER --jobs ${PR188_JOBS:-6} --evidence "$OUT/commit/hami-core-pr188-$name.$TAG.json" 2>&1 \
+        --driver $DRIVER ${PR188_JOBS:+--jobs $PR188_JOBS} --evidence "$OUT/commit/hami-core-pr188-$name.$TAG.json" 2>&1 \
         | tee "$OUT/verify-pr188-$name.log"
       python3 -c "import sys; print(f'pr188-$name wall: {float(sys.argv[2]) - float(sys.argv[1]):.2f} s')" "$s0" "$(now)" \
         | tee -a "$OUT/verify-pr188-$name.log"

@@ -28,8 +28,9 @@ from lucepatch.services import verify as proof
 @click.option("--baseline-ref", default=None, help="Upstream ref as the baseline (ref-vs-ref, no series).")
 @click.option("--patched-ref", default=None, help="Upstream ref as the 'patched' side (ref-vs-ref).")
 @click.option("--jobs", type=click.IntRange(1, 256), default=None,
-              help="Parallel runs (default: one per CPU, at most 6, when each run can get a private mount namespace "
-                   "for /tmp/vgpulock, i.e. as root with unshare; serial otherwise). --jobs 1 forces serial.")
+              help="Parallel runs (default: one per CPU, at most 6, or 8 when workload reproducers run, when each run "
+                   "can get a private mount namespace for /tmp/vgpulock, i.e. as root with unshare; serial otherwise). "
+                   "--jobs 1 forces serial.")
 @click.option("--retire", "retire_ref", default=None, metavar="REF",
               help="Retirement by behaviour at upstream REF: add-one, leave-one-out, a positive control at the base, "
                    "coverage, an input sweep and a joint check per patch (superseded only with a code signal that "

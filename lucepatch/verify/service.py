@@ -244,7 +244,7 @@ def run_verify(req: VerifyRequest, cache: Path, *, progress=None) -> Evidence:
     if backend is not None:
         records, ex, extra["cluster"] = backend.run(run_repros, run_filter, variants, n)
     else:
-        ex = plan_execution(req.jobs)
+        ex = plan_execution(req.jobs, workloads=any(r.is_workload for r in run_repros))
         say(f"execution: {ex.mode}" + (f", {ex.jobs} jobs" if ex.mode == "parallel" else "") + f" ({ex.why})")
         with hold_driver(drv) as held:
             runs = run_scenarios(run_repros, variants, rule, drv, cache, run_filter, execution=ex)

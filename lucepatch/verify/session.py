@@ -77,11 +77,13 @@ class Execution:
 
 
 DEFAULT_MAX_JOBS = 6
+DEFAULT_MAX_JOBS_WORKLOADS = 8
 
 
-def plan_execution(jobs: int | None) -> Execution:
+def plan_execution(jobs: int | None, workloads: bool = False) -> Execution:
     """Parallel only where every run gets a private mount namespace (HAMi-core's host-wide
-    /tmp/vgpulock flock would otherwise serialise or hang them, docs/field-notes.md §3)."""
+    /tmp/vgpulock flock would otherwise serialise or hang them, docs/field-notes.md §3).
+    `workloads`: the runs include workload reproducers (Python, PyTorch), which raise the default."""
     ok, why = namespace_isolation()
     if jobs == 1:
         return Execution("serial", 1, "namespace" if ok else "none", "--jobs 1")
@@ -92,7 +94,12 @@ def plan_execution(jobs: int | None) -> Execution:
     # runs beyond what keeps it busy only queue and contend, and fewer leave it idle. The main job warm on
     # one H200 (16 cores), one machine: x3 31.1 s, x4 27.9/27.3, x6 24.7/24.2, x8 27.2/25.4, x10 27.0,
     # x12 27.4; another: x4 22.0, x5 22.2/20.8, x6 21.5/20.8, x7 19.3/21.4 (docs/evidence/main-job-jobs.h200.log)
-    n = jobs or max(1, min(os.cpu_count() or 1, DEFAULT_MAX_JOBS))
+    # A workload's process spends most of its seconds in Python's start-up and PyTorch's import, on the
+    # CPU, not in the driver, so more slots overlap them: PR #188's 50 scenarios (156 of 441 processes
+    # PyTorch's) took 264.3 s at x6 and 222.4 s at x8 on one H200, same 441 processes and verdicts
+    # (docs/evidence/hami-core-pr188-old50-{r2,x8}.h200.log), while the C-only main job stays at 6.
+    cap = DEFAULT_MAX_JOBS_WORKLOADS if workloads else DEFAULT_MAX_JOBS
+    n = jobs or max(1, min(os.cpu_count() or 1, cap))
     if n == 1:
         return Execution("serial", 1, "namespace", "one CPU")
     return Execution("parallel", n, "namespace", why)
