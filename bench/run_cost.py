@@ -43,8 +43,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lucepatch import compiling  # noqa: E402
-from lucepatch.builders import toolchain  # noqa: E402
+from lucepatch.native import compiling  # noqa: E402
+from lucepatch.native import toolchain  # noqa: E402
 
 
 def compile_probe(cache: Path, stubs: Path) -> Path:
@@ -134,7 +134,7 @@ def main(argv=None) -> int:
 
     from lucepatch.target import load_target
     from lucepatch.verify.driver import DriverChoice, choose_driver, hold_driver
-    from lucepatch.verify.launch import build_isolate
+    from lucepatch.native.launch import build_isolate
     from lucepatch.verify.reproducer import load_reproducer
     from lucepatch.verify.runner import compile_reproducer, namespace_isolation, run_once, scrubbed_environ
     from lucepatch.verify.service import build_variants

@@ -12,7 +12,7 @@ import subprocess
 from dataclasses import dataclass, field
 
 from lucepatch import git
-from lucepatch.builders import toolchain
+from lucepatch.native import toolchain
 from lucepatch.errors import LucepatchError
 
 MIN_GIT = (2, 38)

@@ -1,4 +1,4 @@
-"""lucepatch.elf: the closure walk against glibc's loader, on a layout where `ld.so --list` alone
+"""lucepatch.native.elf: the closure walk against glibc's loader, on a layout where `ld.so --list` alone
 stops at the absent driver library before it reaches the library that was deleted."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lucepatch import elf
+from lucepatch.native import elf
 from lucepatch.builders import probe as P
 from lucepatch.builders import standins
 

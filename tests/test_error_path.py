@@ -173,7 +173,7 @@ def test_a_bad_git_timeout_is_a_usage_error(toy, tmp_path):
 # handlers that keep a broad catch on purpose, and why it swallows nothing
 BROAD_OK = {
     "lucepatch/engine/matrix_batches.py": "a worker thread's exception is re-raised in the caller's thread",
-    "lucepatch/verify/workload/lp_workload.py": "a workload reports its own exception as a failed check and exits 1",
+    "lucepatch/native/workload/lp_workload.py": "a workload reports its own exception as a failed check and exits 1",
 }
 
 

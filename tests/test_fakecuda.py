@@ -20,8 +20,8 @@ import pytest
 import needs
 
 from lucepatch.errors import EnvironmentMissing
-from lucepatch.verify import fakecuda
-from lucepatch.verify.fakecuda import FAKE_DEVICE_NAME_PREFIX, build_fakecuda
+from lucepatch.native import fakecuda
+from lucepatch.native.fakecuda import FAKE_DEVICE_NAME_PREFIX, build_fakecuda
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 REPRO = ROOT / "reproducers" / "async-sched"
@@ -184,7 +184,7 @@ def test_build_is_cached_and_is_a_stub_dir(tmp_path, fakedir):
 
 
 def test_build_without_gcc(tmp_path, monkeypatch):
-    from lucepatch import compiling
+    from lucepatch.native import compiling
 
     monkeypatch.delenv("CC", raising=False)
     monkeypatch.setattr(compiling.shutil, "which", lambda name: None)
@@ -287,7 +287,7 @@ def test_sha256_of_empty_and_multiblock(tmp_path, fakedir):
 
 def _nvml_include() -> pathlib.Path | None:
     try:
-        from lucepatch.builders import toolchain
+        from lucepatch.native import toolchain
 
         return toolchain.nvml_include()
     except EnvironmentMissing:

@@ -14,9 +14,9 @@ import subprocess
 
 import pytest
 
-from lucepatch.verify import trace
-from lucepatch.verify.fakecuda import build_fakecuda
-from lucepatch.verify.trace.record_all import compile_semantics
+from lucepatch.native import trace
+from lucepatch.native.fakecuda import build_fakecuda
+from lucepatch.native.trace.record_all import compile_semantics
 
 CUDA_INC = "/usr/local/cuda/include"
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, REPO_ROOT, make_target
-from lucepatch import compiling
-from lucepatch.builders import toolchain
+from lucepatch.native import compiling
+from lucepatch.native import toolchain
 from lucepatch.errors import UsageError
 from lucepatch.verify.reproducer import load_reproducer_dir
 from lucepatch.verify.requirements import unmet
@@ -280,7 +280,7 @@ def test_client_runs_every_scenario_on_ggmls_cpu_backend(tmp_path):
     if not gdir or not (Path(gdir) / "lib" / "libggml.so").exists():
         pytest.skip("no-upstream: LUCEPATCH_GGML_DIR is not set to a ggml build (lib/ + include/; a CPU-only "
                     "`cmake -DGGML_CUDA=OFF -DBUILD_SHARED_LIBS=ON` of the lucebox llama.cpp ggml is enough)")
-    from lucepatch.verify.workload import build_program
+    from lucepatch.native.workload import build_program
 
     binary = build_program(load_reproducer_dir(CLIENT), tmp_path) / "ggml_client"
     for scenario in SCENARIOS:

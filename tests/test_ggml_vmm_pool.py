@@ -38,7 +38,7 @@ def test_both_scenarios_run_on_ggmls_cpu_backend(tmp_path):
     if not gdir or not (Path(gdir) / "lib" / "libggml.so").exists():
         pytest.skip("no-upstream: LUCEPATCH_GGML_DIR is not set to a ggml build (lib/ + include/; a CPU-only "
                     "`cmake -DGGML_CUDA=OFF -DBUILD_SHARED_LIBS=ON` of ggml is enough)")
-    from lucepatch.verify.workload import build_program
+    from lucepatch.native.workload import build_program
 
     binary = build_program(load_reproducer_dir(POOL), tmp_path) / "ggml_vmm_pool"
     for scenario, batch in (("control", None), ("vmm-pool-charged", "4096")):

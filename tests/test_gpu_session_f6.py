@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from lucepatch.builders import driverless
-from lucepatch.verify.fakecuda import build_fakecuda
+from lucepatch.native.fakecuda import build_fakecuda
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests" / "fixtures" / "cudaproj"))

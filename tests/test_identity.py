@@ -21,7 +21,7 @@ import pytest
 from conftest import REPO_ROOT, evidence_doc
 
 import hamilib
-from lucepatch import elf
+from lucepatch.native import elf
 from lucepatch.lines import history
 from lucepatch.lines.identity import FORK, LINE_BUILD, UNKNOWN, UPSTREAM, identify, line_builds
 from lucepatch.lines.replace import DROP_IN, REFUSED, Side, judge
@@ -374,7 +374,7 @@ FORK_LIB = os.environ.get("LUCEPATCH_FORK_LIB")
 
 def _fakecuda_dir(tmp: Path) -> Path:
     """The simulated driver's libcuda.so.1 (the real fork needs one to load at all)."""
-    from lucepatch.verify.fakecuda import build_fakecuda
+    from lucepatch.native.fakecuda import build_fakecuda
 
     return build_fakecuda(tmp / "fakecuda")
 

@@ -16,7 +16,7 @@ import pytest
 
 from lucepatch.k8s import incluster, jobs
 from lucepatch.k8s.validate import strict_validate
-from lucepatch.verify.fakecuda import build_fakecuda
+from lucepatch.native.fakecuda import build_fakecuda
 from lucepatch.verify.reproducer import load_reproducer_dir
 from lucepatch.verify.runner import compile_reproducer
 from test_verify_verdicts import _series, fh, make_ws, pytestmark  # noqa: F401  (fixture + skip rule)

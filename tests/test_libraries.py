@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO_ROOT, commit_all, git, init_repo, write
 
-from lucepatch import elf
+from lucepatch.native import elf
 from lucepatch import git as lgit
 from lucepatch.engine.safety import check_patch_paths, diff_paths
 from lucepatch.errors import UsageError

@@ -26,7 +26,7 @@ import hamilib
 from lucepatch.errors import CheckFailed, UsageError
 from lucepatch.lines import sources
 from lucepatch.lines.fit import Line, compat_data, drop_in_commands, fit_node, load_lines, releases_of_commit
-from lucepatch.lines.libfacts import read_lib, returned_immediate
+from lucepatch.native.libfacts import read_lib, returned_immediate
 from lucepatch.main import main
 from lucepatch.workspace import resolve_workspace
 

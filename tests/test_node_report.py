@@ -20,7 +20,7 @@ import pytest
 from conftest import REPO_ROOT, evidence_doc
 
 import hamilib
-from lucepatch import elf
+from lucepatch.native import elf
 from lucepatch.node.report import load_node_report
 from lucepatch.errors import UsageError
 from lucepatch.lines import pod

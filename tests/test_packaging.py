@@ -66,7 +66,7 @@ def test_wheel_installs_into_a_fresh_venv_with_its_dependencies(tmp_path):
         assert Path(f).is_relative_to(Path(site)), (f, site)
     # the main job's headers come with `pip install .` (issue 24: `verify` exited 3 "nvml.h not found"
     # after a plain install): nvml.h is the toolkit's where it has one, else the venv's own
-    nvml = subprocess.run([str(py), "-c", "from lucepatch.builders.toolchain import nvml_include; print(nvml_include())"],
+    nvml = subprocess.run([str(py), "-c", "from lucepatch.native.toolchain import nvml_include; print(nvml_include())"],
                           cwd=empty, env=env, capture_output=True, text=True)
     assert nvml.returncode == 0, nvml.stderr
     inc = Path(nvml.stdout.strip())

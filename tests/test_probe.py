@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lucepatch import elf
+from lucepatch.native import elf
 from lucepatch.builders import probe as P
 from lucepatch.errors import UsageError
 from lucepatch.target import load_target_dir
@@ -194,7 +194,7 @@ def test_real_lucebox_substitution_only_for_cublas_headers(tmp_path):
     run = P.run_probes(t, src, "sm120-cuda13", "patched", tmp_path / "cache", only=["F3"])
     (res,) = run.results
     assert res.status == "pass"
-    from lucepatch.builders.toolchain import cuda_include
+    from lucepatch.native.toolchain import cuda_include
     if (cuda_include() / "cublas_v2.h").is_file():
         assert not res.substituted
     else:
@@ -217,7 +217,7 @@ def test_substitution_only_for_the_named_headers(tmp_path, cli, broken):
     r = cli("--workspace", fx["ws"], "probe", "cudaproj", "--source", fx["upstream"], "--profile", "test",
             "--only", "F1", "--json")
     (probe,) = r.json["runs"][0]["probes"]
-    from lucepatch.builders.toolchain import cuda_include
+    from lucepatch.native.toolchain import cuda_include
     if broken:
         assert r.code == 1 and probe["status"] == "fail" and not probe["substituted"]
         assert "kern_helpers_renamed.h" in probe["first_error"] + probe["detail"]

@@ -255,7 +255,7 @@ def venv_with_nvml(where: Path) -> Path:
     """A venv whose own site-packages hold nvml.h where pip puts it (nvidia/cu13/include), as
     `pip install nvidia-nvml-dev` in that venv would; the rest (lucepatch's dependencies) comes from
     the running environment. Returns its python."""
-    from lucepatch.builders.toolchain import nvml_include
+    from lucepatch.native.toolchain import nvml_include
 
     import venvs
 
@@ -281,7 +281,7 @@ def test_two_venvs_give_identical_bytes(tmp_path):
     """The NVML headers pip installs sit at a different path in every venv; a Debug build records
     the include folders it read in its line table, so without a prefix map for them the same source
     gave a different libvgpu.so per venv (two cache folders in one venv agreed)."""
-    from lucepatch.builders.toolchain import cuda_include
+    from lucepatch.native.toolchain import cuda_include
 
     if (cuda_include() / "nvml.h").is_file() or Path("/usr/include/nvml.h").is_file():
         pytest.skip("no-tool: this machine's CUDA toolkit ships nvml.h, so no venv's copy would be read")
@@ -306,7 +306,7 @@ def test_compiled_helpers_do_not_depend_on_where_their_sources_are(tmp_path):
     """compiling.py (the simulated driver, the reproducers, the trace interposer): the same sources
     and headers in two other folders, built into two caches with -g, give the same bytes — the
     folders are mapped (`inc0`, `src0`, `out`), the working directory is the output folder."""
-    from lucepatch import compiling
+    from lucepatch.native import compiling
 
     outs = []
     for where in ("one", "somewhere/much/deeper/two"):
@@ -329,7 +329,7 @@ def test_real_hami_core_same_bytes_from_two_venvs(tmp_path):
     src = os.environ.get("LUCEPATCH_SRC_HAMI_CORE")
     if not src or not Path(src, "src", "static_config.h.in").is_file():
         pytest.skip("no-upstream: set LUCEPATCH_SRC_HAMI_CORE to a HAMi-core checkout")
-    from lucepatch.builders.toolchain import cuda_include
+    from lucepatch.native.toolchain import cuda_include
 
     if (cuda_include() / "nvml.h").is_file() or Path("/usr/include/nvml.h").is_file():
         pytest.skip("no-tool: this machine's CUDA toolkit ships nvml.h, so no venv's copy would be read")

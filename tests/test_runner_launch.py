@@ -10,8 +10,8 @@ from pathlib import Path
 import needs
 
 from lucepatch.verify.driver import DriverChoice, hold_driver
-from lucepatch.verify.fakecuda import build_fakecuda
-from lucepatch.verify.launch import build_isolate
+from lucepatch.native.fakecuda import build_fakecuda
+from lucepatch.native.launch import build_isolate
 from lucepatch.verify.runner import ISOLATION_FAILED_RC, namespace_isolation
 
 
@@ -84,7 +84,7 @@ def test_driver_helper_holds_nvml_and_cuinit_until_the_runs_end(tmp_path, monkey
 
 def test_runner_sets_bind_now_so_the_reproducer_does_not_exec_itself_again(tmp_path):
     # lp_bind_now re-execs only when LD_BIND_NOW is unset; with the runner's env the first image runs
-    from lucepatch import compiling
+    from lucepatch.native import compiling
     from lucepatch.verify.runner import scrubbed_environ
 
     src = tmp_path / "count.c"
@@ -92,7 +92,7 @@ def test_runner_sets_bind_now_so_the_reproducer_does_not_exec_itself_again(tmp_p
                    '#include <cuda.h>\n#include "lp_report.h"\n'
                    'int main(int argc, char **argv) { fprintf(stderr, "image\\n"); lp_bind_now(argv); '
                    'printf("%s\\n", getenv("LD_BIND_NOW")); return 0; }\n')
-    from lucepatch.builders import toolchain
+    from lucepatch.native import toolchain
 
     root = Path(__file__).resolve().parent.parent
     out = tmp_path / "count"

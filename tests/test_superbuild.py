@@ -69,7 +69,7 @@ def test_cli_build_profile_table_and_summary(fx, tmp_path, cli):
     summary = tmp_path / "summary.json"
     args = ["--workspace", fx["ws"], "--cache-dir", tmp_path / "cache", "build", "cudaproj", "--source", fx["upstream"],
             "--profile", "test", "--summary", summary]
-    from lucepatch.builders.toolchain import cuda_home
+    from lucepatch.native.toolchain import cuda_home
     r = cli(*args)
     if (cuda_home() / "lib64" / "stubs" / "libcuda.so").is_file():  # a full toolkit
         assert r.code == 0, r.out + r.err

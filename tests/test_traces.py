@@ -1,7 +1,7 @@
 """The simulated driver against the hardware: replay every program whose driver-call trace was
 recorded on a real H200 (tests/fakecuda/traces/*.h200.jsonl, recorded with the interposer and no
 HAMi) on the simulated driver, and fail on any difference in (call, thread, context current,
-result, output written, and the output's value by its meaning: lucepatch/verify/trace VALUE_CLASS)."""
+result, output written, and the output's value by its meaning: lucepatch/native/trace VALUE_CLASS)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from lucepatch.verify import trace
-from lucepatch.verify.fakecuda import build_fakecuda
+from lucepatch.native import trace
+from lucepatch.native.fakecuda import build_fakecuda
 from lucepatch.verify.reproducer import load_reproducer_dir, scenario_env
 from lucepatch.verify.runner import compile_reproducer
-from lucepatch.verify.trace.record_all import SEMANTICS_PROBES, compile_semantics
+from lucepatch.native.trace.record_all import SEMANTICS_PROBES, compile_semantics
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE_DIR = Path(__file__).parent / "fakecuda" / "traces"

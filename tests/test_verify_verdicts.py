@@ -256,7 +256,7 @@ def _old_glibc_lib(tmp_path, binding):
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import hamilib
-    from lucepatch import elf
+    from lucepatch.native import elf
 
     here = elf.libc_provides(elf.system_libc()).glibc
     if tuple(int(x) for x in here.split(".")) < (2, 34):

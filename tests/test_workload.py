@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, REPO_ROOT, make_target
-from lucepatch import compiling
-from lucepatch.builders import toolchain
+from lucepatch.native import compiling
+from lucepatch.native import toolchain
 from lucepatch.errors import UsageError
 from lucepatch.verify.reproducer import load_reproducer_dir
 
@@ -216,7 +216,7 @@ def test_bad_workload_toml_is_one_clear_line(tmp_path, body, message):
 
 
 def test_workload_hash_covers_the_helpers_it_runs_with():
-    from lucepatch.verify.workload import HASHED_FILES
+    from lucepatch.native.workload import HASHED_FILES
 
     r = load_reproducer_dir(REPO_ROOT / "reproducers" / "ctypes-clients")
     assert r.is_workload and list(r.extra_hash_files) == list(HASHED_FILES)

@@ -7,7 +7,7 @@ Looks at the build summaries given (bench/probe.py --measure-full's document, `b
 /tmp/lp-bench-full-*/ and $LUCEPATCH_CACHE (a warm GPU machine keeps them between calls), newest
 first, and takes the first patched, successful build whose libggml-cuda carries code the GPU can
 run: SASS for sm_<arch>, or PTX of an arch <= <arch> (JIT). The SASS is read from the library
-itself (lucepatch.elf), not from the summary. include/ is the build's own applied tree
+itself (lucepatch.native.elf), not from the summary. include/ is the build's own applied tree
 (source_root, kept with --keep-build) or --include.
 
 Writes OUTDIR/lib and OUTDIR/include (symlinks) and OUTDIR/ggml-dir.json (which build: key,
@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lucepatch import elf  # noqa: E402
+from lucepatch.native import elf  # noqa: E402
 from lucepatch.files import sha256_file  # noqa: E402
 
 GGML_INCLUDE = Path("server/deps/llama.cpp/ggml/include")

@@ -6,7 +6,7 @@ Usage: tools/line_builds.py HAMI_CORE_CHECKOUT [--cache-dir DIR] [--out FILE] [-
 Builds every HAMi-core line of this workspace (lucepatch build LINE --both, its default profile)
 and records the patched build's exported symbols, the names its patches add that upstream never
 defined (lucepatch/data/hami_core_names.toml), the environment variables it reads
-(lucepatch.elf.env_names) and the newest glibc version it references. `lucepatch doctor --lib`
+(lucepatch.native.elf.env_names) and the newest glibc version it references. `lucepatch doctor --lib`
 compares a node's library with these (lucepatch.lines.identity). --check rebuilds and compares
 (exit 1 on a difference); the CUDA headers rename driver entry points, so the file records the
 CUDA version it was made with and --check needs the same.
@@ -24,7 +24,7 @@ import tomlkit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from lucepatch import elf  # noqa: E402
+from lucepatch.native import elf  # noqa: E402
 from lucepatch.lines import history  # noqa: E402
 from lucepatch.lines.fit import load_lines  # noqa: E402
 from lucepatch.workspace import resolve_workspace  # noqa: E402
@@ -47,7 +47,7 @@ HEADER = """\
 
 
 def cuda_version() -> str:
-    from lucepatch.builders import toolchain
+    from lucepatch.native import toolchain
     import re
     text = (toolchain.cuda_include() / "cuda.h").read_text(errors="replace")
     n = int(re.search(r"#define CUDA_VERSION (\d+)", text).group(1))

@@ -19,7 +19,7 @@ import os
 import shutil
 import subprocess
 
-from lucepatch.elf import DEFAULT_DIRS, ld_so_conf_dirs
+from lucepatch.native.elf import DEFAULT_DIRS, ld_so_conf_dirs
 
 DRIVER = "libcuda.so.1"
 

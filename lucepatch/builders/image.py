@@ -31,7 +31,8 @@ from pathlib import Path
 
 import jinja2
 
-from lucepatch import __version__, elf, report
+from lucepatch import __version__, report
+from lucepatch.native import elf
 from lucepatch.builders.probe import resolve_profile
 from lucepatch.builders.standins import make_stand_ins
 from lucepatch.builders.tree import AppliedTree, prepare_tree
@@ -611,7 +612,7 @@ def image_libc(client, image: str, dest_dir: Path) -> Path | None:
 def node_library_check(client, image: str, report) -> dict:
     """Can `image` run the library a node report found preloaded in the node's pods? HAMi injects
     that library into every GPU container, so the image's glibc must provide what it needs
-    (lucepatch.elf.unmet_needs against the image's own libc.so.6). {"ok": bool | None, ...}."""
+    (lucepatch.native.elf.unmet_needs against the image's own libc.so.6). {"ok": bool | None, ...}."""
     lib = report.library
     if lib is None:
         return {"ok": None, "image": image, "problems": [],

@@ -31,11 +31,13 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lucepatch import elf, git, report
-from lucepatch.builders import driverless, toolchain
+from lucepatch import git, report
+from lucepatch.native import elf
+from lucepatch.builders import driverless
+from lucepatch.native import toolchain
 from lucepatch.builders.standins import StandIns, make_stand_ins
 from lucepatch.builders.tree import AppliedTree, prepare_tree
-from lucepatch.elf import GpuCode, is_elf
+from lucepatch.native.elf import GpuCode, is_elf
 from lucepatch.engine.apply import WorkArea
 from lucepatch.errors import CheckFailed, EnvironmentMissing, UsageError
 from lucepatch.target import Target, sub_target
@@ -61,7 +63,7 @@ def find_cuobjdump() -> str | None:
 
 
 def cuobjdump_list(path: Path, tool: str | None = None) -> GpuCode | None:
-    """cuobjdump's own --list-elf/--list-ptx of a file (a cross-check of lucepatch.elf), or None."""
+    """cuobjdump's own --list-elf/--list-ptx of a file (a cross-check of lucepatch.native.elf), or None."""
     tool = tool or find_cuobjdump()
     if not tool:
         return None
@@ -77,7 +79,7 @@ def cuobjdump_list(path: Path, tool: str | None = None) -> GpuCode | None:
 
 
 def list_gpu_code(path: Path) -> GpuCode:
-    """SASS/PTX of an object, read from its fatbin entry headers (lucepatch.elf)."""
+    """SASS/PTX of an object, read from its fatbin entry headers (lucepatch.native.elf)."""
     try:
         return elf.gpu_code(path)
     except UsageError as exc:

@@ -1,7 +1,7 @@
 """Stand-ins: a CUDA devel-image layout for configure and link on a machine without a GPU driver
 (the driver's stub library, cuBLAS stand-ins where the toolkit has none, a nlohmann_json package
 config where none is installed, objects for links, and a driver/ folder for the loader's
-cross-check), built once per content key through lucepatch.compiling. Probes (builders/probe.py)
+cross-check), built once per content key through lucepatch.native.compiling. Probes (builders/probe.py)
 link against them; the image build (builders/image.py) checks its closure with them."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lucepatch import compiling
-from lucepatch.builders import toolchain
+from lucepatch.native import compiling
+from lucepatch.native import toolchain
 from lucepatch.errors import EnvironmentMissing
 
 
@@ -100,7 +100,7 @@ def _nlohmann_stand_in(cache: Path) -> Path:
 
 
 def make_stand_ins(cache: Path, cfg: dict) -> StandIns:
-    """The stand-in layout, built once per content key through lucepatch.compiling."""
+    """The stand-in layout, built once per content key through lucepatch.native.compiling."""
     syms = list(cfg.get("driver_symbols") or ["cuMemCreate"])
     cache = Path(cache)
     (cache / "probe-standins").mkdir(parents=True, exist_ok=True)

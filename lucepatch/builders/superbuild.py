@@ -8,8 +8,8 @@ build_superproject   the patched (or baseline) trees of the superproject and eve
                      (tree.prepare_tree), cmake + ninja with -j = this machine's cores, cached
                      under <cache>/superbuilds/<key> (key: the applied trees, the plan, the
                      toolchain), then the payload in app/{bin,lib,share}, sha256 of every file,
-                     SASS per library and per object (lucepatch.elf) against the profile's arch
-                     list, and the closure of the payload (lucepatch.elf.resolve_closure).
+                     SASS per library and per object (lucepatch.native.elf) against the profile's arch
+                     list, and the closure of the payload (lucepatch.native.elf.resolve_closure).
 
 Network: configure runs with FETCHCONTENT_FULLY_DISCONNECTED=ON, so a missing nlohmann_json is a
 clear configure error instead of a download attempt (F9).
@@ -29,8 +29,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lucepatch import elf, git, report
-from lucepatch.builders import driverless, toolchain
+from lucepatch import git, report
+from lucepatch.native import elf
+from lucepatch.builders import driverless
+from lucepatch.native import toolchain
 from lucepatch.builders.probe import resolve_profile, summarize_errors
 from lucepatch.builders.tree import prepare_tree
 from lucepatch.errors import CheckFailed, EnvironmentMissing, UsageError

@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from lucepatch import elf
+from lucepatch.native import elf
 from lucepatch.builders.image import docker_client
 from lucepatch.errors import CheckFailed, UsageError
 from lucepatch.upstream.render import render

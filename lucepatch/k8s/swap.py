@@ -15,7 +15,7 @@ import subprocess
 from importlib import resources
 from pathlib import Path
 
-from lucepatch import elf
+from lucepatch.native import elf
 from lucepatch.errors import CheckFailed, UsageError
 
 SWAP_RESULT_PREFIX = "@@lucepatch-swap "
@@ -56,7 +56,7 @@ def run_script(action: str, *, directory: str, lib: str | None = None, sha256: s
     return proc.returncode, parse_swap_result(proc.stdout), proc.stderr
 
 
-# ---------------------------------------------------------------- ELF: symbols and shrreg (lucepatch/elf.py)
+# ---------------------------------------------------------------- ELF: symbols and shrreg (lucepatch/native/elf.py)
 
 is_elf = elf.is_elf
 

@@ -17,7 +17,7 @@ import tomllib
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 
-from lucepatch.lines.libfacts import LibFacts
+from lucepatch.native.libfacts import LibFacts
 
 DEFAULT_UPSTREAM = "https://github.com/Project-HAMi/HAMi-core"
 CHECKOUT = "~/src/HAMi-core"

@@ -12,7 +12,7 @@ How it is decided, from the bytes alone (pyelftools; nothing is loaded or run):
 Against the line's own build (data/line_builds.toml): the hooks it exports under other CUDA
 entry-point versions (cuda.h 13.0 renames cuMemAdvise to cuMemAdvise_v2), the names the line's
 build lacks, the environment variables it reads that the line's build does not.
-Loader needs (lucepatch.elf): GLIBC_PRIVATE references, the newest GLIBC version, NEEDED; where
+Loader needs (lucepatch.native.elf): GLIBC_PRIVATE references, the newest GLIBC version, NEEDED; where
 it cannot run (data/glibc.toml) and whether this machine's libc.so.6 can bind it.
 """
 
@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from lucepatch import elf
+from lucepatch.native import elf
 from lucepatch.lines.fit import Line, fit_node, load_lines
 from lucepatch.lines.history import History, family, is_hook, load_history
-from lucepatch.lines.libfacts import LibFacts, read_lib
+from lucepatch.native.libfacts import LibFacts, read_lib
 
 UPSTREAM, LINE_BUILD, FORK, UNKNOWN = "upstream", "line-build", "fork", "unknown"
 

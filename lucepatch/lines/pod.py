@@ -34,7 +34,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from lucepatch import __version__, elf
+from lucepatch import __version__
+from lucepatch.native import elf
 from lucepatch.errors import CheckFailed, UsageError
 from lucepatch.lines.identity import Identity, identify
 from lucepatch.node.driver import DriverVersion

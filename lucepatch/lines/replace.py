@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from lucepatch import elf
+from lucepatch.native import elf
 from lucepatch.lines.history import family, is_hook
 from lucepatch.lines.identity import FORK, Group, Identity, LineBuild, group_rules, grouped
 

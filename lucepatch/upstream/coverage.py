@@ -41,8 +41,8 @@ from lucepatch.errors import EnvironmentMissing
 from lucepatch.verify.runner import CRASH, SKIPPED, TIMEOUT, compile_reproducer, run_once
 from lucepatch.verify import bindshim
 from lucepatch.verify.session import requirements
-from lucepatch.verify.workload import build_program, build_reporter
-from lucepatch.verify.launch import build_isolate
+from lucepatch.native.workload import build_program, build_reporter
+from lucepatch.native.launch import build_isolate
 
 VERSION = 2
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")

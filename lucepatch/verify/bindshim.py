@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from lucepatch import compiling, elf
+from lucepatch.native import compiling, elf
 from lucepatch.errors import UsageError
 
 MARK = "lucepatch-bind-shim"

@@ -17,7 +17,7 @@ from pathlib import Path
 from lucepatch import children
 from lucepatch.errors import EnvironmentMissing, UsageError
 from lucepatch.files import sha256_file
-from lucepatch.verify.fakecuda import FAKE_DEVICE_NAME_PREFIX, build_fakecuda
+from lucepatch.native.fakecuda import FAKE_DEVICE_NAME_PREFIX, build_fakecuda
 
 _PROBE = r"""
 import ctypes, sys

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from lucepatch import elf
+from lucepatch.native import elf
 from lucepatch.errors import UsageError
 from lucepatch.verify.bindshim import MARK
 

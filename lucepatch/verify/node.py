@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lucepatch import elf
+from lucepatch.native import elf
 from lucepatch.errors import UsageError
 from lucepatch.files import sha256_file
 from lucepatch.node.report import NodeReport

@@ -4,7 +4,7 @@ Two kinds, one runner (lucepatch/verify/runner.py), one set of verdicts and one 
 
   kind = "c"         (default) C sources on the driver API, compiled by lucepatch (`sources`, `libs`)
   kind = "workload"  any command: a Python program on PyTorch, a built llama.cpp binary, ...
-                     (`command`, `requires`, `load_proof`; see lucepatch/verify/workload/)
+                     (`command`, `requires`, `load_proof`; see lucepatch/native/workload/)
 
 A workload's `command` is a list of arguments in which {python} (the interpreter lucepatch runs
 under, or $LUCEPATCH_WORKLOAD_PYTHON), {dir} (the reproducer's folder), {scenario}, {workload}
@@ -12,7 +12,7 @@ under, or $LUCEPATCH_WORKLOAD_PYTHON), {dir} (the reproducer's folder), {scenari
 replaced; a scenario may give its own `command`. `requires` says what the machine must have
 (python_modules, executables, files, driver = "real"); a scenario whose requirements are not met
 is `skipped` with the reason, never run and never passed. `[build]` (optional) is a program
-lucepatch compiles before the runs, cached like every compile (lucepatch.compiling): `sources`
+lucepatch compiles before the runs, cached like every compile (lucepatch.native.compiling): `sources`
 from the reproducer's folder, `output`, `flags` ({dir}, {common} = reproducers/common,
 {cuda_include} and ${VAR} replaced), `headers` hashed into the cache key, `language` "c" or
 "c++"; the command names it as {build}/<output>. It is built only when some selected scenario's
@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucepatch.errors import UsageError
-from lucepatch.verify.workload import HASHED_FILES
+from lucepatch.native.workload import HASHED_FILES
 from lucepatch.workspace import Workspace
 
 KINDS = ("c", "workload")

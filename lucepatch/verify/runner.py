@@ -26,10 +26,11 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from lucepatch import children, compiling
-from lucepatch.builders import toolchain
+from lucepatch import children
+from lucepatch.native import compiling
+from lucepatch.native import toolchain
 from lucepatch.verify import backtrace, hami_log, proof
-from lucepatch.verify import workload as wl
+from lucepatch.native import workload as wl
 from lucepatch.verify.reproducer import Reproducer, Scenario, scenario_env
 
 EVENT_PREFIX = "@@lucepatch "
@@ -165,7 +166,7 @@ def run_once(binary: Path | None, repro: Reproducer, scenario: Scenario, variant
     """One fresh process: the compiled `binary` (C) or the workload's command, with `preload` (and
     the `reporter` after it) in LD_PRELOAD. isolate=True: in a private mount namespace with its own
     tmpfs on /tmp/vgpulock (what makes parallel runs under HAMi safe) — through `launcher`
-    (lucepatch.verify.launch, one exec) when given, else unshare(1) + sh + mount(8); otherwise a
+    (lucepatch.native.launch, one exec) when given, else unshare(1) + sh + mount(8); otherwise a
     plain child.
 
     bind_now: start a C reproducer with LD_BIND_NOW=1. The reproducers re-exec themselves with it

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Sequence
 
 from lucepatch import children
-from lucepatch.builders import toolchain
+from lucepatch.native import toolchain
 from lucepatch.files import sha256_file
 from lucepatch.errors import CheckFailed, ToolFailed
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucepatch.errors import UsageError
-from lucepatch.lines.libfacts import MACHINES, returned_immediate  # the one instruction decoder
+from lucepatch.native.libfacts import MACHINES, returned_immediate  # the one instruction decoder
 
 # pyelftools is imported where an ELF is parsed, not here: `is_elf` (all that verify needs, also on
 # the GPU machine's minimal wheel set) stays dependency-free.
@@ -136,7 +136,7 @@ def returned_constant(path: str | os.PathLike, symbol: str) -> int | None:
     None when the symbol is absent (e.g. a -fvisibility=hidden build) or the code is not that shape.
 
     pyelftools locates the code (symbol value -> the segment holding it -> file offset); the
-    instruction test, the part no ELF library does, is lines/libfacts.returned_immediate.
+    instruction test, the part no ELF library does, is native/libfacts.returned_immediate.
     """
     from elftools.elf.sections import SymbolTableSection  # lazy: pyelftools, 16 ms
 
@@ -412,7 +412,7 @@ def resolve_closure(roots: list[Path], *, allowed_missing: list[str] = (), ld_li
 # (.gnu.version_r), the GLIBC_PRIVATE symbols among them (glibc's internal interface, which glibc
 # changes between releases: the beclab fork of libvgpu.so references _dl_sym@GLIBC_PRIVATE, which
 # libc.so.6 stopped exporting in glibc 2.34), and whether a given libc.so.6 provides them.
-GLIBC_DATA = Path(__file__).resolve().parent / "data" / "glibc.toml"
+GLIBC_DATA = Path(__file__).resolve().parent.parent / "data" / "glibc.toml"
 
 
 # When the loader resolves an undefined symbol: a function reached only through the PLT of a library

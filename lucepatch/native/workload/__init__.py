@@ -1,6 +1,6 @@
 """What workload reproducers run with: the Python helper workloads import (lp_workload.py, on
 their PYTHONPATH as {workload}) and the preloaded reporter (reporter.c), built here with
-lucepatch.compiling. Both are part of a workload reproducer's hash: they decide what a run proves.
+lucepatch.native.compiling. Both are part of a workload reproducer's hash: they decide what a run proves.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import os
 import sys
 from pathlib import Path
 
-from lucepatch import compiling
-from lucepatch.builders import toolchain
+from lucepatch.native import compiling
+from lucepatch.native import toolchain
 
 HERE = Path(__file__).resolve().parent
 HELPER = HERE / "lp_workload.py"

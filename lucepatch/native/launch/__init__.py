@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lucepatch import compiling
+from lucepatch.native import compiling
 
 _HERE = Path(__file__).resolve().parent
 

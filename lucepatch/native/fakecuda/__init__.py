@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pathlib
 
-from lucepatch import compiling
-from lucepatch.builders import toolchain
+from lucepatch.native import compiling
+from lucepatch.native import toolchain
 
 FAKE_DEVICE_NAME_PREFIX = "lucepatch-fakecuda"
 

@@ -20,8 +20,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from lucepatch import compiling
-from lucepatch.builders import toolchain
+from lucepatch.native import compiling
+from lucepatch.native import toolchain
 
 SOURCE = Path(__file__).with_name("interposer.c")
 FIELDS = ("call", "proc", "thread", "ctx", "result", "written")

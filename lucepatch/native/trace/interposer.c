@@ -79,7 +79,7 @@ static void emit_extra(const char *call, int ctx, CUresult res, int written, con
 static void emit(const char *call, int ctx, CUresult res, int written) { emit_extra(call, ctx, res, written, ""); }
 
 /* A call with one output: its value (the output's bytes as an unsigned integer) when written,
- * else null; lucepatch/verify/trace compares it by what it means (VALUE_CLASS). */
+ * else null; lucepatch/native/trace compares it by what it means (VALUE_CLASS). */
 static void emit_value(const char *call, int ctx, CUresult res, int written, unsigned long long value) {
     char extra[48];
     if (written == 1)
