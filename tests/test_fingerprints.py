@@ -8,7 +8,7 @@ import tomllib
 import pytest
 from conftest import FIXTURES, REPO_ROOT
 
-from lucepatch.upstream.fingerprints import load_fingerprints, log_facts, match_fingerprint, render_crash_log
+from lucepatch.fingerprints import load_fingerprints, log_facts, match_fingerprint, render_crash_log
 
 CORPUS = FIXTURES / "crashlogs"
 _DATA = tomllib.loads((CORPUS / "expected.toml").read_text())

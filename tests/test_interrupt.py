@@ -3,7 +3,7 @@
 A real verify of the fakehami fixture on the simulated driver, run as a subprocess, gets SIGINT (or
 SIGTERM) at random points — during the cold build (cmake and its compilers running), during the runs
 (up to 6 reproducer processes in flight, each in a process group of its own), at the error bounds, at
-the evidence write (lucepatch.engine.faults pause points mark where each phase starts) — and twice in
+the evidence write (lucepatch.faults pause points mark where each phase starts) — and twice in
 a row. Every time: exit 130
 (143), "lucepatch: interrupted" and no traceback on stderr, the process gone within a second of the
 signal (times the machine's current stretch, tests/pace.py), no process it started still alive (found by a token in their environment), and no work area

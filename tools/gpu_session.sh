@@ -377,7 +377,7 @@ print(f'main job x{sys.argv[3]}: {float(sys.argv[2]) - float(sys.argv[1]):.2f} s
         [ -f "$ev" ] || continue
         for sc in $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(' '.join(sorted({r['scenario'] for r in d['runs'] if r['variant']=='baseline' and r['outcome'] in ('crash','fail-log','fail')})))" "$ev"); do
           name="$TAG-${sc/:/-}.$(python3 -c "import json,sys; print((json.load(open(sys.argv[1]))['variants']['baseline'].get('base') or '')[:7])" "$ev").log"
-          python3 -m lucepatch.upstream.fingerprints "$ev" "$sc" > "$OUT/crashlogs/$name" && echo "wrote crashlogs/$name"
+          python3 -m lucepatch.fingerprints "$ev" "$sc" > "$OUT/crashlogs/$name" && echo "wrote crashlogs/$name"
         done
       done ;;
     v25-line)

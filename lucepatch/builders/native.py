@@ -27,7 +27,7 @@ from lucepatch.native import toolchain
 from lucepatch.builders.reproducible import check_stamps, recipe_for
 from lucepatch.files import sha256_file
 from lucepatch.engine.apply import WorkArea, apply_series
-from lucepatch.engine.faults import pause
+from lucepatch.faults import pause
 from lucepatch.errors import CheckFailed, UsageError
 from lucepatch.target import Target
 from lucepatch.native.fakecuda import build_fakecuda
@@ -132,7 +132,7 @@ def build_variant(target: Target, source: Path, variant: str, cache: Path, *, jo
         build_env = {**recipe.environ(), "TMPDIR": str(staging / "tmp")}
         try:
             log_path = staging / "build.log"
-            pause("build-steps")  # test-only (lucepatch.engine.faults): cmake is about to start
+            pause("build-steps")  # test-only (lucepatch.faults): cmake is about to start
             with open(log_path, "w") as log:
                 steps = [recipe.configure(str(work.repo), str(bdir)), recipe.build(str(bdir), jobs or os.cpu_count() or 2)]
                 for n, cmd in enumerate(steps):

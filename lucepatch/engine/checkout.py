@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucepatch import git, odb, report, signals
-from lucepatch.engine.faults import pause
+from lucepatch.faults import pause
 from lucepatch.errors import EnvironmentMissing, LucepatchError, UsageError, oserror_fix
 
 RO = {"GIT_OPTIONAL_LOCKS": "0"}

@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 from lucepatch.native import elf
 from lucepatch.builders.image import docker_client
 from lucepatch.errors import CheckFailed, UsageError
-from lucepatch.upstream.render import render
+from lucepatch.render import render
 
 PLUGIN_LIB_DIR = "/k8s-vgpu/lib/nvidia"
 

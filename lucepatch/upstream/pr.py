@@ -24,7 +24,7 @@ from lucepatch.target import Target
 from lucepatch.upstream import real_clients as rc
 from lucepatch.upstream.checks import CheckResult, run_checks
 from lucepatch.upstream.conventions import conventions_for, repo_slug
-from lucepatch.upstream.render import render
+from lucepatch.render import render
 from lucepatch.upstream.scrub import Scrubber
 from lucepatch.verify.evidence import Evidence, load_evidence, staleness
 from lucepatch.verify.combine import combine as combine_evidence

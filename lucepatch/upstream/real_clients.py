@@ -14,7 +14,7 @@ from pathlib import Path
 
 from lucepatch.errors import CheckFailed
 from lucepatch.show.model import driver_display
-from lucepatch.upstream.render import render
+from lucepatch.render import render
 from lucepatch.verify.evidence import read_evidence_json, staleness
 
 COLUMNS = ["client pattern", "baseline", "patched", "baseline result", "patched result", "verdict", "GPU, driver"]

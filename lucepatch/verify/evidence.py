@@ -31,7 +31,7 @@ from typing import Any
 
 from lucepatch import __version__
 from lucepatch.errors import EnvironmentMissing, UsageError, environment_oserror
-from lucepatch.engine.faults import pause
+from lucepatch.faults import pause
 from lucepatch.files import data_schema, write_atomic
 
 SCHEMA_VERSION = 2

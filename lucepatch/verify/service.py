@@ -17,8 +17,8 @@ from lucepatch import git, report
 from lucepatch.builders.native import build_variant
 from lucepatch.errors import EnvironmentMissing, UsageError
 from lucepatch.target import Target, list_targets, load_target
-from lucepatch.engine.faults import pause
-from lucepatch.upstream.fingerprints import match_fingerprint
+from lucepatch.faults import pause
+from lucepatch.fingerprints import match_fingerprint
 from lucepatch.verify.driver import DriverChoice, choose_driver, hold_driver, require_driver
 from lucepatch.verify.evidence import Evidence, RunPolicy, check_destination, schema_validator
 from lucepatch.verify.reproducer import Reproducer, list_reproducers, load_reproducer

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from lucepatch import report
 from lucepatch.native import elf
-from lucepatch.engine.faults import pause
+from lucepatch.faults import pause
 from lucepatch.files import sha256_file
 from lucepatch.errors import UsageError
 from lucepatch.target import Target
@@ -178,7 +178,7 @@ def run_scenarios(repros: list[Reproducer], variants: list[Variant], rule: Rule,
     report.progress(f"{len(selected)} scenario(s) of {len(repros)} reproducer(s), {how} per variant, "
                     + (f"{ex.jobs} jobs" if ex.mode == "parallel" else "serial"))
     records: list[RunRecord] = []
-    pause("verify-runs")  # test-only (lucepatch.engine.faults): the runs are about to start
+    pause("verify-runs")  # test-only (lucepatch.faults): the runs are about to start
     start = time.monotonic()
     # the progress bar (a terminal) is stopped however the loop ends: Ctrl-C leaves the terminal as it was
     with tempfile.TemporaryDirectory(prefix="lucepatch-runs-") as scratch, RunProgress(len(by_key), _bound(sched)) as shown:

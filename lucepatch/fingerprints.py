@@ -26,7 +26,7 @@ import tomllib
 from functools import lru_cache
 from pathlib import Path
 
-DATA = Path(__file__).resolve().parent.parent / "data" / "fingerprints.toml"
+DATA = Path(__file__).resolve().parent / "data" / "fingerprints.toml"
 
 _HAMI_PREFIX = re.compile(
     r"\[HAMI-core\s+(?P<level>\w+)\s*\(\s*pid:(?P<pid>\d+)\s+thread=(?P<tid>\d+)\s+(?P<file>[\w./-]+):(?P<line>\d+)\s*\)\]:?\s*(?P<msg>.*)")
@@ -219,7 +219,7 @@ def render_crash_log(run: dict) -> str:
 
 
 def _main(argv=None) -> int:
-    """python3 -m lucepatch.upstream.fingerprints EVIDENCE SCENARIO [--variant V] [--index N]:
+    """python3 -m lucepatch.fingerprints EVIDENCE SCENARIO [--variant V] [--index N]:
     print the first failing run of SCENARIO as a corpus log (tests/fixtures/crashlogs/)."""
     ap = argparse.ArgumentParser(description=_main.__doc__)
     ap.add_argument("evidence")
