@@ -28,12 +28,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lucepatch.native import toolchain  # noqa: E402
 from lucepatch.builders.native import build_variant  # noqa: E402
-from lucepatch.verify.driver import choose_driver  # noqa: E402
+from lucepatch.native import toolchain  # noqa: E402
 from lucepatch.native.fakecuda import FAKE_DEVICE_NAME_PREFIX  # noqa: E402
-from lucepatch.verify.runner import parse_events, scrubbed_environ  # noqa: E402
 from lucepatch.target import load_target  # noqa: E402
+from lucepatch.verify.driver import choose_driver  # noqa: E402
+from lucepatch.verify.runner import parse_events, scrubbed_environ  # noqa: E402
 from lucepatch.workspace import resolve_cache, resolve_workspace  # noqa: E402
 
 SRC = Path(__file__).with_name("hook_overhead.c")

@@ -43,8 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lucepatch.native import compiling  # noqa: E402
-from lucepatch.native import toolchain  # noqa: E402
+from lucepatch.native import compiling, toolchain  # noqa: E402
 
 
 def compile_probe(cache: Path, stubs: Path) -> Path:
@@ -132,9 +131,9 @@ def main(argv=None) -> int:
     if not args.source:
         raise SystemExit("bench/run_cost.py needs --source HAMI-CORE (or LUCEPATCH_SRC_HAMI_CORE)")
 
+    from lucepatch.native.launch import build_isolate
     from lucepatch.target import load_target
     from lucepatch.verify.driver import DriverChoice, choose_driver, hold_driver
-    from lucepatch.native.launch import build_isolate
     from lucepatch.verify.reproducer import load_reproducer
     from lucepatch.verify.runner import compile_reproducer, namespace_isolation, run_once, scrubbed_environ
     from lucepatch.verify.service import build_variants

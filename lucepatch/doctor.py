@@ -12,8 +12,8 @@ import subprocess
 from dataclasses import dataclass, field
 
 from lucepatch import git
-from lucepatch.native import toolchain
 from lucepatch.errors import LucepatchError
+from lucepatch.native import toolchain
 
 MIN_GIT = (2, 38)
 MIN_DRIVER = 580

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from lucepatch.native import elf
 from lucepatch.builders import probe as P
 from lucepatch.builders import standins
+from lucepatch.native import elf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import needs  # noqa: E402

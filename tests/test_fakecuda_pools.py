@@ -19,9 +19,9 @@ import pytest
 
 from lucepatch.native import trace
 from lucepatch.native.fakecuda import build_fakecuda
+from lucepatch.verify.record_traces import compile_semantics
 from lucepatch.verify.reproducer import load_reproducer_dir
 from lucepatch.verify.runner import compile_reproducer
-from lucepatch.native.trace.record_all import compile_semantics
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CUDA_INC = "/usr/local/cuda/include"

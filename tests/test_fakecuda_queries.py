@@ -16,7 +16,7 @@ import pytest
 
 from lucepatch.native import trace
 from lucepatch.native.fakecuda import build_fakecuda
-from lucepatch.native.trace.record_all import compile_semantics
+from lucepatch.verify.record_traces import compile_semantics
 
 CUDA_INC = "/usr/local/cuda/include"
 

@@ -22,9 +22,8 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, REPO_ROOT, make_target
-from lucepatch.native import compiling
-from lucepatch.native import toolchain
 from lucepatch.errors import UsageError
+from lucepatch.native import compiling, toolchain
 from lucepatch.verify.reproducer import load_reproducer_dir
 from lucepatch.verify.requirements import unmet
 

@@ -21,11 +21,11 @@ import pytest
 from conftest import REPO_ROOT, evidence_doc
 
 import hamilib
-from lucepatch.native import elf
 from lucepatch.lines import history
 from lucepatch.lines.identity import FORK, LINE_BUILD, UNKNOWN, UPSTREAM, identify, line_builds
 from lucepatch.lines.replace import DROP_IN, REFUSED, Side, judge
 from lucepatch.main import main
+from lucepatch.native import elf
 
 pytestmark = pytest.mark.needs("gcc")
 

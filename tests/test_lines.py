@@ -26,8 +26,8 @@ import hamilib
 from lucepatch.errors import CheckFailed, UsageError
 from lucepatch.lines import sources
 from lucepatch.lines.fit import Line, compat_data, drop_in_commands, fit_node, load_lines, releases_of_commit
-from lucepatch.native.libfacts import read_lib, returned_immediate
 from lucepatch.main import main
+from lucepatch.native.libfacts import read_lib, returned_immediate
 from lucepatch.workspace import resolve_workspace
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="no-tool: needs gcc")

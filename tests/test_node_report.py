@@ -20,11 +20,11 @@ import pytest
 from conftest import REPO_ROOT, evidence_doc
 
 import hamilib
-from lucepatch.native import elf
-from lucepatch.node.report import load_node_report
 from lucepatch.errors import UsageError
 from lucepatch.lines import pod
 from lucepatch.main import main
+from lucepatch.native import elf
+from lucepatch.node.report import load_node_report
 
 pytestmark = pytest.mark.needs("gcc")
 SCHEMA = json.loads((REPO_ROOT / "docs" / "schema" / "node-report.schema.json").read_text())

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from lucepatch.native import elf
 from lucepatch.builders import probe as P
 from lucepatch.errors import UsageError
+from lucepatch.native import elf
 from lucepatch.target import load_target_dir
 
 REPO = Path(__file__).resolve().parent.parent

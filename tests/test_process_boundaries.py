@@ -25,7 +25,7 @@ PROCESS_HELPERS = {
     "lucepatch/verify/runner.py": "reproducer and workload processes, unshare, addr2line, a workload interpreter's probe",
     "lucepatch/verify/driver.py": "the real-driver probe, nvidia-smi",
     "lucepatch/native/trace/__init__.py": "traced reproducer runs",
-    "lucepatch/native/trace/record_all.py": "the trace recorder's driver probe",
+    "lucepatch/verify/record_traces.py": "the trace recorder's driver probe",
     "lucepatch/doctor.py": "tool version checks",
     "lucepatch/lines/pod.py": "nvidia-smi, getconf GNU_LIBC_VERSION (doctor --pod-root / inside a pod)",
     "lucepatch/upstream/checks.py": "the upstream's own PR checks (cpplint, scripts)",

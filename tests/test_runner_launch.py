@@ -9,9 +9,9 @@ from pathlib import Path
 
 import needs
 
-from lucepatch.verify.driver import DriverChoice, hold_driver
 from lucepatch.native.fakecuda import build_fakecuda
 from lucepatch.native.launch import build_isolate
+from lucepatch.verify.driver import DriverChoice, hold_driver
 from lucepatch.verify.runner import ISOLATION_FAILED_RC, namespace_isolation
 
 

@@ -13,9 +13,9 @@ import pytest
 
 from lucepatch.native import trace
 from lucepatch.native.fakecuda import build_fakecuda
+from lucepatch.verify.record_traces import SEMANTICS_PROBES, compile_semantics
 from lucepatch.verify.reproducer import load_reproducer_dir, scenario_env
 from lucepatch.verify.runner import compile_reproducer
-from lucepatch.native.trace.record_all import SEMANTICS_PROBES, compile_semantics
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE_DIR = Path(__file__).parent / "fakecuda" / "traces"

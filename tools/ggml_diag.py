@@ -159,8 +159,8 @@ def client_runs(client: Path, work: Path, env: dict) -> dict:
 
 def build_client(ggml: Path, cache: Path) -> Path:
     os.environ["LUCEPATCH_GGML_DIR"] = str(ggml)
-    from lucepatch.verify.reproducer import load_reproducer_dir  # noqa: PLC0415
     from lucepatch.native.workload import build_program  # noqa: PLC0415
+    from lucepatch.verify.reproducer import load_reproducer_dir  # noqa: PLC0415
 
     return build_program(load_reproducer_dir(ROOT / "reproducers" / "ggml-client"), cache) / "ggml_client"
 

@@ -28,8 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lucepatch.native import elf  # noqa: E402
 from lucepatch.files import sha256_file  # noqa: E402
+from lucepatch.native import elf  # noqa: E402
 
 GGML_INCLUDE = Path("server/deps/llama.cpp/ggml/include")
 

@@ -125,7 +125,7 @@ for step in "$@"; do
       { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; cmake --version | head -1;
         nvcc --version | tail -1; gcc --version | head -1; uname -r; } 2>&1 | tee "$OUT/env.txt" ;;
     traces)
-      python3 -m lucepatch.native.trace.record_all --out /tmp/traces-$TAG --driver $DRIVER --label $TAG &&
+      python3 -m lucepatch.verify.record_traces --out /tmp/traces-$TAG --driver $DRIVER --label $TAG &&
       tar -C /tmp/traces-$TAG -cf "$OUT/traces.tar" . ;;
     async-sched)
       lp verify --reproducer async-sched --source $SRC --driver real --runs 20 \
@@ -420,7 +420,7 @@ print(f'main job x{sys.argv[3]}: {float(sys.argv[2]) - float(sys.argv[1]):.2f} s
       done
       # its bare-driver traces, re-recorded for the changed program (device-create needs 2 GPUs: it stays awaiting)
       rm -rf "$OUT/traces-llama-vmm"
-      python3 -m lucepatch.native.trace.record_all --out "$OUT/traces-llama-vmm" --driver $DRIVER --label $TAG \
+      python3 -m lucepatch.verify.record_traces --out "$OUT/traces-llama-vmm" --driver $DRIVER --label $TAG \
         --program llama-vmm 2>&1 | tee "$OUT/traces-llama-vmm.log"
       python3 -c "import sys; print(f'i28-llama-vmm wall: {float(sys.argv[2]) - float(sys.argv[1]):.1f} s')" "$s0" "$(now)" | tee -a "$OUT/i28-timing.log" ;;
     i28-traces)
@@ -428,7 +428,7 @@ print(f'main job x{sys.argv[3]}: {float(sys.argv[2]) - float(sys.argv[1]):.2f} s
       # scenario the machine can run; commit $OUT/traces-i28/*.h200.jsonl under tests/fakecuda/traces/ and drop
       # their [awaiting-trace] entries (< 1 min)
       rm -rf "$OUT/traces-i28"
-      python3 -m lucepatch.native.trace.record_all --out "$OUT/traces-i28" --driver $DRIVER --label $TAG $I28_TRACES \
+      python3 -m lucepatch.verify.record_traces --out "$OUT/traces-i28" --driver $DRIVER --label $TAG $I28_TRACES \
         2>&1 | tee "$OUT/traces-i28.log" ;;
     i28-2gpu)
       # issue 28 on nvidia-h200-x2: device-index (CUDA_VISIBLE_DEVICES=1,0: CUDA and NVML number the GPUs
@@ -442,7 +442,7 @@ print(f'main job x{sys.argv[3]}: {float(sys.argv[2]) - float(sys.argv[1]):.2f} s
           --evidence "$OUT/commit/i28-2gpu-$t.${TAG}x${n}.json" 2>&1 | tee "$OUT/verify-i28-2gpu-$t.log"
       done
       rm -rf "$OUT/traces-i28-2gpu"
-      python3 -m lucepatch.native.trace.record_all --out "$OUT/traces-i28-2gpu" --driver $DRIVER --label $TAG \
+      python3 -m lucepatch.verify.record_traces --out "$OUT/traces-i28-2gpu" --driver $DRIVER --label $TAG \
         --program device-index --program llama-vmm.device-create 2>&1 | tee "$OUT/traces-i28-2gpu.log"
       python3 -c "import sys; print(f'i28-2gpu wall: {float(sys.argv[2]) - float(sys.argv[1]):.1f} s')" "$s0" "$(now)" | tee -a "$OUT/i28-timing.log" ;;
     i28-ggml)

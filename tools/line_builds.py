@@ -24,9 +24,9 @@ import tomlkit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from lucepatch.native import elf  # noqa: E402
 from lucepatch.lines import history  # noqa: E402
 from lucepatch.lines.fit import load_lines  # noqa: E402
+from lucepatch.native import elf  # noqa: E402
 from lucepatch.workspace import resolve_workspace  # noqa: E402
 
 OUT = ROOT / "lucepatch" / "data" / "line_builds.toml"

@@ -32,14 +32,14 @@ from pathlib import Path
 import jinja2
 
 from lucepatch import __version__, report
-from lucepatch.native import elf
 from lucepatch.builders.probe import resolve_profile
 from lucepatch.builders.standins import make_stand_ins
-from lucepatch.builders.tree import AppliedTree, prepare_tree
 from lucepatch.builders.superbuild import plan_for
-from lucepatch.target import sub_target
+from lucepatch.builders.tree import AppliedTree, prepare_tree
 from lucepatch.errors import CheckFailed, EnvironmentMissing, UsageError
+from lucepatch.native import elf
 from lucepatch.target import Target
+from lucepatch.target import sub_target
 from lucepatch.target_sections import BuildConfig
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates" / "docker"

@@ -23,14 +23,14 @@ from functools import partial
 from pathlib import Path
 
 from lucepatch import children, git, report
-from lucepatch.native import toolchain
 from lucepatch.builders.reproducible import check_stamps, recipe_for
-from lucepatch.files import sha256_file
 from lucepatch.engine.apply import WorkArea, apply_series
-from lucepatch.faults import pause
 from lucepatch.errors import CheckFailed, UsageError
-from lucepatch.target import Target
+from lucepatch.faults import pause
+from lucepatch.files import sha256_file
+from lucepatch.native import toolchain
 from lucepatch.native.fakecuda import build_fakecuda
+from lucepatch.target import Target
 
 @dataclass
 class BuildResult:

@@ -32,14 +32,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucepatch import git, report
-from lucepatch.native import elf
 from lucepatch.builders import driverless
-from lucepatch.native import toolchain
 from lucepatch.builders.standins import StandIns, make_stand_ins
 from lucepatch.builders.tree import AppliedTree, prepare_tree
-from lucepatch.native.elf import GpuCode, is_elf
 from lucepatch.engine.apply import WorkArea
 from lucepatch.errors import CheckFailed, EnvironmentMissing, UsageError
+from lucepatch.native import elf, toolchain
+from lucepatch.native.elf import GpuCode, is_elf
 from lucepatch.target import Target, sub_target
 
 KINDS = ("compile", "link", "runpath", "targets")

@@ -13,9 +13,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lucepatch.native import compiling
-from lucepatch.native import toolchain
 from lucepatch.errors import EnvironmentMissing
+from lucepatch.native import compiling, toolchain
 
 
 @dataclass

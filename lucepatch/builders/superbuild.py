@@ -30,13 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucepatch import git, report
-from lucepatch.native import elf
 from lucepatch.builders import driverless
-from lucepatch.native import toolchain
 from lucepatch.builders.probe import resolve_profile, summarize_errors
 from lucepatch.builders.tree import prepare_tree
 from lucepatch.errors import CheckFailed, EnvironmentMissing, UsageError
 from lucepatch.files import sha256_file
+from lucepatch.native import elf, toolchain
 from lucepatch.target import Target
 
 # part of the key: a payload judged ok by an older closure rule (before the C++-runtime check) is rebuilt

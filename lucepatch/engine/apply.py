@@ -28,9 +28,9 @@ from lucepatch import git, odb, trailers
 from lucepatch.engine import fastapply
 from lucepatch.engine.checkout import pid_alive
 from lucepatch.engine.core import APPLIED, APPLIED_3WAY, CONFLICT, PURE_CONFIG, IndexEngine, validate_diffs
-from lucepatch.faults import PAUSE_ENV, pause  # noqa: F401 (PAUSE_ENV re-exported)
 from lucepatch.engine.safety import base_listing, check_series_safety
 from lucepatch.errors import EnvironmentMissing, UsageError
+from lucepatch.faults import PAUSE_ENV, pause  # noqa: F401 (PAUSE_ENV re-exported)
 from lucepatch.series import Patch
 from lucepatch.target import Target
 

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucepatch import git, odb, report, signals
-from lucepatch.faults import pause
 from lucepatch.errors import EnvironmentMissing, LucepatchError, UsageError, oserror_fix
+from lucepatch.faults import pause
 
 RO = {"GIT_OPTIONAL_LOCKS": "0"}
 _IDENT = {"GIT_AUTHOR_NAME": "lucepatch", "GIT_AUTHOR_EMAIL": "lucepatch@localhost",

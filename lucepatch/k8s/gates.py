@@ -42,8 +42,8 @@ from lucepatch.files import sha256_file
 from lucepatch.k8s import swap
 from lucepatch.lines.fit import compat_data, drop_in_commands, fit_node, load_lines
 from lucepatch.lines.identity import FORK, LINE_BUILD, UPSTREAM, Identity, identify
-from lucepatch.native.libfacts import LibFacts, read_lib
 from lucepatch.lines.replace import Side, judge
+from lucepatch.native.libfacts import LibFacts, read_lib
 from lucepatch.node.report import load_node_report
 from lucepatch.verify.evidence import Evidence, load_evidence
 

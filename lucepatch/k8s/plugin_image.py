@@ -15,9 +15,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from lucepatch.native import elf
 from lucepatch.builders.image import docker_client
 from lucepatch.errors import CheckFailed, UsageError
+from lucepatch.native import elf
 from lucepatch.render import render
 
 PLUGIN_LIB_DIR = "/k8s-vgpu/lib/nvidia"

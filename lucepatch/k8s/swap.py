@@ -15,8 +15,8 @@ import subprocess
 from importlib import resources
 from pathlib import Path
 
-from lucepatch.native import elf
 from lucepatch.errors import CheckFailed, UsageError
+from lucepatch.native import elf
 
 SWAP_RESULT_PREFIX = "@@lucepatch-swap "
 SCRIPT_NAME = "hami-core-swap.sh"

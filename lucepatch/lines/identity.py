@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from lucepatch.native import elf
 from lucepatch.lines.fit import Line, fit_node, load_lines
 from lucepatch.lines.history import History, family, is_hook, load_history
+from lucepatch.native import elf
 from lucepatch.native.libfacts import LibFacts, read_lib
 
 UPSTREAM, LINE_BUILD, FORK, UNKNOWN = "upstream", "line-build", "fork", "unknown"

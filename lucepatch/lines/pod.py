@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from lucepatch import __version__
-from lucepatch.native import elf
 from lucepatch.errors import CheckFailed, UsageError
 from lucepatch.lines.identity import Identity, identify
+from lucepatch.native import elf
 from lucepatch.node.driver import DriverVersion
 from lucepatch.node.report import (BROKEN, DISABLED, EXCLUSIVE, INJECTED, NOT_INJECTED, Fact, Injection, Library,
                                   NodeReport, save_node_report)

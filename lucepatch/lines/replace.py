@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from lucepatch.native import elf
 from lucepatch.lines.history import family, is_hook
 from lucepatch.lines.identity import FORK, Group, Identity, LineBuild, group_rules, grouped
+from lucepatch.native import elf
 
 DROP_IN, REFUSED = "drop-in", "refused"
 HAMI_PROFILE = "sm120-cuda13-hami"

@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Sequence
 
 from lucepatch import children
-from lucepatch.native import toolchain
-from lucepatch.files import sha256_file
 from lucepatch.errors import CheckFailed, ToolFailed
+from lucepatch.files import sha256_file
+from lucepatch.native import toolchain
 
 CC_REMEDY = "install a C compiler (apt-get install gcc)"
 

@@ -9,8 +9,8 @@ from pathlib import Path
 from lucepatch import __version__
 from lucepatch.errors import UsageError
 from lucepatch.files import write_atomic
-from lucepatch.show.model import GLYPHS, VARIANTS, View
 from lucepatch.render import render
+from lucepatch.show.model import GLYPHS, VARIANTS, View
 
 CELL = 12  # px per run mark
 PER_LINE = 50  # marks per line of a strip: 50 x 12 px fits beside the labels at 1024 px

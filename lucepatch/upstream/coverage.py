@@ -38,11 +38,11 @@ from pathlib import Path
 from lucepatch import git, report
 from lucepatch.engine.apply import WorkArea, apply_series
 from lucepatch.errors import EnvironmentMissing
-from lucepatch.verify.runner import CRASH, SKIPPED, TIMEOUT, compile_reproducer, run_once
-from lucepatch.verify import bindshim
-from lucepatch.verify.session import requirements
-from lucepatch.native.workload import build_program, build_reporter
 from lucepatch.native.launch import build_isolate
+from lucepatch.native.workload import build_program, build_reporter
+from lucepatch.verify import bindshim
+from lucepatch.verify.runner import CRASH, SKIPPED, TIMEOUT, compile_reproducer, run_once
+from lucepatch.verify.session import requirements
 
 VERSION = 2
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")

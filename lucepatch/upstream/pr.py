@@ -17,6 +17,7 @@ from pathlib import Path
 from lucepatch import __version__, git, odb
 from lucepatch.engine.apply import WorkArea, apply_series
 from lucepatch.errors import CheckFailed, UsageError
+from lucepatch.render import render
 from lucepatch.series import Patch, find_patch
 from lucepatch.show.model import build_view, driver_display, short_reason
 from lucepatch.show.page import html
@@ -24,10 +25,9 @@ from lucepatch.target import Target
 from lucepatch.upstream import real_clients as rc
 from lucepatch.upstream.checks import CheckResult, run_checks
 from lucepatch.upstream.conventions import conventions_for, repo_slug
-from lucepatch.render import render
 from lucepatch.upstream.scrub import Scrubber
-from lucepatch.verify.evidence import Evidence, load_evidence, staleness
 from lucepatch.verify.combine import combine as combine_evidence
+from lucepatch.verify.evidence import Evidence, load_evidence, staleness
 from lucepatch.verify.rules import fmt_theta
 
 META = "lucepatch.json"

@@ -13,8 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from lucepatch.errors import CheckFailed
-from lucepatch.show.model import driver_display
 from lucepatch.render import render
+from lucepatch.show.model import driver_display
 from lucepatch.verify.evidence import read_evidence_json, staleness
 
 COLUMNS = ["client pattern", "baseline", "patched", "baseline result", "patched result", "verdict", "GPU, driver"]

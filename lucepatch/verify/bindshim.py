@@ -20,8 +20,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from lucepatch.native import compiling, elf
 from lucepatch.errors import UsageError
+from lucepatch.native import compiling, elf
 
 MARK = "lucepatch-bind-shim"
 SONAME = "liblp_bindshim.so"

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from lucepatch.native import elf
 from lucepatch.errors import UsageError
+from lucepatch.native import elf
 from lucepatch.verify.bindshim import MARK
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "hami_log.toml"

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lucepatch.native import elf
 from lucepatch.errors import UsageError
 from lucepatch.files import sha256_file
+from lucepatch.native import elf
 from lucepatch.node.report import NodeReport
 
 

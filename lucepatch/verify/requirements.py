@@ -14,8 +14,8 @@ import shutil
 from functools import lru_cache
 
 from lucepatch import children
-from lucepatch.verify.reproducer import Reproducer, Scenario
 from lucepatch.native.workload import python_for
+from lucepatch.verify.reproducer import Reproducer, Scenario
 
 _FIND = ("import importlib.util, sys\n"
          "missing = [m for m in sys.argv[1:] if importlib.util.find_spec(m) is None]\n"
@@ -36,7 +36,7 @@ def _missing_modules(python: str, modules: tuple[str, ...], pythonpath: str) -> 
 
 
 def device_count(driver_env: dict) -> int:
-    from lucepatch.native.trace.record_all import device_count as count  # lazy: the trace recorder, 12 ms
+    from lucepatch.verify.record_traces import device_count as count  # lazy: the trace recorder, 12 ms
 
     return count(driver_env)
 

@@ -27,10 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from lucepatch import children
-from lucepatch.native import compiling
-from lucepatch.native import toolchain
+from lucepatch.native import compiling, toolchain, workload as wl
 from lucepatch.verify import backtrace, hami_log, proof
-from lucepatch.native import workload as wl
 from lucepatch.verify.reproducer import Reproducer, Scenario, scenario_env
 
 EVENT_PREFIX = "@@lucepatch "

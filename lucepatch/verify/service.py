@@ -16,13 +16,13 @@ from typing import Protocol
 from lucepatch import git, report
 from lucepatch.builders.native import build_variant
 from lucepatch.errors import EnvironmentMissing, UsageError
-from lucepatch.target import Target, list_targets, load_target
 from lucepatch.faults import pause
 from lucepatch.fingerprints import match_fingerprint
+from lucepatch.target import Target, list_targets, load_target
+from lucepatch.verify.bounds import error_bounds
 from lucepatch.verify.driver import DriverChoice, choose_driver, hold_driver, require_driver
 from lucepatch.verify.evidence import Evidence, RunPolicy, check_destination, schema_validator
 from lucepatch.verify.reproducer import Reproducer, list_reproducers, load_reproducer
-from lucepatch.verify.bounds import error_bounds
 from lucepatch.verify.rules import FixedRule, SequentialRule, proof_hint
 from lucepatch.verify.verdict import split_not_applicable
 from lucepatch.verify.session import (Execution, Variant, build_evidence, check_scenarios, plan_execution,

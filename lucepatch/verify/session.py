@@ -10,16 +10,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucepatch import report
-from lucepatch.native import elf
+from lucepatch.errors import UsageError
 from lucepatch.faults import pause
 from lucepatch.files import sha256_file
-from lucepatch.errors import UsageError
+from lucepatch.native import elf
+from lucepatch.native.launch import build_isolate
+from lucepatch.native.workload import build_program, build_reporter, workload_env
 from lucepatch.target import Target
 from lucepatch.verify import bindshim
 from lucepatch.verify import evidence as ev
 from lucepatch.verify.bounds import error_bounds
 from lucepatch.verify.driver import DriverChoice, classify_driver
-from lucepatch.native.launch import build_isolate
 from lucepatch.verify.progress import RunProgress
 from lucepatch.verify.reproducer import Reproducer
 from lucepatch.verify.requirements import device_count, unmet
@@ -27,7 +28,6 @@ from lucepatch.verify.rules import FixedRule, Rule, proof_hint
 from lucepatch.verify.runner import INVALID, SKIPPED, RunRecord, compile_reproducer, namespace_isolation, run_once
 from lucepatch.verify.schedule import Job, Scheduler, kind_of
 from lucepatch.verify.verdict import NOT_PROVEN, not_applicable as na_result, overall, scenario_verdict
-from lucepatch.native.workload import build_program, build_reporter, workload_env
 
 
 @dataclass

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import pathlib
 
-from lucepatch.native import compiling
-from lucepatch.native import toolchain
+from lucepatch.native import compiling, toolchain
 
 FAKE_DEVICE_NAME_PREFIX = "lucepatch-fakecuda"
 

@@ -20,8 +20,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from lucepatch.native import compiling
-from lucepatch.native import toolchain
+from lucepatch.native import compiling, toolchain
 
 SOURCE = Path(__file__).with_name("interposer.c")
 FIELDS = ("call", "proc", "thread", "ctx", "result", "written")

@@ -9,8 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from lucepatch.native import compiling
-from lucepatch.native import toolchain
+from lucepatch.native import compiling, toolchain
 
 HERE = Path(__file__).resolve().parent
 HELPER = HERE / "lp_workload.py"

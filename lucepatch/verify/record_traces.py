@@ -1,6 +1,6 @@
 """Record the driver-call traces of every reproducer scenario and of the driver-semantics probe.
 
-    python3 -m lucepatch.native.trace.record_all --out DIR [--driver real|fake] [--label h200] [--program NAME ...]
+    python3 -m lucepatch.verify.record_traces --out DIR [--driver real|fake] [--label h200] [--program NAME ...]
 
 Run on a GPU machine with --driver real (no HAMi loaded); commit DIR/*.jsonl under
 tests/fakecuda/traces/. CI replays the same programs on the simulated driver (tests/test_traces.py).
@@ -16,12 +16,12 @@ import sys
 from pathlib import Path
 
 from lucepatch.native import compiling
-from lucepatch.native.toolchain import cuda_include
-from lucepatch.verify.driver import _PROBE
 from lucepatch.native.fakecuda import build_fakecuda
+from lucepatch.native.toolchain import cuda_include
+from lucepatch.native.trace import SOURCE, VALUES_VERSION, build_interposer, record
+from lucepatch.verify.driver import _PROBE
 from lucepatch.verify.reproducer import list_reproducers, scenario_env
 from lucepatch.verify.runner import compile_reproducer
-from lucepatch.native.trace import SOURCE, VALUES_VERSION, build_interposer, record
 from lucepatch.workspace import resolve_cache, resolve_workspace
 
 SEMANTICS = SOURCE.with_name("semantics.c")
