@@ -21,14 +21,14 @@ import time
 from pathlib import Path
 
 from lucepatch import git
-from lucepatch.builders.service import build_native
 from lucepatch.engine.apply import SeriesResult
 from lucepatch.errors import CheckFailed, EnvironmentMissing, LucepatchError, UsageError
-from lucepatch.gate import gate_target
 from lucepatch.lines.identity import Identity, identify
-from lucepatch.lint import lint_target
 from lucepatch.node.report import NodeReport, load_node_report
 from lucepatch.services import series as _series
+from lucepatch.services.builds import build_native
+from lucepatch.services.gate import gate_target
+from lucepatch.services.lint import lint_target
 from lucepatch.target import Target, list_targets, load_target
 from lucepatch.verify import evidence as _evidence
 from lucepatch.verify.evidence import Evidence
@@ -111,7 +111,7 @@ def rebase(t: Target, src: Path, cache: Path, onto: str, *, dry_run: bool = Fals
 
 
 def lint(ws: Workspace, name: str | None = None, *, pending_days: int = 90) -> list:
-    """Lint findings (lucepatch.lint.Finding: level, target, patch, check, message) of one target
+    """Lint findings (lucepatch.services.lint.Finding: level, target, patch, check, message) of one target
     or, with no name, of every target."""
     names = [load_target(ws, name).name] if name else list_targets(ws)
     now = time.time()
@@ -193,7 +193,7 @@ def write_pr(ws: Workspace, t: Target, src: Path, cache: Path, out_dir: Path, *,
 def gate(ws: Workspace, t: Target, src: Path, cache: Path, *, upstream_head: str | None = None, driver: str = "auto",
          runs: int = 5, use_cache: bool = True, evidence_dir: Path | None = None, probes: bool = True):
     """The CI gate for one target (lint, check, canary, build, verify, probes); a TargetResult
-    (gate, canary, steps). Reports: lucepatch.gate.junit_xml / markdown."""
+    (gate, canary, steps). Reports: lucepatch.services.gate.junit_xml / markdown."""
     return gate_target(ws, t, _path(src), cache, upstream_head=upstream_head, driver=driver, runs=runs,
                        use_cache=use_cache, evidence_dir=_path(evidence_dir), probes=probes)
 

@@ -8,8 +8,8 @@ import copy
 from conftest import REPO_ROOT
 
 from lucepatch.k8s.gates import compat_data
-from lucepatch.lint import lint_compat_data
 from lucepatch.main import main
+from lucepatch.services.lint import lint_compat_data
 
 
 def test_the_packaged_rows_are_well_formed():
@@ -50,7 +50,7 @@ def test_lint_catches_malformed_rows():
 def test_lint_verb_checks_the_data(capsys, monkeypatch):
     import json
 
-    import lucepatch.lint as lint  # where the lint verb reads the packaged data (lines/fit.compat_data)
+    import lucepatch.services.lint as lint  # where the lint verb reads the packaged data (lines/fit.compat_data)
 
     rc = main(["--workspace", str(REPO_ROOT), "lint", "--json"])
     doc = json.loads(capsys.readouterr().out)

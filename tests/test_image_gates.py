@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from lucepatch.builders import image as img
-from lucepatch.builders import service
 from lucepatch.errors import CheckFailed, UsageError
 from lucepatch.k8s import values
 from lucepatch.node import driver as drv
 from lucepatch.node.report import load_node_report, node_driver, parse_node_report
+from lucepatch.services import builds as service
 from lucepatch.target import load_target_dir
 
 REPO = Path(__file__).resolve().parent.parent

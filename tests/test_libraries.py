@@ -15,9 +15,9 @@ from conftest import REPO_ROOT, commit_all, git, init_repo, write
 from lucepatch import git as lgit
 from lucepatch.engine.safety import check_patch_paths, diff_paths
 from lucepatch.errors import UsageError
-from lucepatch.lint import whitespace_errors
 from lucepatch.native import elf
 from lucepatch.series import parse_patch_bytes
+from lucepatch.services.lint import whitespace_errors
 from lucepatch.target import load_target_dir, update_target_toml
 
 # ---- tomlkit -----------------------------------------------------------------------------------

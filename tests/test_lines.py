@@ -24,10 +24,10 @@ from conftest import REPO_ROOT
 import hamilib
 
 from lucepatch.errors import CheckFailed, UsageError
-from lucepatch.lines import sources
 from lucepatch.lines.fit import Line, compat_data, drop_in_commands, fit_node, load_lines, releases_of_commit
 from lucepatch.main import main
 from lucepatch.native.libfacts import read_lib, returned_immediate
+from lucepatch.services import node_sources as sources
 from lucepatch.workspace import resolve_workspace
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="no-tool: needs gcc")

@@ -26,14 +26,14 @@ PROCESS_HELPERS = {
     "lucepatch/verify/driver.py": "the real-driver probe, nvidia-smi",
     "lucepatch/native/trace/__init__.py": "traced reproducer runs",
     "lucepatch/verify/record_traces.py": "the trace recorder's driver probe",
-    "lucepatch/doctor.py": "tool version checks",
+    "lucepatch/services/doctor.py": "tool version checks",
     "lucepatch/lines/pod.py": "nvidia-smi, getconf GNU_LIBC_VERSION (doctor --pod-root / inside a pod)",
     "lucepatch/upstream/checks.py": "the upstream's own PR checks (cpplint, scripts)",
     "lucepatch/upstream/coverage.py": "gcov (the measured coverage map)",
     "lucepatch/k8s/swap.py": "the node swap script",
 }
-DOCKER_SDK = {"lucepatch/builders/image.py", "lucepatch/k8s/plugin_image.py", "lucepatch/doctor.py",
-              "lucepatch/lines/sources.py"}
+DOCKER_SDK = {"lucepatch/builders/image.py", "lucepatch/k8s/plugin_image.py", "lucepatch/services/doctor.py",
+              "lucepatch/services/node_sources.py"}
 # may import subprocess for its exception types, but start nothing
 TYPES_ONLY = {"lucepatch/errors.py": "maps subprocess.TimeoutExpired to a one-line error"}
 _SPAWN = {"run", "Popen", "call", "check_call", "check_output", "getoutput", "getstatusoutput"}

@@ -9,7 +9,7 @@ already loaded): the start-up cost a caller of A pays for nothing when B moves t
 and the branch that needs B never runs. It prints one line per statement, the median of N runs,
 and per module the cost of all its function-level imports together:
 
-    lucepatch/commands/doctor.py:82  lucepatch.commands.doctor -> lucepatch.lines.service  33 ms
+    lucepatch/commands/doctor.py:82  lucepatch.commands.doctor -> lucepatch.services.nodes  33 ms
 
 With --min-ms M only statements costing at least M ms are printed. docs/design.md "Layers" states
 the rule the numbers serve (tests/test_layers.py checks that every function-level import names one).

@@ -8,9 +8,9 @@ import json
 import click
 
 from lucepatch import report
-from lucepatch.commands._common import cache, json_option, require_source, source_option, workspace
-from lucepatch.builders import service
 from lucepatch.commands import build_superproject
+from lucepatch.commands._common import cache, json_option, require_source, source_option, workspace
+from lucepatch.services import builds as service
 from lucepatch.services.targets import target as load_target
 
 

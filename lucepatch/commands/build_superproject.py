@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 from lucepatch import report
-from lucepatch.builders import service
 from lucepatch.errors import EXIT_CHECK_FAILED
+from lucepatch.services import builds as service
 
 
 def run(ws, t, src: Path, cache: Path, variants: list[str], profile: str | None, jobs: int | None,

@@ -1,4 +1,4 @@
-"""`lucepatch ci [TARGET|--all]`: the gate (lucepatch/gate/).
+"""`lucepatch ci [TARGET|--all]`: the gate (lucepatch/services/gate/).
 
 Per target: lint -> check on the pinned base -> canary check on --upstream-head REF -> build ->
 verify every scenario the series names (`Reproducer:` trailers) -> probes (when the target has
@@ -24,7 +24,7 @@ import click
 
 from lucepatch import report
 from lucepatch.commands._common import json_option, workspace
-from lucepatch.gate import WARN, gate_all, write_reports
+from lucepatch.services.gate import WARN, gate_all, write_reports
 
 
 @click.command("ci")

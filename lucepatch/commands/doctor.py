@@ -1,5 +1,5 @@
 """`lucepatch doctor`: what is present or missing here, with the fix for each, and which verbs need it
-(the checks live in lucepatch/doctor.py).
+(the checks live in lucepatch/services/doctor.py).
 
 `doctor --lib FILE | --image IMAGE | --pod NAME | --pod-root DIR | --node-report FILE`: what the
 node's libvgpu.so is (upstream at a line, a build of a line, a vendor's fork, unknown), what it
@@ -20,9 +20,9 @@ import click
 
 from lucepatch import report
 from lucepatch.commands._common import json_option, workspace
-from lucepatch.doctor import VERBS, blocking, diagnose
 from lucepatch.errors import EXIT_ENVIRONMENT, CheckFailed
 from lucepatch.report import KEY, TEXT, Col
+from lucepatch.services.doctor import VERBS, blocking, diagnose
 
 
 @click.command("doctor")
@@ -78,7 +78,7 @@ def command(ctx, for_verbs, lib, image, pod, pod_root, node_report, namespace, c
 
 
 def _node_library(ctx, *, as_json, **kw):
-    from lucepatch.lines.service import inspect_node_library, report_lines  # lazy: --lib/--pod/... only, 11 ms
+    from lucepatch.services.nodes import inspect_node_library, report_lines  # lazy: --lib/--pod/... only, 11 ms
 
     node = inspect_node_library(ws=workspace(ctx), **kw)
     if as_json:
@@ -103,7 +103,7 @@ def _node_library(ctx, *, as_json, **kw):
 
 
 def _drops(ctx, hami_versions, as_json):
-    from lucepatch.lines.service import drops_lines, what_a_line_drops  # lazy: --hami-version alone, 11 ms
+    from lucepatch.services.nodes import drops_lines, what_a_line_drops  # lazy: --hami-version alone, 11 ms
 
     found = [what_a_line_drops(v, ws=workspace(ctx)) for v in hami_versions]
     if as_json:

@@ -23,7 +23,7 @@ def command(image, lib, as_json):
         raise UsageError("inspect takes an IMAGE or --lib FILE (one of them)")
     if lib:
         return _lib(lib, as_json)
-    from lucepatch.builders.service import image_provenance  # lazy: an image's labels only, 36 ms
+    from lucepatch.services.builds import image_provenance  # lazy: an image's labels only, 36 ms
 
     info = image_provenance(image)
     if as_json:
@@ -41,7 +41,7 @@ def command(image, lib, as_json):
 
 
 def _lib(lib: str, as_json: bool) -> int:
-    from lucepatch.lines.service import identify_library, identity_lines  # lazy: --lib only, 20 ms
+    from lucepatch.services.nodes import identify_library, identity_lines  # lazy: --lib only, 20 ms
 
     ident = identify_library(lib)
     if as_json:

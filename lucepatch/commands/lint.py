@@ -1,4 +1,4 @@
-"""`lucepatch lint [TARGET]`: series and patch-file checks (lucepatch/lint.py), no upstream checkout needed.
+"""`lucepatch lint [TARGET]`: series and patch-file checks (lucepatch/services/lint.py), no upstream checkout needed.
 
 Errors (exit 1): series <-> files mismatch, unparseable patch or diff, missing/invalid
 `Upstream-Status`, missing `Signed-off-by`, unknown `Reproducer:`/`Probe:`, bad `Build-Only`,
@@ -14,7 +14,7 @@ import click
 from lucepatch import report
 from lucepatch.commands._common import json_option, workspace
 from lucepatch.errors import EXIT_CHECK_FAILED
-from lucepatch.lint import ERROR, lint_workspace
+from lucepatch.services.lint import ERROR, lint_workspace
 
 
 @click.command("lint")

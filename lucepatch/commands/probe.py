@@ -5,9 +5,9 @@ from __future__ import annotations
 import click
 
 from lucepatch import report
-from lucepatch.builders import service
 from lucepatch.commands._common import cache, json_option, require_source, source_option, workspace
 from lucepatch.errors import EXIT_CHECK_FAILED
+from lucepatch.services import builds as service
 from lucepatch.services.targets import target as load_target
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from lucepatch import __version__, git
 from lucepatch.errors import EXIT_CHECK_FAILED, EnvironmentMissing, UsageError, from_exception
-from lucepatch.gate.result import FAIL, SKIP, WARN, Step, TargetResult
-from lucepatch.gate.steps import check_on, named_scenarios, step_build_and_verify, step_lint, step_probes
+from lucepatch.services.gate.result import FAIL, SKIP, WARN, Step, TargetResult
+from lucepatch.services.gate.steps import check_on, named_scenarios, step_build_and_verify, step_lint, step_probes
 from lucepatch.target import Target, list_targets, load_target
 from lucepatch.verify.driver import driver_identity
 from lucepatch.verify.reproducer import list_reproducers

@@ -6,11 +6,11 @@ target.toml bytes, reproducer hashes, upstream commits, driver kind and version,
 version). Reports: JUnit XML, markdown (reports.py).
 """
 
-from lucepatch.gate.reports import junit_xml, markdown, write_reports
-from lucepatch.gate.result import FAIL, PASS, SKIP, WARN, Step, TargetResult
-from lucepatch.gate.run import (cache_key, exit_code, failed_target, find_checkout, gate_all, gate_target, missing_base,
+from lucepatch.services.gate.reports import junit_xml, markdown, write_reports
+from lucepatch.services.gate.result import FAIL, PASS, SKIP, WARN, Step, TargetResult
+from lucepatch.services.gate.run import (cache_key, exit_code, failed_target, find_checkout, gate_all, gate_target, missing_base,
                                skipped_target, ungated_lines)
-from lucepatch.gate.steps import named_scenarios
+from lucepatch.services.gate.steps import named_scenarios
 
 __all__ = ["FAIL", "PASS", "SKIP", "WARN", "Step", "TargetResult", "cache_key", "exit_code", "failed_target",
            "find_checkout", "gate_all", "gate_target", "junit_xml", "markdown", "missing_base", "named_scenarios", "skipped_target",

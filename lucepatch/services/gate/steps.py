@@ -7,8 +7,8 @@ from pathlib import Path
 
 from lucepatch.builders.probe import run_probes
 from lucepatch.engine.apply import WorkArea, apply_series
-from lucepatch.gate.result import FAIL, PASS, SKIP, WARN, Step
-from lucepatch.lint import lint_target
+from lucepatch.services.gate.result import FAIL, PASS, SKIP, WARN, Step
+from lucepatch.services.lint import lint_target
 from lucepatch.target import Target
 from lucepatch.verify.driver import choose_driver
 from lucepatch.verify.evidence import write_evidence

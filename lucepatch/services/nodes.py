@@ -17,13 +17,13 @@ from pathlib import Path
 from lucepatch.errors import UsageError
 from lucepatch.k8s.client import pod_exec
 from lucepatch.lines import pod as podmod
-from lucepatch.lines import sources
 from lucepatch.lines.fit import Fit, compat_data, drop_in_commands, fit_node, load_lines, norm_release, vendor_rows
 from lucepatch.lines.history import family, is_hook, load_history
 from lucepatch.lines.identity import FORK, UNKNOWN, Identity, identify, line_builds
 from lucepatch.lines.replace import DROP_IN, Judgement, Route, Side, judge, routes
 from lucepatch.native.libfacts import LibFacts, read_lib
 from lucepatch.node.report import NodeReport, load_node_report, save_node_report
+from lucepatch.services import node_sources as sources
 
 
 @dataclass

@@ -12,10 +12,10 @@ from lucepatch import git
 from lucepatch.builders.native import build_variant
 from lucepatch.builders.probe import preflight as run_preflight, run_probes
 from lucepatch.builders.superbuild import build_superproject
-from lucepatch.node import report as noderep
-from lucepatch.node.report import load_node_report
 from lucepatch.errors import UsageError
 from lucepatch.node import driver as drv
+from lucepatch.node import report as noderep
+from lucepatch.node.report import load_node_report
 from lucepatch.target import Target, load_target
 from lucepatch.workspace import Workspace, resolve_source
 

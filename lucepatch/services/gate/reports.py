@@ -7,7 +7,7 @@ import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from lucepatch.gate.result import FAIL, PASS, SKIP, WARN, TargetResult
+from lucepatch.services.gate.result import FAIL, PASS, SKIP, WARN, TargetResult
 
 
 def junit_xml(results: list[TargetResult], strict: bool) -> str:
