@@ -7,6 +7,10 @@ on its own floor and the floors below. This file fails on
   - any import running up a floor that ALLOWED_UP does not list — and on any ALLOWED_UP entry that
     no longer runs up (the ratchet: the list may only shrink; delete the entry),
   - any module no floor places,
+  - a folder that is not one floor: the ```layers block names only folders right under lucepatch/ and
+    the modules at its top (a room inside a folder would put part of the folder on another floor),
+  - any import cycle between folders (a folder, or a module at the top, is one unit: issue 35), and any
+    folder-level import running up a floor beyond ALLOWED_UP_FOLDERS (a ratchet like ALLOWED_UP),
   - any import inside a function that does not say why it is there: `# lazy: <what>, <N> ms` (the
     start-up cost it saves, measured by tools/import_cost.py) or `# optional: <extra>` (a package
     only an optional extra installs).
@@ -32,6 +36,9 @@ DESIGN = ROOT / "docs" / "design.md"
 # cluster branch into a backend the caller hands in). Shrink only: an entry whose import is gone
 # fails the test until its line is deleted; a new upward import fails unless listed here.
 ALLOWED_UP: dict[tuple[str, str], str] = {}
+# The same at folder level (issue 35: "no upward arrow beyond a shrinking allow-list"). Empty since the
+# folders became floors; shrink only.
+ALLOWED_UP_FOLDERS: dict[tuple[str, str], str] = {}
 
 
 LAZY_NOTE = re.compile(r"#.*\b(lazy: [^#]*\b\d+ ms\b|optional: \S)")
@@ -207,6 +214,23 @@ def upward(edges: list[Edge], floors: Floors) -> dict[tuple[str, str], list[Edge
     return out
 
 
+def unit_of(module: str) -> str:
+    """A module's folder-level unit: the folder right under the top package, or a module at its top."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 else module
+
+
+def folder_edges(edges: list[Edge], top: str) -> list[Edge]:
+    """Imports between units (the top package's own __init__ is the ground every unit stands on)."""
+    return [Edge(unit_of(e.src), unit_of(e.dst), e.kind, e.where) for e in edges
+            if unit_of(e.src) != unit_of(e.dst) and top not in (unit_of(e.src), unit_of(e.dst))]
+
+
+def rooms_inside_folders(floors: Floors, top: str) -> list[str]:
+    """Rooms deeper than one level under the top package: each would put part of a folder on its own floor."""
+    return sorted(r for r in floors.rooms if r != top and r.count(".") > 1)
+
+
 def read_command_rule(text: str) -> tuple[set[str], set[int]]:
     """docs/design.md's ```commands block: the rooms commands may import (`floor:N` = every room of floor N)."""
     m = re.search(r"^```commands\n(.*?)^```", text, re.M | re.S)
@@ -267,6 +291,12 @@ def test_checks_fail_on_a_package_that_breaks_them(tmp_path):
     assert sorted(upward(edges, floors)) == [("toy.low", "toy.high")]
     assert Floors(read_floors("```layers\n0 base toy\n```\n"), "toy").room_of("toy.low") is None  # the top: itself only
     assert unexplained_inner(inner) == ["toy/lazy.py:3: import csv"]  # a note on the line above is another's
+    # folder level: toy.sub is a unit; a room inside it is a folder split over floors; a folder cycle
+    assert unit_of("toy.sub.a") == "toy.sub" and unit_of("toy.low") == "toy.low"
+    assert rooms_inside_folders(Floors(read_floors("```layers\n1 t toy.sub.a\n0 b toy toy.sub\n```\n"), "toy"), "toy") \
+        == ["toy.sub.a"]
+    fe = folder_edges(edges + [Edge("toy.sub.a", "toy.low", "module", "x"), Edge("toy.low", "toy.sub", "module", "y")], "toy")
+    assert cycles({unit_of(m) for m in mods}, fe) == [["toy.high", "toy.low", "toy.sub"]]
     rooms, allowed = read_command_rule("```commands\ntoy.base floor:1  # a comment\n```\n")
     assert (rooms, allowed) == ({"toy.base"}, {1})
     # as if toy.low were the commands package: it imports toy.high (floor 1: allowed) and toy.base (named)
@@ -308,6 +338,32 @@ def test_imports_go_down_the_floors_beyond_the_allow_list(house):
     assert not new, ("imports running up a floor (docs/design.md \"Layers\"): import downward or move the code;\n"
                      + "\n".join(f"  {a} (floor {floors.floor(a)}) -> {b} (floor {floors.floor(b)}) at "
                                  + ", ".join(f"{e.where} ({e.kind})" for e in es) for (a, b), es in sorted(new.items())))
+
+
+def test_folders_are_floors(house):
+    """docs/design.md's map places whole folders: a folder of lucepatch/ stands on one floor."""
+    _mods, _edges, _inner, floors = house
+    inside = rooms_inside_folders(floors, "lucepatch")
+    assert not inside, ("rooms inside a folder in docs/design.md's ```layers block (move the module to a folder "
+                        f"of its floor, or to the top of lucepatch/ for floors 0-2): {inside}")
+
+
+def test_no_folder_level_cycles(house):
+    mods, edges, _inner, _floors = house
+    fe = folder_edges(edges, "lucepatch")
+    found = cycles({unit_of(m) for m in mods}, fe)
+    assert not found, "folders importing each other round a loop:\n" + "\n".join(
+        "  " + ", ".join(c) + ": " + "; ".join(sorted({f"{e.src} -> {e.dst} ({e.where})" for e in fe
+                                                     if e.src in c and e.dst in c})) for c in found)
+
+
+def test_folder_imports_go_down_beyond_the_allow_list(house):
+    _mods, edges, _inner, floors = house
+    up = upward(folder_edges(edges, "lucepatch"), floors)
+    new = sorted(k for k in up if k not in ALLOWED_UP_FOLDERS)
+    stale = sorted(k for k in ALLOWED_UP_FOLDERS if k not in up)
+    assert not new, f"folders importing a folder of a higher floor: {new}"
+    assert not stale, f"no longer upward: delete them from ALLOWED_UP_FOLDERS: {stale}"
 
 
 def test_allow_list_only_shrinks(house):

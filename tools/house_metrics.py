@@ -5,6 +5,10 @@ note of a structure issue reports before and after.
 
 - floors and rooms: docs/design.md's ```layers block; import arrows between modules and the ones
   running up a floor (tests/test_layers.py's reading of the imports, the same rules);
+- folders: a folder of lucepatch/ and a module at its top are one unit each; the import cycles between
+  units (folder-level strongly connected components), and the rooms placed inside a folder on another
+  floor than the folder's own (folders are floors: issue 35);
+- README bytes (README.md, the newcomer's first read: goal at most 12 KB);
 - modules over 500 lines (and whether their first lines say why they are that long: a line
   `Long: <reason>` in the module docstring);
 - functions over 50 lines, functions with 8 or more parameters (self/cls not counted);
@@ -80,6 +84,30 @@ def _functions(tree: ast.AST):
     yield from walk(tree, "")
 
 
+def unit_of(module: str, top: str = "lucepatch") -> str:
+    """A module's folder-level unit: the folder right under the package, or a module at its top."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 else module
+
+
+def folder_level(lay, mods: set[str], edges, floors_decl) -> dict:
+    """Cycles between units (folders, top modules) and rooms that sit on another floor than the folder
+    holding them (the nearest room above them that is a package). Uses only test_layers' reading and
+    its Tarjan, which every checkout since issue 23 has, so a before/after compares like with like."""
+    units = {unit_of(m) for m in mods}
+    unit_edges = [lay.Edge(unit_of(e.src), unit_of(e.dst), e.kind, e.where) for e in edges
+                  if unit_of(e.src) != unit_of(e.dst) and unit_of(e.src) != "lucepatch" and unit_of(e.dst) != "lucepatch"]
+    floor_of = {room: n for n, _name, rooms in floors_decl for room in rooms}
+    off = []
+    for room, n in sorted(floor_of.items()):
+        parents = [r for r in floor_of if r != "lucepatch" and room.startswith(r + ".")]
+        if parents:
+            parent = max(parents, key=len)
+            if floor_of[parent] != n:
+                off.append(f"{room} (floor {n}; its folder {parent}: floor {floor_of[parent]})")
+    return {"folder_cycles": [sorted(c) for c in lay.cycles(units, unit_edges)], "rooms_off_their_folders_floor": off}
+
+
 def measure(root: Path) -> dict:
     pkg = root / "lucepatch"
     lay = _layers(root)
@@ -87,6 +115,8 @@ def measure(root: Path) -> dict:
     floors_decl = lay.read_floors((root / "docs" / "design.md").read_text(encoding="utf-8"))
     floors = lay.Floors(floors_decl, "lucepatch")
     up = lay.upward(edges, floors)
+    folders = folder_level(lay, mods, edges, floors_decl)
+    readme = root / "README.md"
     long_modules, long_functions, many_params, writers = [], [], [], []
     for f in sorted(pkg.rglob("*.py")):
         rel = str(f.relative_to(root))
@@ -117,6 +147,9 @@ def measure(root: Path) -> dict:
         "import_arrows": len({(e.src, e.dst) for e in edges}),
         "upward_imports": sorted(f"{a} -> {b}" for a, b in up),
         "cycles": len(lay.cycles(mods, edges)),
+        "folder_cycles": folders["folder_cycles"],
+        "rooms_off_their_folders_floor": folders["rooms_off_their_folders_floor"],
+        "readme_bytes": readme.stat().st_size if readme.exists() else 0,
         "modules_over_500_lines": sorted(long_modules, key=lambda m: -m["lines"]),
         "functions_over_50_lines": sorted(long_functions, key=lambda m: -m["lines"]),
         "functions_with_8_or_more_params": sorted(many_params, key=lambda m: -m["params"]),
@@ -137,6 +170,9 @@ def main(argv=None) -> int:
         return 0
     print(f"floors {m['floors']} ({m['rooms']} rooms), modules {m['modules']}, import arrows {m['import_arrows']}, "
           f"cycles {m['cycles']}, upward imports {len(m['upward_imports'])}")
+    fc = m["folder_cycles"]
+    print(f"folder-level cycles {len(fc)}" + (f" ({', '.join(str(len(c)) + ' units: ' + ' '.join(u.split('.')[-1] for u in c) for c in fc)})" if fc else "")
+          + f", rooms on another floor than their folder {len(m['rooms_off_their_folders_floor'])}, README {m['readme_bytes']} bytes")
     lm = m["modules_over_500_lines"]
     print(f"modules over 500 lines: {len(lm)} ({sum(1 for x in lm if x['reason'])} with a reason at the top)")
     print(f"functions over 50 lines: {len(m['functions_over_50_lines'])}; with 8+ parameters: "
@@ -146,6 +182,8 @@ def main(argv=None) -> int:
     if a.list:
         for u in m["upward_imports"]:
             print(f"  up: {u}")
+        for r in m["rooms_off_their_folders_floor"]:
+            print(f"  off its folder's floor: {r}")
         for x in lm:
             print(f"  long module: {x['module']} {x['lines']}{' (reason given)' if x['reason'] else ''}")
         for x in m["functions_over_50_lines"]:
