@@ -219,6 +219,8 @@ static int ordinal_of(int machine) {
     return -1;
 }
 
+static void fc_gpu_setup(void); /* fakegpu.c: the generation */
+
 static void fc_setup(void) {
     const char *s = getenv("LUCEPATCH_FAKECUDA_DEVICES");
     if (s && *s) {
@@ -236,6 +238,7 @@ static void fc_setup(void) {
         /* distinct, recognisable address ranges per device; never 0 */
         g_next_addr[i] = 0x700000000000ULL + ((uint64_t)i << 36);
     }
+    fc_gpu_setup();
 }
 
 static void fc_lazy_setup(void) { pthread_once(&g_once, fc_setup); }
@@ -276,6 +279,10 @@ static int device_fits(int dev, size_t bytes) {
     return g_used[dev] + g_ctx_overhead + bytes + FC_HEADROOM <= FC_DEVICE_MEM;
 }
 
+/* The simulated GPU's time: kernels, graphs, stream capture, events, and the utilisation NVML reports
+ * (issue 38). Part of this translation unit: it uses the helpers above. */
+#include "fakegpu.c"
+
 /* ---- exported helpers for fakenvml ---------------------------------------------------- */
 
 FC_API int lucepatch_fakecuda_device_count(void) {
@@ -314,6 +321,8 @@ static CUresult fc_cuInit(unsigned int flags) {
     fc_lazy_setup();
     if (flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
+    if (g_gen_bad) /* LUCEPATCH_FAKECUDA_GENERATION names no generation (said on stderr) */
+        return CUDA_ERROR_NOT_SUPPORTED;
     if (g_nvis == 0)
         return CUDA_ERROR_NO_DEVICE;
     g_initialized = 1;
@@ -405,7 +414,7 @@ static CUresult fc_cuDeviceGetName(char *name, int len, CUdevice d) {
         return CUDA_ERROR_INVALID_VALUE;
     if (!valid_dev(d))
         return CUDA_ERROR_INVALID_DEVICE;
-    strncpy(name, FC_DEVICE_NAME, (size_t)len - 1);
+    strncpy(name, g_gen->name, (size_t)len - 1);
     name[len - 1] = 0;
     return CUDA_SUCCESS;
 }
@@ -444,17 +453,17 @@ static CUresult fc_cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d
         return CUDA_ERROR_INVALID_VALUE;
     if (!valid_dev(d))
         return CUDA_ERROR_INVALID_DEVICE;
-    switch (a) { /* an H200-like profile; anything not listed reads 0 */
+    switch (a) { /* the generation's profile (fakegpu.c; H200-like by default); anything not listed reads 0 */
     case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *v = 1024; break;
     case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: *v = 1024; break;
     case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: *v = 64; break;
     case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: *v = 2147483647; break;
     case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: *v = 65535; break;
     case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *v = 32; break;
-    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = 132; break;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = 9; break;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: *v = 2048; break;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = g_gen->sm; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = g_gen->cc_major; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = g_gen->cc_minor; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: *v = g_gen->threads_per_sm; break;
     case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: *v = 0x18 + g_vis[d]; break; /* the machine's slot */
     case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: *v = 0; break;
     case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *v = 1; break;
@@ -491,6 +500,7 @@ static CUresult fc_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice d) {
         return CUDA_ERROR_INVALID_DEVICE;
     pthread_mutex_lock(&g_lock);
     g_primary_refs[d]++;
+    fc_gpu_ctx_changed(d, 1); /* NVML lists the process machine-wide (fakegpu.c) */
     pthread_mutex_unlock(&g_lock);
     *pctx = &g_primary[d]; /* retaining does NOT make it current */
     return CUDA_SUCCESS;
@@ -506,6 +516,7 @@ static CUresult fc_cuDevicePrimaryCtxRelease_v2(CUdevice d) {
         r = CUDA_ERROR_INVALID_CONTEXT;
     else
         g_primary_refs[d]--;
+    fc_gpu_ctx_changed(d, g_primary_refs[d] > 0 || g_created_ctx[d] > 0);
     pthread_mutex_unlock(&g_lock);
     return r;
 }
@@ -551,6 +562,7 @@ static CUresult create_ctx(CUcontext *pctx, unsigned int flags, CUdevice d) {
     *c = (struct CUctx_st){FC_CTX_MAGIC, d, 0, flags};
     pthread_mutex_lock(&g_lock);
     g_created_ctx[d]++;
+    fc_gpu_ctx_changed(d, 1);
     pthread_mutex_unlock(&g_lock);
     CUresult r = push_ctx(c); /* a created context becomes current */
     *pctx = c;
@@ -585,6 +597,7 @@ static CUresult fc_cuCtxDestroy_v2(CUcontext ctx) {
         }
     pthread_mutex_lock(&g_lock);
     g_created_ctx[ctx->dev]--;
+    fc_gpu_ctx_changed(ctx->dev, g_primary_refs[ctx->dev] > 0 || g_created_ctx[ctx->dev] > 0);
     pthread_mutex_unlock(&g_lock);
     ctx->magic = 0;
     free(ctx);
@@ -668,12 +681,13 @@ static CUresult fc_cuCtxGetApiVersion(CUcontext ctx, unsigned int *v) {
 
 static void pools_release_over_threshold(void);
 
-/* A synchronize is where pools give memory above their release threshold back (see the pool
- * section); all work is complete the moment it is issued. */
+/* A synchronize waits for the context's kernels (fakegpu.c) and is where pools give memory above
+ * their release threshold back (see the pool section). */
 static CUresult fc_cuCtxSynchronize(void) {
     NEED_INIT();
     if (!cur_ctx())
         return CUDA_ERROR_INVALID_CONTEXT;
+    fc_gpu_wait_ctx(cur_ctx());
     pthread_mutex_lock(&g_lock);
     pools_release_over_threshold();
     pthread_mutex_unlock(&g_lock);
@@ -708,6 +722,7 @@ static CUresult fc_cuStreamDestroy_v2(CUstream s) {
     if (v == 0 || v == (uintptr_t)CU_STREAM_LEGACY || v == (uintptr_t)CU_STREAM_PER_THREAD ||
         s->magic != FC_STREAM_MAGIC)
         return CUDA_ERROR_INVALID_HANDLE;
+    fc_gpu_stream_destroyed(s);
     s->magic = 0;
     free(s);
     return CUDA_SUCCESS;
@@ -717,7 +732,10 @@ static CUresult fc_cuStreamSynchronize(CUstream s) {
     NEED_INIT();
     struct CUctx_st *c;
     CUresult r = stream_ctx(s, &c);
+    if (r == CUDA_SUCCESS && fc_gpu_stream_capturing(s, c)) /* illegal in a capture, which it invalidates */
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     if (r == CUDA_SUCCESS) {
+        fc_gpu_wait_stream(s, c);
         pthread_mutex_lock(&g_lock);
         pools_release_over_threshold();
         pthread_mutex_unlock(&g_lock);
@@ -728,7 +746,10 @@ static CUresult fc_cuStreamSynchronize(CUstream s) {
 static CUresult fc_cuStreamQuery(CUstream s) {
     NEED_INIT();
     struct CUctx_st *c;
-    return stream_ctx(s, &c); /* complete: nothing is ever pending */
+    CUresult r = stream_ctx(s, &c);
+    if (r == CUDA_SUCCESS && fc_gpu_stream_busy(s, c)) /* its kernels have not finished (fakegpu.c) */
+        return CUDA_ERROR_NOT_READY;
+    return r;
 }
 
 static CUresult fc_cuStreamGetCtx(CUstream s, CUcontext *pctx) {
@@ -1647,7 +1668,8 @@ static CUresult fc_cuGetProcAddress_v2(const char *symbol, void **pfn, int ver, 
     X("cuMemMap", fc_cuMemMap)                                          \
     X("cuMemUnmap", fc_cuMemUnmap)                                      \
     X("cuMemSetAccess", fc_cuMemSetAccess)                              \
-    X("cuArray3DGetDescriptor_v2", fc_cuArray3DGetDescriptor_v2)
+    X("cuArray3DGetDescriptor_v2", fc_cuArray3DGetDescriptor_v2)        \
+    FC_GPU_SYMBOLS(X)
 
 #define FC_TABLE_ENTRY(name, impl) {name, (void *)impl},
 static const struct fc_sym g_syms[] = {FC_SYMBOLS(FC_TABLE_ENTRY)};
@@ -1763,3 +1785,4 @@ FC_EXPORT2("cuMemMap", fc_cuMemMap, )
 FC_EXPORT2("cuMemUnmap", fc_cuMemUnmap, )
 FC_EXPORT2("cuMemSetAccess", fc_cuMemSetAccess, )
 FC_EXPORT2("cuArray3DGetDescriptor_v2", fc_cuArray3DGetDescriptor_v2, )
+FC_GPU_SYMBOLS(FC_GPU_EXPORT)

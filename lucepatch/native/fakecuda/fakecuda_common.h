@@ -31,5 +31,16 @@ FC_API int lucepatch_fakecuda_device_count(void);
 FC_API int lucepatch_fakecuda_device_has_context(int dev);
 /* Bytes of device memory in use on machine GPU `dev` (allocations + VMM handles + context overhead). */
 FC_API unsigned long long lucepatch_fakecuda_device_used(int dev);
+/* The simulated generation (fakegpu.c): its key ("hopper", "blackwell") and device name, and whether
+ * its NVML answers nvmlDeviceGetProcessUtilization (0: NOT_SUPPORTED, Blackwell with driver >= 580). */
+FC_API const char *lucepatch_fakecuda_generation(void);
+FC_API const char *lucepatch_fakecuda_device_name(void);
+FC_API int lucepatch_fakecuda_process_utilization_supported(void);
+/* Other live processes of the simulated machine holding a context on machine GPU `dev` (never the caller). */
+FC_API int lucepatch_fakecuda_other_processes(int dev, unsigned int *pids, int max);
+/* Per-process SM utilisation of machine GPU `dev` since `since_us` (CLOCK_REALTIME µs; 0 = the whole
+ * buffer): up to `max` (pid, percent) pairs with a non-zero share; returns how many there are. */
+FC_API int lucepatch_fakecuda_process_utilization(int dev, unsigned long long since_us, unsigned int *pids,
+                                                  unsigned int *percent, int max, unsigned long long *stamp_us);
 
 #endif

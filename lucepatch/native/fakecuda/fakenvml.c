@@ -5,6 +5,10 @@
  * the process list shows the calling pid exactly while a context of this process exists on
  * the device (state read from fakecuda through exported helpers; never via dlsym).
  *
+ * The process list holds every process of the simulated machine with a context on the device (the
+ * others come from fakegpu.c's shared machine, LUCEPATCH_FAKECUDA_MACHINE), and the per-process SM
+ * utilisation is the share of time their kernels occupied it (fakegpu.c models that time).
+ *
  * NVML enumerates the machine's GPUs whatever CUDA_VISIBLE_DEVICES says (NVML API reference,
  * nvmlDeviceGetHandleByIndex: the index is NVML's, which "may not correlate to other APIs" such as
  * CUDA's device ordinals), so index i here is machine GPU i.
@@ -118,7 +122,7 @@ static nvmlReturn_t fn_nvmlDeviceGetName(nvmlDevice_t d, char *name, unsigned in
     NEED_INIT();
     if (dev_index(d) < 0)
         return NVML_ERROR_INVALID_ARGUMENT;
-    return copy_str(name, len, FC_DEVICE_NAME);
+    return copy_str(name, len, lucepatch_fakecuda_device_name());
 }
 
 static nvmlReturn_t fn_nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *m) {
@@ -157,24 +161,30 @@ static nvmlReturn_t fn_nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t *p)
     return NVML_SUCCESS;
 }
 
-/* infoCount semantics: too small -> NVML_ERROR_INSUFFICIENT_SIZE with the needed count. */
+/* infoCount semantics: too small -> NVML_ERROR_INSUFFICIENT_SIZE with the needed count. The caller
+ * first (its own state), then the machine's other processes holding a context there (their memory is
+ * not modelled: 0). */
+#define FC_MAX_PROCS 64
 #define RUNNING_PROCESSES(infos_t)                                              \
     NEED_INIT();                                                                \
     int x = dev_index(d);                                                       \
     if (x < 0 || !count)                                                        \
         return NVML_ERROR_INVALID_ARGUMENT;                                     \
-    unsigned int need = lucepatch_fakecuda_device_has_context(x) ? 1u : 0u;     \
+    unsigned int pids[FC_MAX_PROCS];                                            \
+    unsigned int mine = lucepatch_fakecuda_device_has_context(x) ? 1u : 0u;     \
+    unsigned int need = mine + (unsigned int)lucepatch_fakecuda_other_processes( \
+                                   x, pids, FC_MAX_PROCS);                      \
     if (*count < need) {                                                        \
         *count = need;                                                          \
         return NVML_ERROR_INSUFFICIENT_SIZE;                                    \
     }                                                                           \
     *count = need;                                                              \
-    if (need) {                                                                 \
-        if (!infos)                                                             \
-            return NVML_ERROR_INVALID_ARGUMENT;                                 \
-        memset(&infos[0], 0, sizeof(infos_t));                                  \
-        infos[0].pid = (unsigned int)getpid();                                  \
-        infos[0].usedGpuMemory = lucepatch_fakecuda_device_used(x);             \
+    if (need && !infos)                                                         \
+        return NVML_ERROR_INVALID_ARGUMENT;                                     \
+    for (unsigned int i = 0; i < need; i++) {                                   \
+        memset(&infos[i], 0, sizeof(infos_t));                                  \
+        infos[i].pid = i < mine ? (unsigned int)getpid() : pids[i - mine];      \
+        infos[i].usedGpuMemory = i < mine ? lucepatch_fakecuda_device_used(x) : 0; \
     }                                                                           \
     return NVML_SUCCESS;
 
@@ -188,16 +198,72 @@ static nvmlReturn_t fn_nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t d, u
     RUNNING_PROCESSES(nvmlProcessInfo_v2_t)
 }
 
-/* No kernels ever run, so there are no utilisation samples (the documented NOT_FOUND). */
+/* nvmlDeviceGetProcessUtilization (NVML API reference): one sample per process with non-zero
+ * utilisation since lastSeenTimeStamp (0: every sample the driver keeps); a NULL buffer asks for the
+ * count (NVML_ERROR_INSUFFICIENT_SIZE with it), a short one too; none: NVML_ERROR_NOT_FOUND. smUtil is
+ * the share of that window the process's kernels occupied the device (fakegpu.c). On the Blackwell
+ * generation the call answers NVML_ERROR_NOT_SUPPORTED (driver >= 580; HAMi-core #218). */
 static nvmlReturn_t fn_nvmlDeviceGetProcessUtilization(nvmlDevice_t d, nvmlProcessUtilizationSample_t *u,
                                                        unsigned int *count, unsigned long long last) {
     NEED_INIT();
-    (void)u;
-    (void)last;
-    if (dev_index(d) < 0 || !count)
+    int x = dev_index(d);
+    if (x < 0 || !count)
         return NVML_ERROR_INVALID_ARGUMENT;
-    *count = 0;
-    return NVML_ERROR_NOT_FOUND;
+    if (!lucepatch_fakecuda_process_utilization_supported())
+        return NVML_ERROR_NOT_SUPPORTED;
+    unsigned int pids[FC_MAX_PROCS], pct[FC_MAX_PROCS];
+    unsigned long long stamp = 0;
+    int n = lucepatch_fakecuda_process_utilization(x, last, pids, pct, FC_MAX_PROCS, &stamp);
+    if (n > FC_MAX_PROCS)
+        n = FC_MAX_PROCS;
+    if (n == 0) {
+        *count = 0;
+        return NVML_ERROR_NOT_FOUND;
+    }
+    if (!u || *count < (unsigned int)n) {
+        *count = (unsigned int)n;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    for (int i = 0; i < n; i++) {
+        memset(&u[i], 0, sizeof u[i]);
+        u[i].pid = pids[i];
+        u[i].timeStamp = stamp;
+        u[i].smUtil = pct[i];
+    }
+    *count = (unsigned int)n;
+    return NVML_SUCCESS;
+}
+
+/* nvmlDeviceGetProcessesUtilizationInfo (NVML API reference; what Blackwell answers instead): the same
+ * samples in a versioned struct; processSamplesCount is the array's size in and the count out. */
+static nvmlReturn_t fn_nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t d, nvmlProcessesUtilizationInfo_t *info) {
+    NEED_INIT();
+    int x = dev_index(d);
+    if (x < 0 || !info)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (info->version != nvmlProcessesUtilizationInfo_v1)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    unsigned int pids[FC_MAX_PROCS], pct[FC_MAX_PROCS];
+    unsigned long long stamp = 0;
+    int n = lucepatch_fakecuda_process_utilization(x, info->lastSeenTimeStamp, pids, pct, FC_MAX_PROCS, &stamp);
+    if (n > FC_MAX_PROCS)
+        n = FC_MAX_PROCS;
+    if (n == 0) {
+        info->processSamplesCount = 0;
+        return NVML_ERROR_NOT_FOUND;
+    }
+    if (!info->procUtilArray || info->processSamplesCount < (unsigned int)n) {
+        info->processSamplesCount = (unsigned int)n;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    for (int i = 0; i < n; i++) {
+        memset(&info->procUtilArray[i], 0, sizeof info->procUtilArray[i]);
+        info->procUtilArray[i].pid = pids[i];
+        info->procUtilArray[i].timeStamp = stamp;
+        info->procUtilArray[i].smUtil = pct[i];
+    }
+    info->processSamplesCount = (unsigned int)n;
+    return NVML_SUCCESS;
 }
 
 static nvmlReturn_t fn_nvmlSystemGetDriverVersion(char *v, unsigned int len) {
@@ -241,6 +307,7 @@ extern __typeof__(fn_nvmlDeviceGetComputeRunningProcesses_v2) fn_procs_v3__expor
     __asm__("nvmlDeviceGetComputeRunningProcesses_v3")
     __attribute__((alias("fn_nvmlDeviceGetComputeRunningProcesses_v2"), visibility("default")));
 FC_EXPORT("nvmlDeviceGetProcessUtilization", fn_nvmlDeviceGetProcessUtilization)
+FC_EXPORT("nvmlDeviceGetProcessesUtilizationInfo", fn_nvmlDeviceGetProcessesUtilizationInfo)
 FC_EXPORT("nvmlSystemGetDriverVersion", fn_nvmlSystemGetDriverVersion)
 FC_EXPORT("nvmlSystemGetCudaDriverVersion", fn_nvmlSystemGetCudaDriverVersion)
 extern __typeof__(fn_nvmlSystemGetCudaDriverVersion) fn_cudaver_v2__export __asm__("nvmlSystemGetCudaDriverVersion_v2")
