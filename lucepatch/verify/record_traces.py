@@ -27,8 +27,9 @@ from lucepatch.workspace import resolve_cache, resolve_workspace
 SEMANTICS = SOURCE.with_name("semantics.c")
 # The probes semantics.c runs (its argument): contexts/streams/VMM, memory pools, and the queries and
 # frees HAMi-core's hooks must forward faithfully (NULL meminfo outputs, managed memory and pointer
-# attributes, frees of pointers no hook tracked).
-SEMANTICS_PROBES = ("all", "pools", "queries")
+# attributes, frees of pointers no hook tracked), and stream capture (which calls a capture forbids, per
+# mode and thread; graph memory nodes).
+SEMANTICS_PROBES = ("all", "pools", "queries", "capture")
 
 
 def compile_semantics(cache: Path, stub_dir: Path) -> Path:

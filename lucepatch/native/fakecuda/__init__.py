@@ -4,7 +4,8 @@ The C sources next to this file model the driver semantics HAMi-core's bug famil
 (docs/field-notes.md §3): per-thread context stack, cuCtxGetDevice -> 201 with the output untouched on a
 context-less thread, stream-ordered calls served through the stream's context, memory pools, VMM,
 CUDA_VISIBLE_DEVICES (CUDA's numbering, not NVML's), cuMemGetInfo_v2 with NULL outputs, managed memory
-and the pointer-attribute queries (each documented at its code in fakecuda.c); and the GPU's time
+and the pointer-attribute queries, what a stream capture forbids and its graph memory nodes (each
+documented at its code in fakecuda.c); and the GPU's time
 (fakegpu.c, included by fakecuda.c): kernels, CUDA graphs, stream capture, events, the per-process
 SM utilisation NVML reports, a Blackwell generation, a machine shared by the processes of one run. The build
 directory doubles as a link-time stub directory (libcuda.so / libnvidia-ml.so symlinks).

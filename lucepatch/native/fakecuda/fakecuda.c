@@ -17,6 +17,9 @@
  *   - cuMemGetInfo_v2 writes only the outputs it is given (see fc_cuMemGetInfo_v2);
  *   - managed memory (cuMemAllocManaged) and the pointer-attribute queries (cuPointerGetAttribute,
  *     cuPointerGetAttributes), see the managed-memory section;
+ *   - stream capture (see the stream-capture section): the per-thread capture mode, which calls a
+ *     capture forbids (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, and the capture is invalidated), and
+ *     stream-ordered allocations on a capturing stream becoming graph memory nodes;
  *   - what the H200 showed beyond the documentation (tests/fakecuda/traces): an allocation keeps
  *     one granule of the reported free memory back (FC_HEADROOM), cuMemFree of pool memory leaves
  *     the pool counting it (fc_cuMemFree_v2), VMM calls on a range with nothing mapped (fc_cuMemUnmap,
@@ -278,6 +281,12 @@ static size_t round_up(size_t v, size_t unit) { return (v + unit - 1) / unit * u
 static int device_fits(int dev, size_t bytes) {
     return g_used[dev] + g_ctx_overhead + bytes + FC_HEADROOM <= FC_DEVICE_MEM;
 }
+
+/* Graph memory nodes (the stream-capture section below); fakegpu.c's graphs and executables hold them. */
+struct fc_graph_mem;
+static struct fc_graph_mem *graph_mem_ref(struct fc_graph_mem *m);
+static void graph_mem_unref(struct fc_graph_mem *m);
+static void graph_mem_launch(CUgraphNodeType op, struct fc_graph_mem *m, CUdeviceptr free_ptr);
 
 /* The simulated GPU's time: kernels, graphs, stream capture, events, and the utilisation NVML reports
  * (issue 38). Part of this translation unit: it uses the helpers above. */
@@ -683,14 +692,226 @@ static void pools_release_over_threshold(void);
 
 /* A synchronize waits for the context's kernels (fakegpu.c) and is where pools give memory above
  * their release threshold back (see the pool section). */
+static CUresult unsafe_under_capture(void);
+
 static CUresult fc_cuCtxSynchronize(void) {
     NEED_INIT();
     if (!cur_ctx())
         return CUDA_ERROR_INVALID_CONTEXT;
+    CUresult u = unsafe_under_capture(); /* inference: it waits for every stream of the context */
+    if (u != CUDA_SUCCESS)
+        return u;
     fc_gpu_wait_ctx(cur_ctx());
     pthread_mutex_lock(&g_lock);
     pools_release_over_threshold();
     pthread_mutex_unlock(&g_lock);
+    return CUDA_SUCCESS;
+}
+
+/* ---- stream capture --------------------------------------------------------------------------
+ *
+ * The capture itself (cuStreamBeginCapture_v2, cuStreamEndCapture, cuStreamIsCapturing,
+ * cuStreamGetCaptureInfo, the graph a capture builds, struct fc_queue) is fakegpu.c's; this section models what
+ * capture means for the rest of the driver, from cuda.h 13.0 (cuThreadExchangeStreamCaptureMode,
+ * cuStreamBeginCapture, the CUDA_ERROR_STREAM_CAPTURE_* codes) and the CUDA Programming Guide
+ * ("Graph Memory Nodes"):
+ *   - each thread has a capture interaction mode, GLOBAL by default, swapped by
+ *     cuThreadExchangeStreamCaptureMode. "Potentially unsafe API calls" are prohibited on a thread
+ *     whose mode is GLOBAL when it has an ongoing capture not begun RELAXED or when any other thread
+ *     has a capture begun GLOBAL; THREAD_LOCAL: only its own captures not begun RELAXED count;
+ *     RELAXED: never prohibited. A prohibited call fails with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+ *     (900, "the operation is not permitted when the stream is capturing") and "will invalidate all
+ *     the conflicting captures" (cuCtxRecordEvent's note): the captures that prohibited it; their
+ *     cuStreamEndCapture then returns CUDA_ERROR_STREAM_CAPTURE_INVALIDATED (901) and no graph;
+ *   - which calls are potentially unsafe: the documentation's example is cudaMalloc ("not enqueued
+ *     asynchronously to a stream, and is not observed by stream capture"); modelled as such are the
+ *     synchronous allocation calls (cuMemAlloc, cuMemAllocManaged, cuMemFree), cuCtxSynchronize
+ *     (inference: it waits for work of every stream of the context) and cuMemPoolGetAttribute,
+ *     measured on an H200 (driver 580.159.04): HAMi-core's cuMemAllocAsync hook asking it on
+ *     PyTorch's capturing thread got 900 and the capture was invalidated
+ *     (docs/evidence/torch-clients-guards.h200.json, cuda-graph-async, baseline runs); and
+ *     cuStreamGetDevice, inferred from the same runs with the series 1.1.0: its hook asks the
+ *     stream's device (cuStreamGetDevice) before anything else, and there the capture was
+ *     invalidated with no HAMi-core ERROR line at all, which leaves only the warning of a failed
+ *     stream-device lookup (inference, to be checked by the probe below). Every other call is
+ *     taken to be allowed (the capture probe of lucepatch/native/trace/semantics.c records what the
+ *     hardware answers for each query, tests/fakecuda/traces/driver-semantics.capture.*);
+ *   - cuStreamSynchronize and cuStreamQuery of a capturing stream wait for (or ask about) work that
+ *     is not executed while it is captured: calls that "necessarily conflict with stream capture",
+ *     like the documentation's example of cuEventQuery on an event recorded in a capture
+ *     (inference), so in any mode: 900, and that capture is invalidated;
+ *   - cuMemAllocAsync / cuMemAllocFromPoolAsync on a capturing stream add a graph memory node: the
+ *     returned address is fixed for every launch of the graph, no pool memory is reserved at
+ *     capture (the pools' attributes do not move), the memory is mapped when the graph runs and
+ *     stays with the graph (its memory is kept between launches) until the graph and its
+ *     executables are destroyed (simplification: cuDeviceGraphMemTrim is not modelled). A graph
+ *     allocation may be freed in the graph (cuMemFreeAsync captured on the same graph) or, after a
+ *     launch, outside it; a stream-ordered call on an invalidated capture fails with 901.
+ */
+
+static __thread CUstreamCaptureMode t_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+static CUresult fc_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode) {
+    NEED_INIT();
+    if (!mode || (*mode != CU_STREAM_CAPTURE_MODE_GLOBAL && *mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+                  *mode != CU_STREAM_CAPTURE_MODE_RELAXED))
+        return CUDA_ERROR_INVALID_VALUE;
+    CUstreamCaptureMode prev = t_capture_mode;
+    t_capture_mode = *mode;
+    *mode = prev;
+    return CUDA_SUCCESS;
+}
+
+/* Called first by every potentially unsafe entry point (g_lock not held): 900, and the conflicting
+ * captures invalidated, when an ongoing capture prohibits the call on this thread. */
+static CUresult unsafe_under_capture(void) {
+    int found = 0;
+    if (t_capture_mode == CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_SUCCESS;
+    pthread_mutex_lock(&g_lock);
+    for (struct fc_queue *q = g_queues; q; q = q->next) {
+        if (!q->capture || q->capture_invalid || q->capture_mode == CU_STREAM_CAPTURE_MODE_RELAXED)
+            continue;
+        if (pthread_equal(q->capture_thread, pthread_self()) ||
+            (t_capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL && q->capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL)) {
+            q->capture_invalid = 1;
+            found = 1;
+        }
+    }
+    pthread_mutex_unlock(&g_lock);
+    return found ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+}
+
+/* A graph allocation (cuMemAllocAsync / cuMemAllocFromPoolAsync captured). The list and each entry's
+ * flags are protected by g_graph_mem_lock (taken inside g_lock where both are needed); the device
+ * memory it maps (g_used) by g_lock. Referenced by its graph's nodes and by every executable made from
+ * the graph: an executable may outlive its graph. */
+struct fc_graph_mem {
+    CUdeviceptr ptr;
+    size_t size;
+    int dev;    /* -1: a host pool's (charged to no GPU) */
+    int mapped; /* memory mapped: since the first launch that ran its allocation, until the last reference goes */
+    int live;   /* allocated by a launch and not freed since */
+    int refs;
+    struct fc_graph_mem *next;
+};
+static pthread_mutex_t g_graph_mem_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct fc_graph_mem *g_graph_mems;
+static uint64_t g_next_graph_addr = 0x7a0000000000ULL;
+
+/* caller holds g_graph_mem_lock */
+static struct fc_graph_mem *find_graph_mem(CUdeviceptr p) {
+    for (struct fc_graph_mem *m = g_graph_mems; m; m = m->next)
+        if (m->ptr == p)
+            return m;
+    return NULL;
+}
+
+static struct fc_graph_mem *graph_mem_ref(struct fc_graph_mem *m) {
+    pthread_mutex_lock(&g_graph_mem_lock);
+    m->refs++;
+    pthread_mutex_unlock(&g_graph_mem_lock);
+    return m;
+}
+
+/* The last reference gone: the memory goes back to the device. Takes g_lock only when the memory was
+ * mapped, i.e. the allocation ran in a launch; a graph freed under g_lock (an invalidated capture's, in
+ * cuStreamEndCapture) was never instantiated, so never launched. */
+static void graph_mem_unref(struct fc_graph_mem *m) {
+    pthread_mutex_lock(&g_graph_mem_lock);
+    int last = --m->refs == 0;
+    if (last)
+        for (struct fc_graph_mem **pp = &g_graph_mems; *pp; pp = &(*pp)->next)
+            if (*pp == m) {
+                *pp = m->next;
+                break;
+            }
+    pthread_mutex_unlock(&g_graph_mem_lock);
+    if (!last)
+        return;
+    if (m->mapped && m->dev >= 0) {
+        pthread_mutex_lock(&g_lock);
+        g_used[m->dev] -= m->size;
+        pthread_mutex_unlock(&g_lock);
+    }
+    free(m);
+}
+
+static CUresult free_async_now(CUdeviceptr p);
+
+/* A memory node run by cuGraphLaunch (g_lock not held): the allocation (re)made at its captured address,
+ * or a free, in the graph's order */
+static void graph_mem_launch(CUgraphNodeType op, struct fc_graph_mem *m, CUdeviceptr free_ptr) {
+    if (op == CU_GRAPH_NODE_TYPE_MEM_FREE && !m) { /* memory the graph did not allocate */
+        (void)free_async_now(free_ptr);
+        return;
+    }
+    pthread_mutex_lock(&g_lock);
+    pthread_mutex_lock(&g_graph_mem_lock);
+    if (op == CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
+        if (!m->mapped && m->dev >= 0)
+            g_used[m->dev] += m->size;
+        m->mapped = 1;
+        m->live = 1;
+    } else {
+        m->live = 0;
+    }
+    pthread_mutex_unlock(&g_graph_mem_lock);
+    pthread_mutex_unlock(&g_lock);
+}
+
+/* caller holds g_lock; q captures. A MEM_ALLOC node on device `dev` (-1: host) at a fresh address. */
+static CUresult capture_alloc(struct fc_queue *q, CUdeviceptr *dptr, size_t size, int dev) {
+    if (q->capture_invalid)
+        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    if (size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fc_graph_mem *m = calloc(1, sizeof *m);
+    struct CUgraphNode_st *n = m ? node_add(q->capture, CU_GRAPH_NODE_TYPE_MEM_ALLOC) : NULL;
+    if (!n) {
+        free(m);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    m->size = round_up(size, FC_GRANULARITY);
+    m->dev = dev;
+    m->refs = 1; /* the node's */
+    pthread_mutex_lock(&g_graph_mem_lock);
+    m->ptr = (CUdeviceptr)g_next_graph_addr;
+    g_next_graph_addr += m->size;
+    m->next = g_graph_mems;
+    g_graph_mems = m;
+    pthread_mutex_unlock(&g_graph_mem_lock);
+    n->mem = m;
+    q->capture_last = n;
+    *dptr = m->ptr;
+    return CUDA_SUCCESS;
+}
+
+/* caller holds g_lock; q captures. A MEM_FREE node: of a graph allocation, or of memory allocated
+ * outside (freed when the graph runs). */
+static CUresult capture_free(struct fc_queue *q, CUdeviceptr p) {
+    if (q->capture_invalid)
+        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    pthread_mutex_lock(&g_graph_mem_lock);
+    struct fc_graph_mem *m = find_graph_mem(p);
+    if (m)
+        m->refs++;
+    pthread_mutex_unlock(&g_graph_mem_lock);
+    int known = m != NULL;
+    for (struct fc_alloc *a = g_allocs; !known && a; a = a->next)
+        known = a->ptr == p;
+    struct CUgraphNode_st *n = known ? node_add(q->capture, CU_GRAPH_NODE_TYPE_MEM_FREE) : NULL;
+    if (!n) {
+        if (m) { /* the reference just taken; never the last: the allocating node holds one */
+            pthread_mutex_lock(&g_graph_mem_lock);
+            m->refs--;
+            pthread_mutex_unlock(&g_graph_mem_lock);
+        }
+        return known ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
+    }
+    n->mem = m;
+    n->free_ptr = p;
+    q->capture_last = n;
     return CUDA_SUCCESS;
 }
 
@@ -747,6 +968,8 @@ static CUresult fc_cuStreamQuery(CUstream s) {
     NEED_INIT();
     struct CUctx_st *c;
     CUresult r = stream_ctx(s, &c);
+    if (r == CUDA_SUCCESS && fc_gpu_stream_capturing(s, c)) /* conflicts with its capture, which it invalidates */
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     if (r == CUDA_SUCCESS && fc_gpu_stream_busy(s, c)) /* its kernels have not finished (fakegpu.c) */
         return CUDA_ERROR_NOT_READY;
     return r;
@@ -773,6 +996,9 @@ static CUresult fc_cuStreamGetDevice(CUstream s, CUdevice *dev) {
     NEED_INIT();
     if (!dev)
         return CUDA_ERROR_INVALID_VALUE;
+    CUresult u = unsafe_under_capture(); /* (inference) the stream-capture section */
+    if (u != CUDA_SUCCESS)
+        return u;
     struct CUctx_st *c;
     CUresult r = stream_ctx(s, &c);
     if (r == CUDA_SUCCESS)
@@ -839,6 +1065,9 @@ static CUresult fc_cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) {
         return CUDA_ERROR_INVALID_CONTEXT;
     if (!dptr)
         return CUDA_ERROR_INVALID_VALUE;
+    CUresult u = unsafe_under_capture();
+    if (u != CUDA_SUCCESS)
+        return u;
     pthread_mutex_lock(&g_lock);
     CUresult r = do_alloc(dptr, size, c->dev);
     pthread_mutex_unlock(&g_lock);
@@ -957,7 +1186,13 @@ static CUresult fc_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmem
     if (!dptr)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&g_lock);
-    r = valid_pool(pool) ? pool_alloc(dptr, size, pool) : CUDA_ERROR_INVALID_VALUE;
+    struct fc_queue *q = queue_for(s, c, 0);
+    if (!valid_pool(pool))
+        r = CUDA_ERROR_INVALID_VALUE;
+    else if (q && q->capture) /* a graph memory node on the pool's device: the graph's memory, not the pool's */
+        r = capture_alloc(q, dptr, size, pool->dev);
+    else
+        r = pool_alloc(dptr, size, pool);
     pthread_mutex_unlock(&g_lock);
     return r;
 }
@@ -974,7 +1209,11 @@ static CUresult fc_cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s) {
     if (!dptr)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&g_lock);
-    r = pool_alloc(dptr, size, g_cur_pool[c->dev]);
+    struct fc_queue *q = queue_for(s, c, 0);
+    if (q && q->capture) /* a graph memory node: nothing comes from the device's pool now */
+        r = capture_alloc(q, dptr, size, c->dev);
+    else
+        r = pool_alloc(dptr, size, g_cur_pool[c->dev]);
     pthread_mutex_unlock(&g_lock);
     return r;
 }
@@ -995,9 +1234,22 @@ static CUresult fc_cuMemFree_v2(CUdeviceptr p) {
     NEED_INIT();
     if (!cur_ctx())
         return CUDA_ERROR_INVALID_CONTEXT;
+    CUresult u = unsafe_under_capture();
+    if (u != CUDA_SUCCESS)
+        return u;
     if (p == 0)
         return CUDA_SUCCESS;
     pthread_mutex_lock(&g_lock);
+    pthread_mutex_lock(&g_graph_mem_lock);
+    struct fc_graph_mem *m = find_graph_mem(p);
+    if (m) { /* a graph allocation freed outside its graph: back to the graph's memory */
+        CUresult r = m->live ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+        m->live = 0;
+        pthread_mutex_unlock(&g_graph_mem_lock);
+        pthread_mutex_unlock(&g_lock);
+        return r;
+    }
+    pthread_mutex_unlock(&g_graph_mem_lock);
     struct fc_alloc *a = take_alloc(p);
     if (a && a->pool) {
         struct CUmemPoolHandle_st *pl = a->pool;
@@ -1016,14 +1268,20 @@ static CUresult fc_cuMemFree_v2(CUdeviceptr p) {
     return CUDA_SUCCESS;
 }
 
-/* Any pool's allocation, on any stream: the block returns to its pool, still reserved. */
-static CUresult fc_cuMemFreeAsync(CUdeviceptr p, CUstream s) {
-    NEED_INIT();
-    struct CUctx_st *c;
-    CUresult r = stream_ctx(s, &c);
-    if (r != CUDA_SUCCESS)
-        return r;
+/* Any pool's allocation, on any stream: the block returns to its pool, still reserved. A graph
+ * allocation freed outside its graph goes back to the graph's memory. */
+static CUresult free_async_now(CUdeviceptr p) {
     pthread_mutex_lock(&g_lock);
+    pthread_mutex_lock(&g_graph_mem_lock);
+    struct fc_graph_mem *m = find_graph_mem(p);
+    if (m) {
+        CUresult r = m->live ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+        m->live = 0;
+        pthread_mutex_unlock(&g_graph_mem_lock);
+        pthread_mutex_unlock(&g_lock);
+        return r;
+    }
+    pthread_mutex_unlock(&g_graph_mem_lock);
     struct fc_alloc *a = take_alloc(p);
     if (a && a->pool) {
         a->pool->used_current -= a->size;
@@ -1035,6 +1293,21 @@ static CUresult fc_cuMemFreeAsync(CUdeviceptr p, CUstream s) {
         return CUDA_ERROR_INVALID_VALUE;
     free(a);
     return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuMemFreeAsync(CUdeviceptr p, CUstream s) {
+    NEED_INIT();
+    struct CUctx_st *c;
+    CUresult r = stream_ctx(s, &c);
+    if (r != CUDA_SUCCESS)
+        return r;
+    pthread_mutex_lock(&g_lock);
+    struct fc_queue *q = queue_for(s, c, 0);
+    int capturing = q && q->capture;
+    if (capturing) /* a MEM_FREE node of the graph being captured */
+        r = capture_free(q, p);
+    pthread_mutex_unlock(&g_lock);
+    return capturing ? r : free_async_now(p);
 }
 
 /* Either output may be NULL: the driver writes the ones it is given and succeeds. Measured by
@@ -1153,6 +1426,9 @@ static CUresult fc_cuDeviceSetMemPool(CUdevice d, CUmemoryPool pool) {
 
 static CUresult fc_cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute a, void *v) {
     NEED_INIT();
+    CUresult u = unsafe_under_capture(); /* measured on the H200 (the stream-capture section) */
+    if (u != CUDA_SUCCESS)
+        return u;
     pthread_mutex_lock(&g_lock);
     CUresult r = CUDA_SUCCESS;
     if (!valid_pool(pool) || !v) {
@@ -1248,6 +1524,9 @@ static CUresult fc_cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned in
         return CUDA_ERROR_INVALID_CONTEXT;
     if (!dptr || size == 0 || (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST))
         return CUDA_ERROR_INVALID_VALUE;
+    CUresult u = unsafe_under_capture();
+    if (u != CUDA_SUCCESS)
+        return u;
     struct fc_alloc *a = calloc(1, sizeof *a);
     if (!a)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -1668,7 +1947,8 @@ static CUresult fc_cuGetProcAddress_v2(const char *symbol, void **pfn, int ver, 
     X("cuMemMap", fc_cuMemMap)                                          \
     X("cuMemUnmap", fc_cuMemUnmap)                                      \
     X("cuMemSetAccess", fc_cuMemSetAccess)                              \
-    X("cuArray3DGetDescriptor_v2", fc_cuArray3DGetDescriptor_v2)        \
+    X("cuArray3DGetDescriptor_v2", fc_cuArray3DGetDescriptor_v2)     \
+    X("cuThreadExchangeStreamCaptureMode", fc_cuThreadExchangeStreamCaptureMode)        \
     FC_GPU_SYMBOLS(X)
 
 #define FC_TABLE_ENTRY(name, impl) {name, (void *)impl},
@@ -1786,3 +2066,4 @@ FC_EXPORT2("cuMemUnmap", fc_cuMemUnmap, )
 FC_EXPORT2("cuMemSetAccess", fc_cuMemSetAccess, )
 FC_EXPORT2("cuArray3DGetDescriptor_v2", fc_cuArray3DGetDescriptor_v2, )
 FC_GPU_SYMBOLS(FC_GPU_EXPORT)
+FC_EXPORT2("cuThreadExchangeStreamCaptureMode", fc_cuThreadExchangeStreamCaptureMode, )

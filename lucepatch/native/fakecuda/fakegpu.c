@@ -27,6 +27,11 @@
  *     it is non-zero, SWITCH body[value], WHILE once when non-zero (a lower bound, said so).
  *   - Stream capture (cuStreamBeginCapture_v2 ... cuStreamEndCapture): kernel launches into a
  *     capturing stream become kernel nodes of the graph being captured, in order, and run nothing.
+ *     A capture keeps the mode it was begun with and the thread that began it: "If mode is not
+ *     CU_STREAM_CAPTURE_MODE_RELAXED, cuStreamEndCapture must be called on this stream from the
+ *     same thread" (else CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD). What a capture forbids other calls
+ *     and the memory nodes (allocations captured, run at each launch) are fakecuda.c's
+ *     stream-capture section.
  *   - NVML's per-process SM utilisation (nvmlDeviceGetProcessUtilization, and the
  *     nvmlDeviceGetProcessesUtilizationInfo that Blackwell with driver >= 580 answers instead): the
  *     share of a window during which a kernel of that process occupied the device — the NVML API
@@ -347,6 +352,8 @@ struct fc_queue {
     int64_t tail;
     struct CUgraph_st *capture; /* the graph a capture builds; NULL: not capturing */
     int capture_invalid;
+    int capture_mode;          /* the CUstreamCaptureMode it was begun with */
+    pthread_t capture_thread;  /* the thread that began it */
     uint64_t capture_id;
     struct CUgraphNode_st *capture_last;
     struct fc_queue *next;
@@ -623,6 +630,9 @@ struct CUgraphNode_st {
     CUgraphConditionalHandle handle;
     unsigned nbody;
     struct CUgraph_st *body[8];
+    /* memory nodes (captured allocations and frees: fakecuda.c's stream-capture section) */
+    struct fc_graph_mem *mem; /* the allocation a MEM_ALLOC / MEM_FREE node works on (one reference) */
+    CUdeviceptr free_ptr;      /* a MEM_FREE node of memory the graph did not allocate */
     struct CUgraphNode_st *next;
 };
 
@@ -634,8 +644,11 @@ struct CUgraph_st {
     unsigned nhandles;
 };
 
-struct fc_xkernel { /* one kernel an executable graph runs */
+struct fc_xkernel { /* one kernel (or memory node) an executable graph runs */
     const struct CUgraphNode_st *origin; /* the node of the instantiated graph it came from (top level) */
+    CUgraphNodeType memop;     /* MEM_ALLOC / MEM_FREE: a memory node (func unused); else 0 */
+    struct fc_graph_mem *mem;  /* as the node's, one reference per executable */
+    CUdeviceptr free_ptr;
     struct CUfunc_st *func;
     unsigned grid[3], block[3];
     uint64_t params[FC_MAX_KPARAMS];
@@ -666,6 +679,8 @@ static void graph_free(struct CUgraph_st *g) {
         graph_free(n->child);
         for (unsigned i = 0; i < n->nbody; i++)
             graph_free(n->body[i]);
+        if (n->mem)
+            graph_mem_unref(n->mem);
         n->magic = 0;
         free(n);
     }
@@ -716,6 +731,8 @@ static struct CUgraphNode_st *node_clone_into(struct CUgraph_st *dst, const stru
     c->nbody = n->nbody;
     for (unsigned i = 0; i < n->nbody; i++)
         c->body[i] = graph_clone(n->body[i]);
+    c->mem = n->mem ? graph_mem_ref(n->mem) : NULL;
+    c->free_ptr = n->free_ptr;
     return c;
 }
 
@@ -895,6 +912,13 @@ static CUresult fc_cuGraphChildGraphNodeGetGraph(CUgraphNode n, CUgraph *pg) {
 }
 
 /* ---- executable graphs ---- */
+/* the memory nodes' references an executable's entries hold */
+static void exec_release_mem(struct fc_xkernel *k, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (k[i].mem)
+            graph_mem_unref(k[i].mem);
+}
+
 
 static int exec_push(struct CUgraphExec_st *x, const struct CUgraphNode_st *origin, const struct CUgraphNode_st *n) {
     if (x->nk == x->cap) {
@@ -906,7 +930,14 @@ static int exec_push(struct CUgraphExec_st *x, const struct CUgraphNode_st *orig
         x->cap = cap;
     }
     struct fc_xkernel *k = &x->k[x->nk++];
+    memset(k, 0, sizeof *k);
     k->origin = origin;
+    if (n->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC || n->type == CU_GRAPH_NODE_TYPE_MEM_FREE) {
+        k->memop = n->type;
+        k->mem = n->mem ? graph_mem_ref(n->mem) : NULL;
+        k->free_ptr = n->free_ptr;
+        return 0;
+    }
     k->func = n->func;
     memcpy(k->grid, n->grid, sizeof k->grid);
     memcpy(k->block, n->block, sizeof k->block);
@@ -920,7 +951,8 @@ static int exec_flatten(struct CUgraphExec_st *x, const struct CUgraph_st *g, co
                         const struct CUgraphNode_st *origin) {
     for (const struct CUgraphNode_st *n = g->first; n; n = n->next) {
         const struct CUgraphNode_st *o = origin ? origin : n;
-        if (n->type == CU_GRAPH_NODE_TYPE_KERNEL) {
+        if (n->type == CU_GRAPH_NODE_TYPE_KERNEL || n->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC ||
+            n->type == CU_GRAPH_NODE_TYPE_MEM_FREE) {
             if (exec_push(x, o, n))
                 return -1;
         } else if (n->type == CU_GRAPH_NODE_TYPE_GRAPH && n->child) {
@@ -954,6 +986,7 @@ static CUresult instantiate(CUgraphExec *px, CUgraph g) {
     x->magic = FC_EXEC_MAGIC;
     x->dev = c->dev;
     if (exec_flatten(x, g, g, NULL)) {
+        exec_release_mem(x->k, x->nk);
         free(x->k);
         free(x);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -978,11 +1011,13 @@ static CUresult fc_cuGraphInstantiateWithParams(CUgraphExec *px, CUgraph g, CUDA
 
 static int valid_exec(CUgraphExec x) { return x && x->magic == FC_EXEC_MAGIC; }
 
+
 static CUresult fc_cuGraphExecDestroy(CUgraphExec x) {
     NEED_INIT();
     if (!valid_exec(x))
         return CUDA_ERROR_INVALID_VALUE;
     x->magic = 0;
+    exec_release_mem(x->k, x->nk);
     free(x->k);
     free(x);
     return CUDA_SUCCESS;
@@ -1013,17 +1048,20 @@ static CUresult fc_cuGraphExecUpdate_v2(CUgraphExec x, CUgraph g, CUgraphExecUpd
         return CUDA_ERROR_INVALID_VALUE;
     struct CUgraphExec_st fresh = {FC_EXEC_MAGIC, NULL, 0, 0, x->dev};
     if (exec_flatten(&fresh, g, g, NULL)) {
+        exec_release_mem(fresh.k, fresh.nk);
         free(fresh.k);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (info)
         memset(info, 0, sizeof *info);
     if (fresh.nk != x->nk) {
+        exec_release_mem(fresh.k, fresh.nk);
         free(fresh.k);
         if (info)
             info->result = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
         return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
     }
+    exec_release_mem(x->k, x->nk); /* the fresh entries hold their own references */
     for (size_t i = 0; i < x->nk; i++) {
         const struct CUgraphNode_st *keep = x->k[i].origin;
         x->k[i] = fresh.k[i];
@@ -1130,6 +1168,10 @@ static CUresult fc_cuGraphLaunch(CUgraphExec x, CUstream s) {
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     for (size_t i = 0; i < x->nk; i++) {
         const struct fc_xkernel *k = &x->k[i];
+        if (k->memop) { /* a memory node: fakecuda.c's stream-capture section */
+            graph_mem_launch(k->memop, k->mem, k->free_ptr);
+            continue;
+        }
         enqueue_kernel(q, kernel_ns(k->func, k->grid[0], k->grid[1], k->grid[2], k->block[0], k->block[1], k->block[2],
                                     k->params));
     }
@@ -1145,9 +1187,11 @@ static int is_default_stream(CUstream s) {
 
 static CUresult fc_cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode) {
     NEED_INIT();
-    (void)mode;
     if (is_default_stream(s)) /* the legacy stream cannot be captured */
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+        mode != CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_ERROR_INVALID_VALUE;
     struct CUctx_st *c;
     CUresult r = stream_ctx(s, &c);
     if (r != CUDA_SUCCESS)
@@ -1162,6 +1206,8 @@ static CUresult fc_cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode)
         r = CUDA_ERROR_OUT_OF_MEMORY;
     else {
         q->capture_invalid = 0;
+        q->capture_mode = mode;
+        q->capture_thread = pthread_self();
         q->capture_id = g_next_capture_id++;
         q->capture_last = NULL;
     }
@@ -1183,6 +1229,9 @@ static CUresult fc_cuStreamEndCapture(CUstream s, CUgraph *pg) {
     struct fc_queue *q = queue_for(s, c, 0);
     if (!q || !q->capture) {
         r = CUDA_ERROR_ILLEGAL_STATE;
+    } else if (q->capture_mode != CU_STREAM_CAPTURE_MODE_RELAXED && !pthread_equal(q->capture_thread, pthread_self())) {
+        pthread_mutex_unlock(&g_lock);
+        return CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD; /* the capture goes on */
     } else if (q->capture_invalid) {
         graph_free(q->capture);
         *pg = NULL;

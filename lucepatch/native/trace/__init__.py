@@ -24,8 +24,9 @@ from lucepatch.native import compiling, toolchain
 
 SOURCE = Path(__file__).with_name("interposer.c")
 FIELDS = ("call", "proc", "thread", "ctx", "result", "written")
-# Recorded only by some calls (memory-pool attributes): which attribute.
-OPTIONAL_FIELDS = ("attr",)
+# Recorded only by some calls: which attribute (memory-pool and pointer attributes), the capture mode asked
+# for (cuThreadExchangeStreamCaptureMode, whose output is the previous mode).
+OPTIONAL_FIELDS = ("attr", "mode")
 NOT_RECORDED = "<not recorded>"  # traces recorded before values were (compare written only)
 VALUES_VERSION = 1  # the trace header's "values": traces that carry every written output's value
 VALUE_CLASS = {
@@ -37,6 +38,9 @@ VALUE_CLASS = {
     "cuStreamCreate": "nonnull", "cuDeviceGetMemPool": "nonnull", "cuMemCreate": "nonnull",
     "cuMemPoolCreate": "nonnull", "cuMemAllocFromPoolAsync": "nonnull", "cuDeviceGetDefaultMemPool": "nonnull",
     "cuMemAllocManaged": "nonnull",
+    # stream capture: the status and the mode exactly, the graph and its executable null or not
+    "cuStreamIsCapturing": "exact", "cuThreadExchangeStreamCaptureMode": "exact", "cuStreamGetDevice": "exact",
+    "cuStreamEndCapture": "nonnull", "cuGraphInstantiateWithFlags": "nonnull",
     # recorded only for memory type, managed, device ordinal and mapped (the interposer)
     "cuPointerGetAttribute": "exact",
 }

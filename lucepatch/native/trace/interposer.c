@@ -171,6 +171,16 @@ TRACE0(cuMemPoolTrimTo, (CUmemoryPool p, size_t keep), (p, keep))
 TRACE1(cuDeviceGetDefaultMemPool, (CUmemoryPool *p, CUdevice d), (p, d), p)
 TRACE0(cuDeviceSetMemPool, (CUdevice d, CUmemoryPool p), (d, p))
 TRACE1(cuMemAllocManaged, (CUdeviceptr *p, size_t n, unsigned int flags), (p, n, flags), p)
+/* stream capture (CUDA graphs) and the stream queries a capture may forbid */
+TRACE0(cuStreamBeginCapture_v2, (CUstream s, CUstreamCaptureMode mode), (s, mode))
+TRACE1(cuStreamEndCapture, (CUstream s, CUgraph *g), (s, g), g)
+TRACE1(cuStreamIsCapturing, (CUstream s, CUstreamCaptureStatus *st), (s, st), st)
+TRACE1(cuGraphInstantiateWithFlags, (CUgraphExec *e, CUgraph g, unsigned long long flags), (e, g, flags), e)
+TRACE0(cuGraphLaunch, (CUgraphExec e, CUstream s), (e, s))
+TRACE0(cuGraphExecDestroy, (CUgraphExec e), (e))
+TRACE0(cuGraphDestroy, (CUgraph g), (g))
+TRACE0(cuStreamQuery, (CUstream s), (s))
+TRACE1(cuStreamGetDevice, (CUstream s, CUdevice *d), (s, d), d)
 /* the arrays' slots are not watched: the result is what the comparison needs */
 TRACE0(cuPointerGetAttributes, (unsigned int n, CUpointer_attribute *a, void **data, CUdeviceptr p), (n, a, data, p))
 
@@ -249,6 +259,24 @@ CUresult cuPointerGetAttribute(void *data, CUpointer_attribute a, CUdeviceptr pt
     else
         snprintf(extra, sizeof extra, ",\"attr\":%d,\"value\":null", (int)a);
     emit_extra("cuPointerGetAttribute", ctx_, r, w, extra);
+    return r;
+}
+
+/* cuThreadExchangeStreamCaptureMode: *mode is in and out (the new mode in, the previous one out), so
+ * it cannot be poisoned; "value" is the mode written back, "mode" the one asked for. */
+CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode) {
+    static CUresult (*next)(CUstreamCaptureMode *);
+    if (!next)
+        next = (CUresult(*)(CUstreamCaptureMode *))real("cuThreadExchangeStreamCaptureMode");
+    int ctx_ = ctx_current();
+    int asked = mode ? (int)*mode : -1;
+    CUresult r = next(mode);
+    char extra[64];
+    if (r == CUDA_SUCCESS && mode)
+        snprintf(extra, sizeof extra, ",\"mode\":%d,\"value\":%d", asked, (int)*mode);
+    else
+        snprintf(extra, sizeof extra, ",\"mode\":%d,\"value\":null", asked);
+    emit_extra("cuThreadExchangeStreamCaptureMode", ctx_, r, mode ? r == CUDA_SUCCESS : -1, extra);
     return r;
 }
 

@@ -17,6 +17,18 @@
  *          cuPointerGetAttributes on it, and with NULL data: an error the hook must return
  *          before touching outputs); cuMemFree of a pointer no allocation returned, and of a
  *          stream-ordered allocation (a synchronous free of cuMemAllocAsync memory).
+ *   capture  stream capture (CUDA graphs), on the main thread with a context: for each capture
+ *          mode (global, thread-local, relaxed), each call HAMi-core's allocation hooks make (pool
+ *          attribute and pool lookups, the stream's device and context, the current device, the
+ *          device count, cuMemGetInfo_v2) and the documented unsafe ones (cuMemAlloc,
+ *          cuCtxSynchronize) made inside a fresh capture, then the stream's capture status
+ *          (cuStreamIsCapturing: still active, or invalidated) and cuStreamEndCapture's answer;
+ *          the same calls from another thread (a context current) during a global and a
+ *          thread-local capture on main, and on the capturing thread after switching it to
+ *          relaxed (cuThreadExchangeStreamCaptureMode); cuStreamSynchronize and cuStreamQuery of
+ *          the capturing stream; and graph memory nodes: cuMemAllocAsync and
+ *          cuMemAllocFromPoolAsync captured (the pools' attributes read, in relaxed mode, before
+ *          and after), freed in the graph, then the graph instantiated and launched twice.
  */
 #include <cuda.h>
 #include <pthread.h>
@@ -183,11 +195,149 @@ static void queries(void) {
     }
 }
 
+/* ---- capture ---------------------------------------------------------------------------------- */
+
+static CUcontext g_ctx;
+static CUmemoryPool g_default_pool;
+
+/* The calls probed under a capture; each is made once per capture. */
+enum { Q_POOL_ATTR, Q_GET_MEMPOOL, Q_DEFAULT_POOL, Q_STREAM_DEVICE, Q_STREAM_CTX, Q_CTX_DEVICE, Q_DEVICE_COUNT,
+       Q_MEMINFO, Q_MEMALLOC, Q_CTX_SYNC, Q_COUNT };
+
+static void query(int q) {
+    cuuint64_t v = 0;
+    CUmemoryPool pool;
+    CUdevice d = -999;
+    CUcontext c;
+    int n = 0;
+    size_t f = 0, t = 0;
+    CUdeviceptr p = 0;
+    switch (q) {
+    case Q_POOL_ATTR: cuMemPoolGetAttribute(g_default_pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &v); break;
+    case Q_GET_MEMPOOL: cuDeviceGetMemPool(&pool, g_dev); break;
+    case Q_DEFAULT_POOL: cuDeviceGetDefaultMemPool(&pool, g_dev); break;
+    case Q_STREAM_DEVICE: cuStreamGetDevice(g_stream, &d); break;
+    case Q_STREAM_CTX: cuStreamGetCtx(g_stream, &c); break;
+    case Q_CTX_DEVICE: cuCtxGetDevice(&d); break;
+    case Q_DEVICE_COUNT: cuDeviceGetCount(&n); break;
+    case Q_MEMINFO: cuMemGetInfo_v2(&f, &t); break;
+    case Q_MEMALLOC:
+        if (cuMemAlloc(&p, 2 << 20) == CUDA_SUCCESS) {
+            CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED; /* give it back without a second probe */
+            cuThreadExchangeStreamCaptureMode(&m);
+            cuMemFree(p);
+            cuThreadExchangeStreamCaptureMode(&m);
+        }
+        break;
+    case Q_CTX_SYNC: cuCtxSynchronize(); break;
+    }
+}
+
+static void end_capture(void) {
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUgraph g = NULL;
+    cuStreamIsCapturing(g_stream, &st);
+    if (cuStreamEndCapture(g_stream, &g) == CUDA_SUCCESS && g)
+        cuGraphDestroy(g);
+}
+
+static int g_query;
+static void *other_thread_query(void *arg) {
+    (void)arg;
+    cuCtxSetCurrent(g_ctx);
+    query(g_query);
+    return NULL;
+}
+
+static void capture_pool_attrs(CUmemoryPool p) {
+    CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
+    cuuint64_t v = 0;
+    cuThreadExchangeStreamCaptureMode(&m);
+    cuMemPoolGetAttribute(p, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &v);
+    cuMemPoolGetAttribute(p, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &v);
+    cuThreadExchangeStreamCaptureMode(&m);
+}
+
+static void capture(void) {
+    static const CUstreamCaptureMode modes[] = {CU_STREAM_CAPTURE_MODE_GLOBAL, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+                                                CU_STREAM_CAPTURE_MODE_RELAXED};
+    cuDeviceGetDefaultMemPool(&g_default_pool, g_dev);
+    for (int mi = 0; mi < 3; mi++)
+        for (int q = 0; q < Q_COUNT; q++) {
+            cuStreamBeginCapture(g_stream, modes[mi]);
+            query(q);
+            end_capture();
+        }
+    /* another thread, during a global and a thread-local capture on main */
+    for (int mi = 0; mi < 2; mi++)
+        for (int q = 0; q < Q_COUNT; q++) {
+            pthread_t t;
+            cuStreamBeginCapture(g_stream, modes[mi]);
+            g_query = q;
+            pthread_create(&t, NULL, other_thread_query, NULL);
+            pthread_join(t, NULL);
+            end_capture();
+        }
+    /* the capturing thread itself in relaxed mode, under its global capture */
+    for (int q = 0; q < Q_COUNT; q++) {
+        CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
+        cuStreamBeginCapture(g_stream, CU_STREAM_CAPTURE_MODE_GLOBAL);
+        cuThreadExchangeStreamCaptureMode(&m);
+        query(q);
+        cuThreadExchangeStreamCaptureMode(&m);
+        end_capture();
+    }
+    /* calls that wait for the capturing stream */
+    cuStreamBeginCapture(g_stream, CU_STREAM_CAPTURE_MODE_RELAXED);
+    cuStreamSynchronize(g_stream);
+    end_capture();
+    cuStreamBeginCapture(g_stream, CU_STREAM_CAPTURE_MODE_RELAXED);
+    cuStreamQuery(g_stream);
+    end_capture();
+    /* graph memory nodes: captured allocations, freed in the graph, replayed */
+    CUmemoryPool pool;
+    CUmemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = 0;
+    cuMemPoolCreate(&pool, &props);
+    CUdeviceptr a = 0, b = 0;
+    CUgraph g = NULL;
+    CUgraphExec e = NULL;
+    capture_pool_attrs(g_default_pool);
+    capture_pool_attrs(pool);
+    cuStreamBeginCapture(g_stream, CU_STREAM_CAPTURE_MODE_GLOBAL);
+    cuMemAllocAsync(&a, 64ull << 20, g_stream);
+    cuMemAllocFromPoolAsync(&b, 64ull << 20, pool, g_stream);
+    capture_pool_attrs(g_default_pool);
+    capture_pool_attrs(pool);
+    if (a)
+        cuMemFreeAsync(a, g_stream);
+    if (b)
+        cuMemFreeAsync(b, g_stream);
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    cuStreamIsCapturing(g_stream, &st);
+    if (cuStreamEndCapture(g_stream, &g) == CUDA_SUCCESS && g &&
+        cuGraphInstantiateWithFlags(&e, g, 0) == CUDA_SUCCESS) {
+        cuGraphLaunch(e, g_stream);
+        cuGraphLaunch(e, g_stream);
+        cuStreamSynchronize(g_stream);
+        capture_pool_attrs(g_default_pool);
+        capture_pool_attrs(pool);
+        cuGraphExecDestroy(e);
+    }
+    if (g)
+        cuGraphDestroy(g);
+    cuMemPoolDestroy(pool);
+}
+
 int main(int argc, char **argv) {
     CUcontext ctx;
     int n = 0;
     int pool_probe = argc > 1 && strcmp(argv[1], "pools") == 0;
     int query_probe = argc > 1 && strcmp(argv[1], "queries") == 0;
+    int capture_probe = argc > 1 && strcmp(argv[1], "capture") == 0;
     if (cuInit(0) != CUDA_SUCCESS || cuDeviceGetCount(&n) != CUDA_SUCCESS || n < 1 ||
         cuDeviceGet(&g_dev, 0) != CUDA_SUCCESS) {
         fprintf(stderr, "driver-semantics: no device\n");
@@ -197,6 +347,7 @@ int main(int argc, char **argv) {
     cuCtxGetDevice(&before); /* main thread, before any context: 201, untouched */
     cuDevicePrimaryCtxRetain(&ctx, g_dev);
     cuCtxSetCurrent(ctx);
+    g_ctx = ctx;
     CUdevice cur = -999;
     cuCtxGetDevice(&cur); /* main with a context: written */
     cuStreamCreate(&g_stream, CU_STREAM_NON_BLOCKING);
@@ -204,6 +355,8 @@ int main(int argc, char **argv) {
         pools();
     } else if (query_probe) {
         queries();
+    } else if (capture_probe) {
+        capture();
     } else {
         pthread_t t;
         pthread_create(&t, NULL, ctxless, NULL);
