@@ -1178,6 +1178,26 @@ static CUresult fc_cuGraphLaunch(CUgraphExec x, CUstream s) {
     return CUDA_SUCCESS;
 }
 
+/* cuMemsetD8: synchronous with respect to the host for device memory (CUDA driver API, "API
+ * synchronization behavior"), and as long as writing the bytes at the generation's bandwidth. */
+static CUresult fc_cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) {
+    NEED_INIT();
+    (void)v;
+    struct CUctx_st *c = cur_ctx();
+    if (!c)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    struct fc_queue *q = queue_for(NULL, c, 1);
+    pthread_mutex_unlock(&g_lock);
+    if (!q)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    enqueue_kernel(q, FC_KERNEL_FIXED_NS + (int64_t)((double)n / g_gen->bytes_per_ns));
+    sleep_until(queue_tail(NULL, c));
+    return CUDA_SUCCESS;
+}
+
 /* ---- stream capture ------------------------------------------------------------------------------ */
 
 static int is_default_stream(CUstream s) {
@@ -1377,6 +1397,7 @@ static CUresult fc_cuEventDestroy_v2(CUevent e) {
     X("cuModuleGetFunction", fc_cuModuleGetFunction)                            \
     X("cuLaunchKernel", fc_cuLaunchKernel)                                      \
     X("cuLaunchKernelEx", fc_cuLaunchKernelEx)                                  \
+    X("cuMemsetD8_v2", fc_cuMemsetD8_v2)                                        \
     X("cuGraphCreate", fc_cuGraphCreate)                                        \
     X("cuGraphDestroy", fc_cuGraphDestroy)                                      \
     X("cuGraphAddKernelNode_v2", fc_cuGraphAddKernelNode_v2)                    \
