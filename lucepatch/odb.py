@@ -311,9 +311,10 @@ def write_objects(repo: Path, objects: dict[str, tuple[str, bytes]]) -> None:
         write_loose(d, objects)
 
 
-def commit_tree(repo: Path, tree: str, parent: str, message: str, env: dict | None = None) -> str:
-    """`git commit-tree` (identities and dates from `env`): where git must make the commit."""
-    return git.run(repo, "commit-tree", tree, "-p", parent, "-F", "-",
+def commit_tree(repo: Path, tree: str, parent: str | None, message: str, env: dict | None = None) -> str:
+    """`git commit-tree` (identities and dates from `env`): where git must make the commit; a root
+    commit when `parent` is None."""
+    return git.run(repo, "commit-tree", tree, *(("-p", parent) if parent else ()), "-F", "-",
                    stdin=message.encode("utf-8", "surrogateescape"), env=env).stdout.strip()
 
 

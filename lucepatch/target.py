@@ -202,6 +202,22 @@ def update_target_toml(path: Path, *, remove: tuple[str, ...] = (), after: str |
     _write_checked(path, tomlkit.dumps(doc), write_atomic)
 
 
+def update_submodule_toml(toml: Path, label: str, *, remove: tuple[str, ...] = (), **keys) -> None:
+    """Edit the [[submodule]] table of `label` (its name, else its path's last part) in an existing
+    target.toml: remove keys, then set `keys` (tomlkit, comments kept; checked as update_target_toml)."""
+    path = Path(toml)
+    doc = tomlkit.parse(path.read_text(encoding="utf-8"))
+    table = next((t for t in doc.get("submodule", []) if (t.get("name") or Path(t.get("path", "")).name) == label), None)
+    if table is None:
+        raise UsageError(f"{path}: no [[submodule]] named {label}")
+    for key in remove:
+        if key in table:
+            del table[key]
+    for key, value in keys.items():
+        table[key] = value
+    _write_checked(path, tomlkit.dumps(doc), write_atomic)
+
+
 def _with_key_after(doc, prev: str, key: str, value):
     """`doc` with `key = value` right after the top-level key `prev`, every other item (comments and
     blank lines too) where it was. Through tomlkit's public body/add: its private _insert_after went
@@ -282,11 +298,18 @@ def load_target(ws: Workspace, name: str | None) -> Target:
 
 def sub_target(target: Target, sub: Submodule) -> Target:
     """A Target-like object for one [[submodule]]: its own base and series under series_dir."""
-    for key in ("path", "base", "series_dir"):
+    if sub.layout not in ("submodule", "folder", "absent"):
+        raise UsageError(f"{target.toml_path}: [[submodule]] {sub.label}: layout must be 'submodule', 'folder' or "
+                         f"'absent', not {sub.layout!r}")
+    # a folder's series applies on the superproject's base: it has no base of its own
+    for key in ("path", "series_dir") + (("base",) if sub.layout == "submodule" else ()):
         if not getattr(sub, key):
             raise UsageError(f"{target.toml_path}: a [[submodule]] has an empty {key}")
+    if sub.layout != "submodule" and sub.base:
+        raise UsageError(f"{target.toml_path}: [[submodule]] {sub.label} is a folder of the superproject "
+                         "(layout = 'folder'): drop its base, the superproject's base is the folder's")
     sdir = (target.dir / sub.series_dir).resolve()
     if not sdir.is_relative_to(target.dir.resolve()):
         raise UsageError(f"{target.toml_path}: series_dir {sub.series_dir!r} leaves the target folder")
-    return Target(name=f"{target.name}.{sub.label}", dir=sdir, upstream=sub.url, branch=sub.branch,
-                  base=sub.base, version=target.version, raw=sub.to_json())
+    return Target(name=f"{target.name}.{sub.label}", dir=sdir, upstream=sub.url or target.upstream,
+                  branch=sub.branch, base=sub.base or target.base, version=target.version, raw=sub.to_json())

@@ -120,13 +120,17 @@ class Profile:
 
 @dataclass
 class Submodule:
-    """[[submodule]]: a repository inside the target carrying its own series under series_dir."""
+    """[[submodule]]: code inside the target carrying its own series under series_dir (paths in its
+    patches are relative to its root). `layout` says what the pinned base holds at `path`: a
+    submodule (its checkout at `base`) or a folder of the superproject (vendored: no `base`; the
+    series applies there re-rooted). Other commits are read as they are (engine/layout.py)."""
     path: str
-    base: str
     series_dir: str
+    base: str = ""
     name: str | None = None
     url: str = ""
     branch: str = "main"
+    layout: str = "submodule"
 
     @property
     def label(self) -> str:

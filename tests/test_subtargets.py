@@ -246,13 +246,17 @@ def test_check_onto_checks_each_submodule_at_its_pin_there(sup, cli):
     subs = {m["path"]: m for m in r.json["submodules"]}
     assert subs["deps/b"]["base"] == fixed and subs["deps/b"]["patches"][0]["status"] == "already-upstream"
     assert subs["deps/a"]["base"] == sup["subs"]["a"][1] and subs["deps/a"]["patches"][0]["status"] == "applied"
-    # a superproject commit without one of the submodules: one line naming it, exit 2
+    # a superproject commit without one of the submodules: its series is judged there (issue 37),
+    # in the superproject, and conflicts naming why; the others are still checked
     git(sup["top"], "rm", "-q", "--cached", "deps/a")
     git(sup["top"], "commit", "-q", "-m", "drop a")
     gone = git(sup["top"], "rev-parse", "HEAD").strip()
-    r = cli("--workspace", sup["ws"], "check", "super", "--source", sup["top"], "--onto", gone)
-    assert r.code == 2, r.err
-    assert len(r.err.strip().splitlines()) == 1 and f"--onto {gone[:12]} has no submodule at deps/a" in r.err, r.err
+    r = cli("--workspace", sup["ws"], "check", "super", "--source", sup["top"], "--onto", gone, "--json")
+    assert r.code == 1, r.err
+    subs = {m["path"]: m for m in r.json["submodules"]}
+    assert subs["deps/a"]["place"]["layout"] == "absent" and subs["deps/a"]["patches"][0]["status"] == "conflict"
+    assert f"deps/a is not in {gone[:12]}" in subs["deps/a"]["patches"][0]["detail"]
+    assert subs["deps/b"]["patches"][0]["status"] == "already-upstream"
 
 
 def test_probe_tree_is_the_engines_sub_targets(sup, tmp_path):
@@ -306,39 +310,42 @@ def test_rebase_keeps_submodule_series_when_onto_keeps_their_pins(sup, cli):
     assert r.code == 0 and r.json["base"] == onto, r.err
 
 
-def test_rebase_refuses_an_onto_that_moves_a_submodule_and_dry_run_reports_it(sup, cli):
-    _fixed, bumped = _bump(sup, "b", "int b5 = 5;", "int b5 = 50;", "b takes the fix")
+def test_rebase_carries_a_submodule_that_moves_in_the_same_session(sup, cli):
+    """REF pins deps/b at a commit that took b's fix (issue 37: was refused as 'not supported yet'):
+    the dry run walks b's patch with the superproject's, absorbed by the submodule's own history
+    (patch-id of the commit in b), and the session writes it to submodules/b/absorbed/ with b's
+    new base in target.toml; deps/a stays where it was."""
+    fixed, bumped = _bump(sup, "b", "int b5 = 5;", "int b5 = 50;", "b takes the fix")
     before = _workspace_files(sup)
-    r = cli("--workspace", sup["ws"], "rebase", "super", "--source", sup["top"], "--onto", bumped, "--no-interactive")
-    assert r.code == 2, r.err
-    lines = [l for l in r.err.splitlines() if l.strip()]
-    assert len(lines) == 1 and "moves submodule deps/b" in lines[0] and "not supported yet" in lines[0], r.err
-    assert _workspace_files(sup) == before
-    r = cli("--workspace", sup["ws"], "rebase", "super", "--status")
-    assert "no rebase session" in r.err
-    # --dry-run: the superproject's walk, and each sub-target's series at its pin in --onto
     r = cli("--workspace", sup["ws"], "rebase", "super", "--source", sup["top"], "--onto", bumped, "--dry-run",
             "--no-behaviour", "--json")
     assert r.code == 0, r.err
     subs = {m["path"]: m for m in r.json["submodules"]}
-    assert not subs["deps/a"]["moved"] and subs["deps/b"]["moved"] and subs["deps/b"]["onto"] == _fixed
-    assert [p["status"] for p in subs["deps/b"]["patches"]] == ["already-upstream"]
-    assert "submodule deps/a (a) stays at" in r.err and "submodule deps/b" not in r.out  # --json: the document only
-    r = cli("--workspace", sup["ws"], "rebase", "super", "--source", sup["top"], "--onto", bumped, "--dry-run",
-            "--no-behaviour")
-    assert r.code == 0 and "submodule deps/b (b) moves" in r.out and "already-upstream" in r.out, r.out
+    assert not subs["deps/a"]["moved"] and subs["deps/b"]["moved"] and subs["deps/b"]["onto"] == fixed
+    assert [(p["status"], p["signal"]) for p in subs["deps/b"]["patches"]] == [("absorbed", "patch-id")]
+    rows = {row["name"]: row for row in r.json["patches"]}
+    assert rows["b/fix-b.patch"]["upstream_commit"] == fixed and rows["fix-main.patch"]["action"] == "carried"
+    assert "submodule deps/a (a) stays at" in r.err and "sub-target b (deps/b) moves" in r.err
     assert _workspace_files(sup) == before
+    r = cli("--workspace", sup["ws"], "rebase", "super", "--source", sup["top"], "--onto", bumped, "--no-interactive",
+            "--no-behaviour")
+    assert r.code == 0, r.err
+    toml = (sup["tdir"] / "target.toml").read_text()
+    assert f'base = "{bumped}"' in toml and f'base = "{fixed}"' in toml and f'base = "{sup["subs"]["a"][1]}"' in toml
+    sdir = sup["tdir"] / "submodules/b"
+    assert (sdir / "series").read_text().strip() == "" and not (sdir / "fix-b.patch").exists()
+    absorbed = (sdir / "absorbed/fix-b.patch").read_text()
+    assert f"Applied-Upstream: {fixed}" in absorbed and "diff --git a/b.c b/b.c" in absorbed  # its own coordinates
+    r = cli("--workspace", sup["ws"], "check", "super", "--source", sup["top"], "--json")
+    assert r.code == 0 and r.json["base"] == bumped, r.err
 
 
 def test_api_rebase_and_check_know_sub_targets(sup, tmp_path):
     from lucepatch import api
-    from lucepatch.errors import UsageError
     from lucepatch.target import load_target_dir
 
     fixed, bumped = _bump(sup, "b", "int b5 = 5;", "int b5 = 50;", "b takes the fix")
     t, cache = load_target_dir(sup["tdir"]), tmp_path / "c"
-    with pytest.raises(UsageError, match=r"moves submodule deps/b from \w+ to \w+; .*\(not supported yet\)"):
-        api.rebase(t, sup["top"], cache, bumped)
     doc = api.rebase(t, sup["top"], cache, bumped, dry_run=True, no_behaviour=True)
     assert [(m["path"], m["moved"], m["onto"]) for m in doc["submodules"]] == \
         [("deps/a", False, sup["subs"]["a"][1]), ("deps/b", True, fixed)]

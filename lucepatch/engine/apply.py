@@ -67,6 +67,7 @@ class SeriesResult:
     workdir: Path | None = None
     method: dict = field(default_factory=dict)  # patches applied in Python / by the per-patch engine
     subs: list = field(default_factory=list)  # [(engine.subtargets.SubTarget, SeriesResult)] of the submodules
+    place: object = None  # a sub-target's engine.layout.Place where it was applied (None: the superproject)
 
     @property
     def conflicts(self) -> list[PatchOutcome]:
@@ -85,6 +86,7 @@ class SeriesResult:
             "patches": [o.to_json() for o in self.outcomes],
             "conflicts": len(self.conflicts),
             "applied_by": self.method,
+            **({"place": self.place.to_json()} if self.place is not None else {}),
         }
         if self.subs:
             doc["submodules"] = [{**st.to_json(), **r.to_json()} for st, r in self.subs]
@@ -143,19 +145,19 @@ def pause_at(boundary: int) -> None:
     pause(f"boundary-{boundary}")
 
 
-def clone_private(source: Path, dest: Path) -> None:
+def clone_private(source: Path, dest: Path, alternates: list[Path] = ()) -> None:
     """A private repository at `dest` that borrows `source`'s objects (objects/info/alternates),
     as `git clone --shared --no-checkout` does, without copying refs or hook samples: made in
     a millisecond, removed with the work area, and holding only this run's new objects, so
     nothing is reused across runs that a `git gc --prune=now` in the source could break.
-    Nothing is ever written in `source`."""
+    `alternates`: more object folders to borrow (a re-rooted sub-target's). `source` is never written."""
     res = git.run(source, "rev-parse", "--git-common-dir", "--show-object-format", env={"GIT_OPTIONAL_LOCKS": "0"})
     common, fmt = res.stdout.split("\n")[:2]
     objects = (Path(source) / common).resolve() / "objects"
     gd = dest / ".git"
     for sub in ("objects/info", "objects/pack", "refs/heads", "refs/tags"):
         (gd / sub).mkdir(parents=True, exist_ok=True)
-    (gd / "objects" / "info" / "alternates").write_text(f"{objects}\n")
+    (gd / "objects" / "info" / "alternates").write_text("".join(f"{o}\n" for o in dict.fromkeys([objects, *alternates])))
     (gd / "HEAD").write_text("ref: refs/heads/lucepatch\n")
     ext = f"[extensions]\n\tobjectformat = {fmt}\n" if fmt != "sha1" else ""
     (gd / "config").write_text(f"[core]\n\trepositoryformatversion = {0 if fmt == 'sha1' else 1}\n"
@@ -446,13 +448,14 @@ def apply_loop(state: TreeState, target: Target | None, patches: list[Patch], fi
 def apply_series(target: Target, source: Path, patches: list[Patch], work: WorkArea,
                  base: str | None = None, *, trailers: bool = True, am_args: tuple[str, ...] = (),
                  am_env: dict | None = None, checkout: bool = True, fetch: bool | None = None,
-                 write_objects: bool = True, base_label: str | None = None) -> SeriesResult:
+                 write_objects: bool = True, base_label: str | None = None, alternates: list[Path] = ()) -> SeriesResult:
     """Apply `patches` in order onto `base` (default: the pinned base) in a private repository.
 
     `am_args` accepts "--signoff" (the committer identity from `am_env` signs each commit);
     `checkout=False` leaves the private repository without a work tree (apply/check/status do
     not need one); `write_objects=False` (check) computes the outcomes without writing the new
-    commits anywhere; `base_label` names `base` in an error (the flag a user gave it with).
+    commits anywhere; `base_label` names `base` in an error (the flag a user gave it with);
+    `alternates`: object folders borrowed besides the source's.
     The patches go through the one apply loop (`apply_loop` on a `TreeState`): in Python where
     git would apply them exactly, the others by the per-patch engine; LUCEPATCH_ENGINE=per-patch
     uses the engine for all.
@@ -461,7 +464,7 @@ def apply_series(target: Target, source: Path, patches: list[Patch], work: WorkA
                             what=base_label)
     listing = base_listing(source, base_sha)
     check_series_safety(patches, source, base_sha, listing)
-    clone_private(source, work.repo)
+    clone_private(source, work.repo, alternates)
     files = prepare_patch_files(patches, work)
     validate_diffs(work.repo, [(f, str(p.path)) for f, p in zip(files, patches)])
     state = TreeState(work.repo, work.path / "index", base_sha, listing=listing, read_from=source)
@@ -481,11 +484,11 @@ def apply_series(target: Target, source: Path, patches: list[Patch], work: WorkA
     return result
 
 
-def prepare_private(source: Path, patches: list[Patch], work: WorkArea, commit: str) -> list[Path]:
-    """The series checked against `commit`, a private clone, the patch diffs written and validated
-    (what every read-only use of the series starts with)."""
+def prepare_private(source: Path, patches: list[Patch], work: WorkArea, commit: str, alternates=()) -> list[Path]:
+    """The series checked against `commit`, a private clone (borrowing `alternates` too), the patch
+    diffs written and validated (what every read-only use of the series starts with)."""
     check_series_safety(patches, source, commit)
-    clone_private(source, work.repo)
+    clone_private(source, work.repo, alternates)
     files = prepare_patch_files(patches, work)
     validate_diffs(work.repo, [(f, str(p.path)) for f, p in zip(files, patches)])
     return files

@@ -36,7 +36,8 @@ from lucepatch.engine.apply import WorkArea, prepare_private
 from lucepatch.engine.core import ALREADY_UPSTREAM, APPLIED, APPLIED_3WAY, CONFLICT, IndexEngine
 from lucepatch.engine.matrix_batches import MISSING, Batches, Fallback, Item, PatchShape, patch_shape, trusted_patches
 from lucepatch.engine.safety import diff_paths
-from lucepatch.engine.subtargets import gitlinks, sub_targets
+from lucepatch.engine import layout
+from lucepatch.engine.subtargets import sub_targets
 from lucepatch.errors import UsageError
 from lucepatch.series import Patch
 
@@ -246,9 +247,10 @@ def _run_full(repo, work_dir, todo, patches, files, independent, jobs, rows, det
 # ---- the verb: a target (and its sub-targets) over a range --------------------------------------
 @dataclass
 class SubMatrix:
-    """A submodule's cells along the superproject's commits: in each, the submodule is at the
-    commit the superproject's gitlink names (None: no submodule there, or a commit the
-    submodule's checkout does not have — no cells then)."""
+    """A sub-target's cells along the superproject's commits, where each commit holds it
+    (engine/layout.py): in a submodule, at the commit the gitlink names (no cells when the
+    submodule's checkout lacks that commit); in a folder (vendored) or absent, its patches
+    re-rooted onto the superproject commit itself."""
 
     sub: object  # engine.subtargets.SubTarget
     commits: list[str]  # superproject commits
@@ -256,13 +258,51 @@ class SubMatrix:
     cells: list[list[str] | None]
     states: int = 0
     stats: dict = field(default_factory=dict)
+    places: list = field(default_factory=list)  # engine.layout.Place per commit
 
     def to_json(self) -> dict:
+        places = self.places or [None] * len(self.commits)
         return {**self.sub.to_json(), "patches": [p.name for p in self.sub.target.patches],
                 "distinct_states": self.states, "evaluation": self.stats,
                 "commits": [{"commit": c, "submodule_commit": link, "cells": cells,
+                             "layout": pl.kind if pl else None, "at": pl.path if pl else None,
                              "compatible": None if cells is None else all(x != CONFLICT for x in cells)}
-                            for c, link, cells in zip(self.commits, self.links, self.cells)]}
+                            for c, link, cells, pl in zip(self.commits, self.links, self.cells, places)]}
+
+
+def _sub_matrix(st, src: Path, cache: Path, commits: list[str], independent: bool, jobs: int | None) -> SubMatrix:
+    places = layout.places(src, commits, st.submodule)
+    links = [pl.commit if pl.kind == layout.SUBMODULE else None for pl in places]
+    sm = SubMatrix(st, commits, links, [None] * len(commits), 0, {}, places)
+    stats: dict = {}
+    # in a submodule: every distinct gitlink its checkout has, the submodule's own history
+    checkout = next((c for c in (layout.checkout_of(src, st.submodule, pl) for pl in places if pl.kind == layout.SUBMODULE)
+                     if c is not None), None)
+    have = [c for c in dict.fromkeys(links) if c and checkout is not None and git.try_resolve(checkout, c) == c]
+    if have:
+        with WorkArea(cache, f"matrix-{st.target.name}") as work:
+            sfiles = prepare_private(checkout, st.target.patches, work, have[0])
+            r = run_matrix(work.repo, work.path, st.target.patches, sfiles, have, [""] * len(have),
+                           independent=independent, jobs=jobs)
+        by_link = dict(zip(have, r.cells))
+        sm.states += r.states
+        stats["submodule"] = r.stats
+        sm.cells = [by_link.get(link) if link else None for link in links]
+    # in the superproject (a folder, or absent): the re-rooted series on those superproject commits
+    for at in dict.fromkeys(pl.path for pl in places if pl.in_superproject):
+        idx = [i for i, pl in enumerate(places) if pl.in_superproject and pl.path == at]
+        moved = [layout.reroot(p, "", at) for p in st.target.patches]
+        alternates = [layout.objects_of(checkout)] if checkout is not None else []
+        with WorkArea(cache, f"matrix-{st.target.name}-folder") as work:
+            files = prepare_private(src, moved, work, commits[idx[0]], alternates=alternates)
+            r = run_matrix(work.repo, work.path, moved, files, [commits[i] for i in idx], [""] * len(idx),
+                           independent=independent, jobs=jobs)
+        for i, cells in zip(idx, r.cells):
+            sm.cells[i] = cells
+        sm.states += r.states
+        stats[f"folder {at}"] = r.stats
+    sm.stats = stats
+    return sm
 
 
 def matrix_of(t, src: Path, cache: Path, rev_range: str, *, independent: bool = False, first_parent: bool = False,
@@ -280,23 +320,5 @@ def matrix_of(t, src: Path, cache: Path, rev_range: str, *, independent: bool = 
     with WorkArea(cache, f"matrix-{t.name}") as work:
         files = prepare_private(src, t.patches, work, commits[0])
         res = run_matrix(work.repo, work.path, t.patches, files, commits, subjects, independent=independent, jobs=jobs)
-    subs = []
-    if t.submodules:
-        for st in sub_targets(t)[1:]:
-            if not st.target.series:
-                continue
-            ssrc = st.source(src)
-            links = gitlinks(src, commits, st.path)
-            have = [c for c in dict.fromkeys(links) if c and git.try_resolve(ssrc, c) == c]
-            cells: dict[str, list[str]] = {}
-            sm = SubMatrix(st, commits, links, [], 0)
-            if have:
-                with WorkArea(cache, f"matrix-{st.target.name}") as work:
-                    sfiles = prepare_private(ssrc, st.target.patches, work, have[0])
-                    r = run_matrix(work.repo, work.path, st.target.patches, sfiles, have, [""] * len(have),
-                                   independent=independent, jobs=jobs)
-                cells = dict(zip(have, r.cells))
-                sm.states, sm.stats = r.states, r.stats
-            sm.cells = [cells.get(link) if link else None for link in links]
-            subs.append(sm)
+    subs = [_sub_matrix(st, src, cache, commits, independent, jobs) for st in sub_targets(t)[1:] if st.target.series]
     return res, subs

@@ -41,11 +41,16 @@ def apply_onto_checkout(t: Target, src: Path, cache: Path, *, partial: bool = Fa
                 co.require_switchable(st_src, branch, force=force, allow_dirty=stash, detached_at=st.target.base)
                 co.require_writable_git_dir(st_src)
             applied = applied_each(t, src, cache, stack, label="apply", fetch=fetch)
+            result = applied[0].result
+            result.subs = [(a.sub, a.result) for a in applied[1:]]
+            # a folder sub-target's patches are commits of the superproject's branch: one member
+            applied = [a for a in applied if not a.in_superproject]
         else:
             work = stack.enter_context(WorkArea(cache, f"apply-{t.name}"))
             applied = [_Single(src, apply_series(t, src, t.patches, work, checkout=False, fetch=fetch), work)]
         result = applied[0].result
-        result.subs = [(a.sub, a.result) for a in applied[1:]]
+        if not t.submodules:
+            result.subs = []
         if result.all_conflicts and not partial:
             return Applied(result, branch, False)
         members = []
@@ -73,5 +78,5 @@ class _Single:
 
 def _submodule_checkouts(t: Target, src: Path):
     for st in sub_targets(t)[1:]:
-        if st.target.series:
+        if st.target.series and st.submodule.layout == "submodule":  # a folder is the superproject's
             yield st.source(src), st

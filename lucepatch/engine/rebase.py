@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from lucepatch import git, trailers
-from lucepatch.engine import upstreamed
+from lucepatch.engine import session_subs, upstreamed
 from lucepatch.engine.commits import FORMAT_PATCH_ARGS, PURE_ENV
 from lucepatch.engine.core import ALREADY_UPSTREAM, IndexEngine
 from lucepatch.errors import UsageError
@@ -106,19 +106,26 @@ def backports(repo: Path, source: Path, orig: Path, opts, upstream: str | None =
 
 
 def build_target_dir(d: Path, t: Target, st, plan: dict) -> None:
-    """Edit the staged copy `d` of the target folder into the rebased series."""
-    left = [n for n in plan["absorbed"]]
-    if left:
-        (d / "absorbed").mkdir(exist_ok=True)
+    """Edit the staged copy `d` of the target folder into the rebased series. A moving sub-target's
+    patches (`<sub-target>/<file>`, engine/session_subs.py) go back into its series_dir in its own
+    coordinates, and its [[submodule]] table says where --onto holds it."""
+    left: dict[Path, set[str]] = {}  # series folder (relative) -> names that leave it
     for name, data in plan["absorbed"].items():
-        (d / "absorbed" / name).write_bytes(data)
-        (d / name).unlink(missing_ok=True)
+        rel, data = session_subs.in_own_coordinates(t, st.subs, name, data, t.dir / name)
+        (d / rel.parent / "absorbed").mkdir(parents=True, exist_ok=True)
+        (d / rel.parent / "absorbed" / rel.name).write_bytes(data)
+        (d / rel).unlink(missing_ok=True)
+        left.setdefault(rel.parent, set()).add(rel.name)
     for name, data in plan["files"].items():  # backports are new files
-        if not (d / name).is_file() or (d / name).read_bytes() != data:
-            (d / name).write_bytes(data)
-    # the session's series (backports first), comments and quilt options kept
-    lines = (t.dir / "series").read_text().splitlines(keepends=True)
-    keep = [ln for ln in lines if (ln.split("#", 1)[0].split() or [None])[0] not in left]
-    if (d / "series").read_text() != "".join(keep):
-        (d / "series").write_text("".join(keep))
+        rel, data = session_subs.in_own_coordinates(t, st.subs, name, data, t.dir / name)
+        if not (d / rel).is_file() or (d / rel).read_bytes() != data:
+            (d / rel).write_bytes(data)
+    # each series file loses what left it, comments and quilt options kept; the superproject's is the
+    # session's (backports first), written whatever left
+    for folder in dict.fromkeys([Path("."), *left]):
+        lines = (t.dir / folder / "series").read_text().splitlines(keepends=True)
+        keep = [ln for ln in lines if (ln.split("#", 1)[0].split() or [None])[0] not in left.get(folder, set())]
+        if (d / folder / "series").read_text() != "".join(keep):
+            (d / folder / "series").write_text("".join(keep))
     update_target_toml(d / "target.toml", base=st.onto, version=plan["new_version"])
+    session_subs.write_tables(d / "target.toml", st.subs)

@@ -12,6 +12,12 @@ What is on disk (the state, its store and lock, the session as a document) is
 engine/session_store.py; this module drives the session. Every state change is written atomically after the step it records, and every step can be
 redone from the recorded `head` (commit ids are deterministic), so a session killed at any point
 resumes with `--continue`. Phases: walking -> conflict (a human) -> walking ... -> ready -> writing.
+
+Long: one session's life over one State under one lock — start, prepare, walk, resolve, skip, plan,
+write — whose invariant (the recorded head is the truth, every step redone from it) each step relies
+on; split by step, that invariant would be spread over modules. What is not the life of a session is
+elsewhere: the rules of a finished walk (engine/rebase.py), the state on disk (engine/session_store.py),
+the sub-targets that move (engine/session_subs.py).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from typing import Callable
 
 from lucepatch import git, odb, report, trailers
 from lucepatch.engine import needed as needed_mod, retirement
-from lucepatch.engine import transaction, upstreamed
+from lucepatch.engine import session_subs, transaction, upstreamed
 from lucepatch.engine.apply import (TreeState, WorkArea, apply_loop, clone_private, commit_message, patch_author, pause_at, resolve_base, series_trailers, with_trailers)
 from lucepatch.engine.commits import PURE_ENV, format_commits
 from lucepatch.engine.checkout import clear_private_locks
@@ -73,6 +79,15 @@ class Session:
         self.store, self.st, self.cache = store, st, cache
         self.t: Target = load_target_dir(store.dir / "original" / st.target)
         self._state: TreeState | None = None
+        self._patches = None
+
+    @property
+    def patches(self) -> list:
+        """The patches the session walks: the superproject's series, then the re-rooted series of
+        every sub-target whose place moves (engine/session_subs.py)."""
+        if self._patches is None:
+            self._patches = session_subs.patches(self.t, self.st.subs) if self.st.subs else self.t.patches
+        return self._patches
 
     # ---- opening
     @classmethod
@@ -110,26 +125,35 @@ class Session:
             onto = git.resolve_commit(source, onto_ref, what="--onto", upstream=t.upstream)
             check_series_safety(t.patches, source, base)
             check_series_safety(t.patches, source, onto)
+            subs = session_subs.moving(t, source, onto) if t.submodules else []
             tmp = where or store.root / f".{store.key}.starting-{os.getpid()}"
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
             orig = tmp / "original" / name
             shutil.copytree(t.dir, orig, symlinks=True)
-            clone_private(source, tmp / "worktree")
+            clone_private(source, tmp / "worktree", session_subs.alternates(subs))
+            flats: dict = {}
+            flat_base = session_subs.flat(tmp / "worktree", base, subs, "base", flats)
+            flat_onto = session_subs.flat(tmp / "worktree", onto, subs, "onto", flats)
+            odb.write_objects(tmp / "worktree", flats)
             if opts.line:
                 as_line(orig, t, opts.line)
             made = backports(tmp / "worktree", source, orig, opts, t.upstream) if opts.backports or opts.build_only else {}
             tt = load_target_dir(orig)
             check_series_safety(tt.patches, source, onto)
+            walked = session_subs.patches(tt, subs) if subs else tt.patches
+            if subs:  # the moving sub-targets' patches, where the walk puts them
+                check_series_safety(walked[len(tt.patches):], tmp / "worktree", flat_onto)
             st = State(target=name, target_dir=str(target_dir.resolve()), source=str(Path(source).resolve()), base=base,
                        onto=onto, onto_ref=onto_ref, direction=direction_of(tmp / "worktree", base, onto),
-                       old_version=t.version, old_head=base, head=onto,
+                       old_version=t.version, old_head=flat_base, head=flat_onto,
                        snapshot={} if opts.line else transaction.snapshot(t.dir),
                        patches=[PatchState(p.name, p.patch_id, hashlib.sha256(p.raw).hexdigest(), backport=made.get(p.name))
-                                for p in tt.patches],
-                       options=asdict(opts), started=_now(), pid=os.getpid(), new_line=opts.line)
+                                for p in walked],
+                       options=asdict(opts), started=_now(), pid=os.getpid(), new_line=opts.line,
+                       subs=subs, flat_base=flat_base if subs else None, flat_onto=flat_onto if subs else None)
             sess = cls.__new__(cls)
-            sess.store, sess.st, sess.cache, sess._state = store, st, cache, None
+            sess.store, sess.st, sess.cache, sess._state, sess._patches = store, st, cache, None, None
             sess.t = tt
             # the judge keys its saved report by the target's content and the workspace's reproducers:
             # the staged copy (tt) has no reproducers/ beside it
@@ -140,6 +164,7 @@ class Session:
             if where is None:
                 os.rename(tmp, store.dir)
                 sess.t = load_target_dir(store.dir / "original" / name)  # the copy moved with the session
+                sess._patches = None
             sess._root = store.dir if where is None else tmp
             return sess
         except BaseException:  # any interruption (signals too): undo, then re-raise
@@ -164,7 +189,7 @@ class Session:
 
     # ---- start: old chain (blobs + range-diff), absorbed detection, needed
     def _prepare(self, source: Path, opts: Options) -> None:
-        st, repo, patches = self.st, self.repo, self.t.patches
+        st, repo, patches = self.st, self.repo, self.patches
         (self.root / "diffs").mkdir(exist_ok=True)
         files = []
         for i, p in enumerate(patches):
@@ -172,27 +197,42 @@ class Session:
             files.append(self.patch_file(i))
         validate_diffs(repo, [(f, str(p.path)) for f, p in zip(files, patches)])
         # The old series on the old base: its blobs let 3-way merges of later patches work even
-        # when an earlier one is dropped, and its head is the left side of the range-diff.
-        old = TreeState(repo, self.root / "old.index", st.base)
-        carried = [(p, f) for p, f, ps in zip(patches, files, st.patches) if not ps.backport]
-        outcomes, st.old_head = apply_loop(old, self.t, [p for p, _ in carried], [f for _, f in carried], st.base)
+        # when an earlier one is dropped, and its head is the left side of the range-diff. A moving
+        # sub-target's patches go where the base holds it (a moved submodule: another path).
+        old_patches, old_files = patches, files
+        if st.subs:
+            old_patches = session_subs.patches(self.t, st.subs, "base")
+            old_files = []
+            for i, (p, q) in enumerate(zip(patches, old_patches)):
+                if p.diff == q.diff:
+                    old_files.append(files[i])
+                else:
+                    f = self.root / "diffs" / f"old-{i + 1:04d}.diff"
+                    f.write_bytes(q.diff)
+                    old_files.append(f)
+        old = TreeState(repo, self.root / "old.index", st.old_base)
+        carried = [(p, f) for p, f, ps in zip(old_patches, old_files, st.patches) if not ps.backport]
+        outcomes, st.old_head = apply_loop(old, self.t, [p for p, _ in carried], [f for _, f in carried], st.old_base)
         old.flush()
         bad = [o.patch.name for o in outcomes if o.status == CONFLICT]
         if bad:
             st.warnings.append(f"on its own base {st.base[:12]} the series does not apply cleanly ({', '.join(bad)}); "
                                "3-way merges of later patches may lack preimages")
-        up_ids = upstreamed.upstream_patch_ids(repo, st.base, st.onto)
+        up_ids = {**session_subs.patch_ids(repo, st.subs), **upstreamed.upstream_patch_ids(repo, st.base, st.onto)}
         eng = IndexEngine(repo, self.root / "detect.index")
-        eng.reset(st.onto)
-        reader = upstreamed.tree_reader(repo, st.onto)
+        eng.reset(st.walk_base)
+        reader = upstreamed.tree_reader(repo, st.walk_base)
         for ps, p, f in zip(st.patches, patches, files):
             hit = upstreamed.detect(p, f, repo=repo, ref=st.onto, upstream_ids=up_ids, reverse_check=eng.check_reverse,
                                     read_file=reader, target=self.t, source=source)
             if hit:
                 commit = hit.commit or attribute(repo, st.base, st.onto, self.root, p, f, hit.signal) or st.onto
                 ps.action, ps.applies, ps.signal, ps.upstream_commit, ps.detail = ABSORBED, "absorbed", hit.signal, commit, hit.detail
-        judged = needed_mod.judge(self.t, source, st.onto, patches, no_behaviour=opts.no_behaviour, cache=self.cache,
-                                  reproducers=getattr(self, "_reproducers", None))
+        judged = needed_mod.judge(self.t, source, st.onto, self.t.patches, no_behaviour=opts.no_behaviour,
+                                  cache=self.cache, reproducers=getattr(self, "_reproducers", None))
+        for p in patches[len(self.t.patches):]:  # the judge reads the superproject's series only
+            judged[p.name] = needed_mod.Judgement(needed_mod.NOT_JUDGED, "a sub-target's patch: the behaviour judge "
+                                                  "runs the superproject's reproducers only")
         for ps in st.patches:
             j = judged[ps.name]
             ps.needed = j.to_json()
@@ -223,7 +263,7 @@ class Session:
             if ps.action != PENDING:
                 continue
             pause_at(i)
-            p = self.t.patches[i]
+            p = self.patches[i]
             outcomes, head = apply_loop(self.state, self.t, [p], [self.patch_file(i)], st.head)
             self.state.flush()  # the head saved below must be readable after a kill
             o = outcomes[0]
@@ -288,7 +328,7 @@ class Session:
         """--continue after a human resolved the stopped patch: commit the work tree."""
         st, wt = self.st, self.repo
         i = st.current
-        ps, p = st.patches[i], self.t.patches[i]
+        ps, p = st.patches[i], self.patches[i]
         bad = self.unresolved()
         if bad:
             raise CheckFailed(f"unresolved conflicts in {', '.join(bad)} (in {wt}): resolve them and run "
@@ -316,8 +356,8 @@ class Session:
     def skip(self, name: str) -> bool:
         """--skip NAME; True when the walk should go on (the stopped patch was skipped)."""
         st = self.st
-        p = find_patch(self.t.patches, name, where=f"the rebase session of {st.target}", flag="--skip")
-        i = self.t.patches.index(p)
+        p = find_patch(self.patches, name, where=f"the rebase session of {st.target}", flag="--skip")
+        i = self.patches.index(p)
         ps = st.patches[i]
         if ps.action not in (PENDING, STOPPED):
             raise UsageError(f"--skip {name}: {ps.name} is already {ps.action} in this session; --abort and start again "
@@ -335,6 +375,7 @@ class Session:
         """Before resuming: the recorded head is the truth, whatever a killed step left behind —
         including the locks a killed git left in the session's private repository."""
         self._state = None
+        self._patches = None
         clear_private_locks(self.root)
         if self.st.phase == WRITING:
             transaction.recover(Path(self.st.target_dir).parent)
@@ -344,21 +385,27 @@ class Session:
         """What the workspace will hold: {"files", "absorbed", "series", "bump", ...}."""
         st, t = self.st, self.t
         fresh = {}
-        if st.head != st.onto:
-            for fpath, _pid, commit in format_commits(self.repo, st.onto, st.head, self.root / "export"):
+        if st.head != st.walk_base:
+            for fpath, _pid, commit in format_commits(self.repo, st.walk_base, st.head, self.root / "export"):
                 fresh[commit] = fpath.read_bytes()
         files, absorbed, kinds, rows = {}, {}, set(), []
         if st.base != st.onto:
             kinds.add("major")
-        for ps, p in zip(st.patches, t.patches):
+        for ps, p in zip(st.patches, self.patches):
             row = ps.to_json()
+            mine = session_subs.own(t, p.name) if st.subs else None  # a moving sub-target's, as its files hold it
             if ps.action in KEPT:
-                new = trailers.replace_diff(p.raw, fresh[ps.commit])
-                newp = parse_patch_bytes(new, p.path, p.name)
+                if mine is None:
+                    new = trailers.replace_diff(p.raw, fresh[ps.commit])
+                else:
+                    new = trailers.replace_diff(mine.raw, session_subs.own_export(
+                        self.repo, ps.commit, session_subs.at_onto(st.subs, p.name), self.root / "export-own"))
+                was = mine or p
+                newp = parse_patch_bytes(new, was.path, was.name)
                 row["new_patch_id"] = newp.patch_id
-                if ps.backport or newp.patch_id != p.patch_id:  # a patch added (backport) or changed
+                if ps.backport or newp.patch_id != was.patch_id:  # a patch added (backport) or changed
                     kinds.add("minor")
-                elif new != p.raw:
+                elif new != was.raw:
                     kinds.add("patch")
                 files[p.name] = new
             elif ps.action in LEFT:
@@ -366,18 +413,20 @@ class Session:
                     "skipped (rebase --skip by a human; not verified)" if ps.action == SKIPPED else
                     f"superseded ({'simulated driver' if ps.needed.get('simulated') else ps.needed.get('driver') or 'judge'})"
                     f", code signal {(ps.needed.get('code_signal') or {}).get('signal')}")
-                absorbed[p.name] = with_trailers(p, [f"Applied-Upstream: {ps.upstream_commit or st.onto}",
-                                                     f"Applied-Upstream-Signal: {sig}"])
+                absorbed[p.name] = with_trailers(mine or p, [f"Applied-Upstream: {ps.upstream_commit or st.onto}",
+                                                             f"Applied-Upstream-Signal: {sig}"])
                 kinds.add("minor")
             rows.append(row)
+        if st.subs:  # a sub-target that moves changes what the series is applied to
+            kinds.add("major")
         bump = next((k for k in ("major", "minor", "patch") if k in kinds), "none")
         new_version = bump_version(st.old_version, bump if bump != "none" else None)
         if st.new_line:
             bump, new_version = "new line", "1.0.0"
         range_diff = ""
-        if st.old_head != st.base or st.head != st.onto:
-            range_diff = _g(self.repo, "range-diff", "--no-color", f"{st.base}..{st.old_head}",
-                            f"{st.onto}..{st.head}", check=False).stdout
+        if st.old_head != st.old_base or st.head != st.walk_base:
+            range_diff = _g(self.repo, "range-diff", "--no-color", f"{st.old_base}..{st.old_head}",
+                            f"{st.walk_base}..{st.head}", check=False).stdout
         return {"files": files, "absorbed": absorbed, "bump": bump, "new_version": new_version,
                 "range_diff": range_diff, "rows": rows}
 

@@ -85,6 +85,21 @@ class State:
     result_snapshot: dict | None = None
     warnings: list[str] = field(default_factory=list)
     new_line: str | None = None  # --line NAME: the result is a new target folder of the family
+    # sub-targets whose place moves between base and onto (engine/session_subs.py), walked in the
+    # flattened trees: flat_base/flat_onto are those trees' commits (None: no sub-target moves)
+    subs: list = field(default_factory=list)
+    flat_base: str | None = None
+    flat_onto: str | None = None
+
+    @property
+    def old_base(self) -> str:
+        """Where the old series' chain starts (the base, flattened when a sub-target moves)."""
+        return self.flat_base or self.base
+
+    @property
+    def walk_base(self) -> str:
+        """Where the walk starts (onto, flattened when a sub-target moves)."""
+        return self.flat_onto or self.onto
 
     def to_json(self) -> dict:
         d = asdict(self)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lucepatch import git
-from lucepatch.engine import upstreamed
+from lucepatch.engine import layout, upstreamed
 from lucepatch.engine.apply import CONFLICT, WorkArea, open_state, resolve_base
 from lucepatch.engine.commits import applied_patch_ids
 from lucepatch.engine.subtargets import sub_targets
@@ -19,13 +19,16 @@ UPSTREAM = "already-upstream"
 CONFLICTS = "conflicts"
 
 
-def compute_status(t, src, work, head: str, base: str) -> list[dict]:
+def compute_status(t, src, work, head: str, base: str, patches: list | None = None) -> list[dict]:
+    """Rows of `patches` (default: t's series) at `head`; a folder sub-target passes its re-rooted
+    patches with the superproject's checkout, HEAD and base."""
+    patches = t.patches if patches is None else patches
     applied = applied_patch_ids(src, base, head)
     up_ids = upstreamed.upstream_patch_ids(src, base, head)
-    state, files = open_state(src, t.patches, work, head)
+    state, files = open_state(src, patches, work, head)
     reader = upstreamed.tree_reader(work.repo, head)
     rows = []
-    for p, f in zip(t.patches, files):
+    for p, f in zip(patches, files):
         row = {"name": p.name, "subject": p.subject, "patch_id": p.patch_id, "status": None,
                "signal": None, "commit": None, "would": None, "detail": ""}
         if p.patch_id in applied:
@@ -37,7 +40,7 @@ def compute_status(t, src, work, head: str, base: str) -> list[dict]:
                 row.update(status=UPSTREAM, signal=hit.signal, commit=hit.commit, detail=hit.detail)
         rows.append(row)
     # what is neither applied nor upstream: would it apply at HEAD (cumulatively, in series order)?
-    for row, p, f in zip(rows, t.patches, files):
+    for row, p, f in zip(rows, patches, files):
         if row["status"] is not None:
             continue
         status, detail = state.apply(p, f)
@@ -59,11 +62,26 @@ def status_of(t, src: Path, cache: Path, *, fetch: bool = False) -> dict:
 
 
 def status_all(t, src: Path, cache: Path, *, fetch: bool = False) -> dict:
-    """The target's status, with `submodules`: each sub-target's at its own checkout's HEAD."""
+    """The target's status, with `submodules`: each sub-target's where the checkout's HEAD holds
+    it — a submodule at its own checkout's HEAD; a folder (vendored) or absent one in the
+    superproject at its HEAD, its patches re-rooted there (engine/layout.py)."""
     doc = status_of(t, src, cache, fetch=fetch)
     if t.submodules:
-        doc["submodules"] = [{**st.to_json(), **status_of(st.target, st.source(src), cache, fetch=fetch)}
-                             for st in sub_targets(t)[1:] if st.target.series]
+        subs = []
+        for st in sub_targets(t)[1:]:
+            if not st.target.series:
+                continue
+            pl = layout.place(src, doc["head"], st.submodule)
+            if pl.in_superproject:
+                moved = [layout.reroot(p, "", pl.path) for p in st.target.patches]
+                with WorkArea(cache, f"status-{st.target.name}") as work:
+                    rows = compute_status(st.target, src, work, doc["head"], doc["base"], moved)
+                sub = {"base": doc["base"], "head": doc["head"], "branch": doc["branch"], "patches": rows}
+            else:
+                checkout = layout.checkout_of(src, st.submodule, pl) or st.source(src)
+                sub = status_of(st.target, checkout, cache, fetch=fetch)
+            subs.append({**st.to_json(), **sub, "place": pl.to_json()})
+        doc["submodules"] = subs
     return doc
 
 

@@ -22,8 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from lucepatch import git, odb, report
-from lucepatch.engine.apply import WorkArea, apply_series
+from lucepatch import git, report
+from lucepatch.engine import layout
+from lucepatch.engine.apply import SeriesResult, WorkArea, apply_series
+from lucepatch.engine.core import CONFLICT
+from lucepatch.engine.layout import Place
 from lucepatch.errors import EnvironmentMissing, UsageError
 from lucepatch.target import Target, sub_target
 from lucepatch.target_sections import Submodule
@@ -69,43 +72,121 @@ def with_patches(sts: list[SubTarget]) -> list[SubTarget]:
 @dataclass
 class Applied:
     sub: SubTarget
-    source: Path
-    result: object  # engine.apply.SeriesResult
+    source: Path  # the repository it applied in (the superproject's checkout for a folder)
+    result: object  # engine.apply.SeriesResult (a folder's: its own outcomes in the superproject's result)
     work: object  # engine.apply.WorkArea (its repo holds the result)
     patches: list = field(default_factory=list)
+    place: Place | None = None  # where the sub-target was (None: the superproject itself)
+
+    @property
+    def in_superproject(self) -> bool:
+        """Applied inside the superproject's tree (a folder, or absent), not in a checkout of its own."""
+        return self.place is not None and self.place.in_superproject
 
     def to_json(self) -> dict:
-        return {**self.sub.to_json(), **self.result.to_json()}
+        return {**self.sub.to_json(), **self.result.to_json(), **({"place": self.place.to_json()} if self.place else {})}
+
+
+def placed(target: Target, source: Path, at: str | None, *, bases: dict[str, str] | None = None) -> list[tuple]:
+    """(SubTarget, Place) of every [[submodule]] in superproject commit `at`. With `at` None (the
+    pinned base), a `layout = "submodule"` sub-target is at its declared base (or `bases[path]`),
+    and a `layout = "folder"` one must be a folder of the base's tree (else one line: target.toml
+    and the base disagree)."""
+    out = []
+    subs = sub_targets(target)[1:]
+    if at is None:
+        base = (bases or {}).get(".")
+        for st in subs:
+            if st.submodule.layout == layout.SUBMODULE:
+                out.append((st, layout.Place(layout.SUBMODULE, st.path, st.path,
+                                             (bases or {}).get(st.path) or st.target.base)))
+                continue
+            if base is None:
+                base = git.resolve_commit(source, target.base, what=f"base commit {target.base} of {target.name}",
+                                          upstream=target.upstream)
+            pl = layout.place(source, base, st.submodule)
+            if pl.kind != layout.FOLDER:
+                raise UsageError(f"{target.toml_path}: [[submodule]] {st.label} says layout = 'folder', but the base "
+                                 f"{base[:12]} holds {pl.describe()}; set layout and base to what the base holds")
+            out.append((st, pl))
+        return out
+    places = {}
+    for st in subs:
+        places[st.path] = layout.place(source, at, st.submodule)
+        out.append((st, places[st.path]))
+    return out
 
 
 def applied_each(target: Target, source: Path, cache: Path, stack: contextlib.ExitStack, *,
                  patches_for: Callable[[Target], list] | None = None, bases: dict[str, str] | None = None,
                  label: str = "apply", checkout: bool = False, write_objects: bool = True,
-                 fetch: bool | None = None, skip_empty: bool = True) -> list[Applied]:
+                 fetch: bool | None = None, skip_empty: bool = True, at: str | None = None) -> list[Applied]:
     """Apply the superproject's and every submodule's series in private repositories (kept for
     the lifetime of `stack`). `patches_for(target)` picks the patches (default: the whole series;
     probes pass `lambda t: t.variant_patches(variant)`); `bases` maps a sub-target's path ("." for
-    the superproject) to a base other than its pinned one (carried trees). Nothing is written in
-    the user's checkouts."""
-    out = []
-    for st in sub_targets(target):
-        if skip_empty and not st.is_superproject and not st.target.series:
+    the superproject) to a base other than its pinned one (carried trees); `at`: the superproject
+    commit to apply on, where each sub-target is found as that commit holds it (`placed`).
+    A sub-target in a submodule applies in its checkout at the gitlink's commit; one that is a
+    folder (or absent) applies in the superproject, re-rooted under its path, after the
+    superproject's own patches (its outcomes reported as its own). Nothing is written in the
+    user's checkouts."""
+    pick = patches_for or (lambda t: t.patches)
+    spots = placed(target, source, at, bases=bases)
+    own = pick(target)
+    inside, alternates = [], []
+    for st, pl in spots:
+        if pl.in_superproject and st.target.series:
+            mine = pick(st.target)
+            inside.append((st, pl, mine, [layout.reroot(p, "", pl.path) for p in mine]))
+            co = layout.checkout_of(source, st.submodule, pl)
+            if co is not None:  # its objects: preimages for 3-way merges of the re-rooted patches
+                alternates.append(layout.objects_of(co))
+    work = stack.enter_context(WorkArea(cache, f"{label}-{target.name}"))
+    base = at or (bases or {}).get(".")
+    res = apply_series(target, source, own + [p for *_, moved in inside for p in moved], work, base=base,
+                       checkout=checkout, write_objects=write_objects, fetch=fetch, alternates=alternates,
+                       base_label="--onto" if at else None)
+    whole = list(res.outcomes)
+    res.outcomes = whole[:len(own)]
+    out = [Applied(SubTarget(target.name, ".", target), source, res, work, own)]
+    k = len(own)
+    by_path = {}
+    for st, pl, mine, _moved in inside:
+        part = SeriesResult(base=res.base, head=res.head, tree=res.tree, outcomes=whole[k:k + len(mine)],
+                            workdir=res.workdir, method={}, place=pl)
+        if pl.kind == layout.ABSENT:  # say why its files are missing
+            for o in part.outcomes:
+                if o.status == CONFLICT:
+                    o.detail = f"{pl.declared} is not in {res.base[:12]} (no folder, no submodule there); {o.detail}"
+        k += len(mine)
+        by_path[st.path] = Applied(st, source, part, work, mine, pl)
+    for st, pl in spots:
+        if st.path in by_path:
+            out.append(by_path[st.path])
             continue
-        src = st.source(source)
-        patches = patches_for(st.target) if patches_for else st.target.patches
-        work = stack.enter_context(WorkArea(cache, f"{label}-{st.target.name}"))
-        res = apply_series(st.target, src, patches, work, base=(bases or {}).get(st.path), checkout=checkout,
-                           write_objects=write_objects, fetch=fetch)
-        out.append(Applied(st, src, res, work, patches))
+        if pl.in_superproject or (skip_empty and not st.target.series):
+            continue
+        src = layout.checkout_of(source, st.submodule, pl)
+        if src is None:
+            st.source(source)  # the one line saying how to initialise it
+        patches = pick(st.target)
+        swork = stack.enter_context(WorkArea(cache, f"{label}-{st.target.name}"))
+        sres = apply_series(st.target, src, patches, swork, base=pl.commit, checkout=checkout,
+                            write_objects=write_objects, fetch=fetch)
+        sres.place = pl
+        out.append(Applied(st, src, sres, swork, patches, pl))
     return out
 
 
 def link_submodules(applied: list[Applied]) -> Path:
     """The superproject's applied work tree with each applied submodule tree linked at its path
-    (what a build of the patched target reads). Needs `checkout=True`."""
+    (what a build of the patched target reads). Needs `checkout=True`. A folder sub-target is in
+    the superproject's tree already."""
     root = Path(applied[0].result.workdir)
     for a in applied[1:]:
-        dest = root / a.sub.path
+        if a.in_superproject:
+            continue
+        dest = root / (a.place.path if a.place else a.sub.path)
         if dest.is_symlink() or dest.is_file():
             dest.unlink()
         elif dest.is_dir():
@@ -117,122 +198,56 @@ def link_submodules(applied: list[Applied]) -> Path:
 
 def gitlinks(repo: Path, commits: list[str], path: str) -> list[str | None]:
     """The commit the submodule at `path` is at in each superproject commit (None: absent, or
-    not a submodule there). One git process for the whole range: the tree holding `path` is read
-    in each commit (`cat-file --batch`) and its entry for the name looked up; a gitlink is the entry
-    of mode 160000. (`C:path` itself cannot be asked: a gitlink's commit is not in the
-    superproject's objects, so it reads "missing" exactly as an absent path does, and a batch
-    `rev-parse` refuses the whole batch at the first commit without the path.)"""
-    if not commits:
-        return []
-    parent, _, name = path.strip("/").rpartition("/")
-    specs = [f"{c}:{parent}" if parent else f"{c}^{{tree}}" for c in commits]
-    want = name.encode("utf-8", "surrogateescape")
-    oid_bytes = 32 if len(commits[0]) == 64 else 20
-    links: list[str | None] = []
-    for found in odb.read_specs(repo, specs):  # None: no such folder in that commit
-        if found is None:
-            links.append(None)
-            continue
-        kind, body = found
-        links.append(_tree_gitlink(body, want, oid_bytes) if kind == "tree" else None)
-    return links
-
-
-def _tree_gitlink(tree: bytes, name: bytes, oid_len: int) -> str | None:
-    """The commit id of `name` in a raw tree object when that entry is a gitlink (mode 160000)."""
-    i = 0
-    while i < len(tree):
-        sp = tree.index(b" ", i)
-        nul = tree.index(b"\0", sp)
-        mode, entry = tree[i:sp], tree[sp + 1:nul]
-        oid = tree[nul + 1:nul + 1 + oid_len]
-        i = nul + 1 + oid_len
-        if entry == name:
-            return oid.hex() if mode == b"160000" else None
-    return None
+    not a submodule there); one git process for the whole range (layout.entries)."""
+    return [e[1] if e and e[0] == "160000" else None for e in layout.entries(repo, commits, path)]
 
 
 def check_all(target: Target, source: Path, cache: Path, *, onto: str | None = None, fetch: bool = False):
-    """`check`: the superproject's SeriesResult with each submodule's in `.subs`. With `onto`, a
-    submodule is checked at the commit the superproject's `onto` pins it to (its gitlink there)."""
-    bases = {}
+    """`check`: the superproject's SeriesResult with each sub-target's in `.subs`. With `onto`, each
+    sub-target is checked where `onto` holds it: a submodule at the commit its gitlink names
+    there, a folder (vendored) or an absent one in the superproject, re-rooted (`applied_each`)."""
     if onto:  # named by its flag, not as "base commit", and fetched in this checkout from the upstream
         onto = git.resolve_commit(source, onto, what="--onto", upstream=target.upstream)
-    if onto and target.submodules:
-        sha = onto
-        for st in sub_targets(target)[1:]:
-            link = gitlinks(source, [sha], st.path)[0]
-            if link is None:
-                raise UsageError(f"--onto {sha[:12]} has no submodule at {st.path}")
-            bases[st.path] = link
-    bases["."] = onto
     with contextlib.ExitStack() as stack:
-        applied = applied_each(target, source, cache, stack, bases=bases, label="check", write_objects=False,
-                               fetch=fetch)
+        applied = applied_each(target, source, cache, stack, label="check", write_objects=False, fetch=fetch,
+                               at=onto)
     res = applied[0].result
     res.subs = [(a.sub, a.result) for a in applied[1:]]
     return res
 
 
-def for_rebase(target: Target, source: Path, cache: Path, onto_ref: str, *, dry_run: bool = False,
-               fetch: bool | None = False, as_json: bool = False) -> list[dict]:
-    """`rebase --onto REF` of a target with [[submodule]]s: where REF pins each submodule.
+def for_rebase(target: Target, source: Path, onto_ref: str) -> list[dict]:
+    """`rebase --onto REF` of a target with [[submodule]]s: where REF holds each sub-target.
 
-    A rebase session carries the superproject's series; a submodule's series stays valid only
-    while REF pins the submodule where target.toml's base says (then nothing in it moves). A REF
-    that moves or removes a submodule is refused in one line before a session starts (carrying
-    a submodule's series in the same session is not supported yet); with `dry_run` it is reported
-    instead: each sub-target's series applied at its pin in REF (a submodule's commit must be in
-    its checkout: `git -C <source>/<path> fetch`). Each sub-target is reported (a moved one's
-    table on stdout, none under --json; the others as progress)."""
+    A sub-target whose place is the same at the pinned base and in REF stays out of the session
+    (its series and base unchanged). One whose place moves — its gitlink, its path, a submodule
+    vendored into a folder or back, or gone — is carried in the same session as the
+    superproject's series (engine/session_subs.py); its rows are the session's `<name>/<patch>`
+    rows. Reported per sub-target (progress lines; the JSON document has them all)."""
     if not target.submodules:
         return []
     onto = git.resolve_commit(source, onto_ref, what="--onto", upstream=target.upstream)
-    out, bases = [], {}
-    for st in sub_targets(target)[1:]:
-        src = st.source(source)
-        link = gitlinks(source, [onto], st.path)[0]
-        base = git.try_resolve(src, st.target.base) or st.target.base
-        out.append({**st.to_json(), "base": base, "onto": link, "moved": link != base, "patches": [],
-                    "conflicts": 0})
-        if link:
-            bases[st.path] = link
-    moved = [d for d in out if d["moved"]]
-    if moved and not dry_run:
-        what = "; ".join(f"moves submodule {d['path']} from {d['base'][:12]} to {d['onto'][:12]}" if d["onto"] else
-                         f"has no submodule at {d['path']}" for d in moved)
-        raise UsageError(f"rebase {target.name} --onto {onto_ref}: {onto[:12]} {what}; a rebase session carries the "
-                         f"superproject's series only, not a [[submodule]]'s (not supported yet): `lucepatch rebase "
-                         f"{target.name} --onto {onto_ref} --dry-run` reports each sub-target at its pin there")
-    if dry_run:
-        with contextlib.ExitStack() as stack:
-            for d, st in zip(out, sub_targets(target)[1:]):
-                if not d["onto"] or not st.target.series:
-                    continue
-                work = stack.enter_context(_work_area(cache, f"rebase-{st.target.name}"))
-
-                res = apply_series(st.target, st.source(source), st.target.patches, work, base=d["onto"],
-                                   checkout=False, write_objects=False, fetch=fetch)
-                d["patches"] = [{"name": o.patch.name, "status": o.status, "detail": o.detail} for o in res.outcomes]
-                d["conflicts"] = len(res.conflicts)
-    print_rebase(out, as_json=as_json)
+    was = {st.path: pl for st, pl in placed(target, source, None)}
+    out = []
+    for st, pl in placed(target, source, onto):
+        before = was[st.path]
+        moved = (before.kind, before.path, before.commit) != (pl.kind, pl.path, pl.commit)
+        out.append({**st.to_json(), "base": before.commit or target.base, "onto": pl.commit, "moved": moved,
+                    "carried": moved and bool(st.target.series), "place_base": before.to_json(),
+                    "place_onto": pl.to_json(), "patches": [], "conflicts": 0})
+    print_rebase(out)
     return out
 
 
-def _work_area(cache: Path, label: str):
-    return WorkArea(cache, label)
-
-
-def print_rebase(subs: list[dict], *, as_json: bool = False) -> None:
-    """The sub-targets of a rebase, for people."""
+def print_rebase(subs: list[dict]) -> None:
+    """The sub-targets of a rebase, for people (progress lines; the session's table has the patches)."""
     for d in subs:
-        at = (d["onto"] or "-")[:12]
+        now = Place(d["place_onto"]["layout"], d["place_onto"]["at"], d["place_onto"]["declared"], d["onto"])
         if not d["moved"]:
-            report.progress(f"submodule {d['path']} ({d['name']}) stays at {at}: its series is unchanged")
-        elif not d["onto"]:
-            report.progress(f"submodule {d['path']} ({d['name']}) is not in --onto; a session would refuse")
+            report.progress(f"submodule {d['path']} ({d['name']}) stays at {(d['onto'] or '-')[:12]}: its series is "
+                            "unchanged")
+        elif d["carried"]:
+            report.progress(f"sub-target {d['name']} ({d['path']}) moves: {now.describe()} in --onto; its series is "
+                            f"carried in this session (rows {d['name']}/<patch>)")
         else:
-            report.table(f"  submodule {d['path']} ({d['name']}) moves {d['base'][:12]} -> {at} (a session would "
-                         "refuse: not supported yet)", ["#", "patch", "status", "detail"],
-                         [[i, p["name"], p["status"], p["detail"]] for i, p in enumerate(d["patches"], 1)],
-                         as_json=as_json)
+            report.progress(f"sub-target {d['name']} ({d['path']}) moves to {now.describe()}; it has no series")

@@ -56,11 +56,14 @@ class Upstreamed:
         return {"signal": self.signal, "commit": self.commit, "detail": self.detail}
 
 
-def upstream_patch_ids(repo: Path, base: str, ref: str) -> dict[str, str]:
-    """patch-id -> oldest upstream commit in base..ref with it (lucepatch's own commits excluded)."""
+def upstream_patch_ids(repo: Path, base: str, ref: str, *, prefix: str = "") -> dict[str, str]:
+    """patch-id -> oldest upstream commit in base..ref with it (lucepatch's own commits excluded).
+    `prefix`: the commits' paths as seen under that folder (a submodule's history, for patches
+    re-rooted into the superproject: engine/layout.py)."""
     if base == ref:
         return {}
-    log = git.run(repo, "log", "-p", "--no-merges", "--no-color", "--full-index", "--reverse",
+    moved = (f"--src-prefix=a/{prefix.strip('/')}/", f"--dst-prefix=b/{prefix.strip('/')}/") if prefix.strip("/") else ()
+    log = git.run(repo, "log", "-p", "--no-merges", "--no-color", "--full-index", "--reverse", *moved,
                   "--invert-grep", "--grep=^Lucepatch-Series: ", "--format=commit %H", f"{base}..{ref}",
                   env={"GIT_OPTIONAL_LOCKS": "0"}).stdout
     if not log.strip():

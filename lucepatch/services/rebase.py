@@ -73,12 +73,17 @@ def prepare(ws: Workspace, name: str | None, source: str | None, *, dry_run: boo
 def start(cache: Path, t: Target, src: Path, onto: str, opts: S.Options, *, dry_run: bool = False,
           fetch: bool = False, quiet_subs: bool = False) -> S.Session | Outcome:
     """`rebase --onto REF`: a new session, locked (or, with `dry_run`, the whole walk's Outcome,
-    nothing kept). [[submodule]]s: refused when `onto` moves one; a dry run reports each sub-target
-    at its pin there (`submodules`); `quiet_subs` prints no tables for them (a JSON caller)."""
-    subs = for_rebase(t, src, cache, onto, dry_run=dry_run, fetch=fetch, as_json=quiet_subs)
+    nothing kept). [[submodule]]s whose place moves in `onto` are carried in the same session
+    (their rows `<name>/<patch>`); each sub-target is reported in `submodules` (a dry run)."""
+    subs = for_rebase(t, src, onto)
     if dry_run:
         doc = {**S.dry_run(cache, t, src, onto, opts, fetch=fetch), **({"submodules": subs} if subs else {})}
-        n = len(doc["conflicts"]) + sum(d["conflicts"] for d in subs)
+        for d in subs:  # a carried sub-target's rows, as the session walked them
+            rows = [r for r in doc["patches"] if r["name"].startswith(d["name"] + "/")]
+            d["patches"] = [{"name": r["name"].split("/", 1)[1], "status": r["applies"], "action": r["action"],
+                             "signal": r["signal"], "detail": r["detail"]} for r in rows]
+            d["conflicts"] = sum(r["applies"] == "conflict" for r in rows)
+        n = len(doc["conflicts"])
         return Outcome(doc, f"dry run: {n} conflict(s); nothing written", EXIT_CHECK_FAILED if n else 0)
     return S.Session.start(cache, t, src, onto, opts, fetch=fetch)
 
