@@ -59,6 +59,20 @@ def test_classify_wrong_cuda_result():
     assert r.outcome == "fail" and "expected CUDA_ERROR_INVALID_CONTEXT" in r.first_error
 
 
+def test_a_failed_check_names_the_failure_before_a_benign_error_line():
+    """HAMi's `Device 0 OOM` line (a limit the scenario expects to be enforced: a note) comes before the
+    check that failed; the check is what decided the run, so it is the reason. A decisive line still wins."""
+    out = LOADED + ('@@lucepatch {"event":"check","name":"exits with a non-zero status","expected":"exit status > 0",'
+                    '"got":"exit status 0","ok":false}\n@@lucepatch {"event":"done","scenario":"bug","ok":false}\n')
+    oom = "Initialized\n[HAMI-core ERROR (pid:1 thread=2 allocator.c:53)]: Device 0 OOM 67108864 / 33554432\n"
+    r = _c(1, out, oom)
+    assert r.outcome == "fail" and r.reason == "check exits with a non-zero status: expected exit status > 0, got exit status 0"
+    r = _c(1, out, oom + "[HAMI-core ERROR (pid:1 thread=2 x.c:1)]: Illegal device id: 7\n")
+    assert "Illegal device id: 7" in r.first_error
+    r = _c(1, LOADED + '@@lucepatch {"event":"done","scenario":"bug","ok":false}\n', oom)  # no check failed
+    assert "Device 0 OOM" in r.first_error
+
+
 @pytest.mark.parametrize("stdout,stderr,sha,why", [
     ('@@lucepatch {"event":"done","ok":true}\n', "Initialized\n", "aa", "no load report"),
     (LOADED.replace("/x/libvgpu.so", "/x/other.so") + '@@lucepatch {"event":"done","ok":true}\n', "Initialized\n", "aa", "not mapped"),

@@ -294,15 +294,18 @@ def classify(repro: Reproducer, scenario: Scenario, variant: str, index: int, re
     failing_line = hami_log.first_with(classified, "fail")
     broken_line = hami_log.first_with(classified, "invalid")
     # the first line that decides something (a failure signature, a broken set-up), else the first
-    # ERROR line: a benign ERROR (HAMi's "host pid is error!") must not hide the one that matters
+    # failed check (what the program measured), else the first ERROR line: a benign ERROR (HAMi's
+    # "host pid is error!", the `Device 0 OOM` line of a limit the scenario expects to be enforced)
+    # must not hide the one that matters
     decisive = failing_line or broken_line
-    first_error = decisive["line"] if decisive else next(
-        (l.strip() for l in log.splitlines() if not l.startswith("@@lucepatch")
-         and (any(s in l for s in ERROR_SIGNATURES) or " ERROR " in l or "ERROR (" in l)), "")
-    if not first_error:
-        bad = next((c for c in checks if not c.get("ok")), None)
-        if bad:
-            first_error = f"check {bad.get('name')}: expected {bad.get('expected')}, got {bad.get('got')}"
+    bad = next((c for c in checks if not c.get("ok")), None)
+    if decisive:
+        first_error = decisive["line"]
+    elif bad:
+        first_error = f"check {bad.get('name')}: expected {bad.get('expected')}, got {bad.get('got')}"
+    else:
+        first_error = next((l.strip() for l in log.splitlines() if not l.startswith("@@lucepatch")
+                            and (any(s in l for s in ERROR_SIGNATURES) or " ERROR " in l or "ERROR (" in l)), "")
     proofs = proof.collect(events, reporter_events, stderr, repro.load_marker)
     main = proof.best(proofs, pid=main_pid) or proof.sole(proofs)
     rec = RunRecord(variant=variant, scenario=scenario.name, index=index, outcome=PASS, returncode=returncode,
