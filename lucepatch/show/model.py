@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from lucepatch.errors import LucepatchError
+from lucepatch.show import rates
 from lucepatch.verify.evidence import Evidence, ScenarioResult, Tally
 from lucepatch.verify.reproducer import load_reproducer
 
@@ -88,8 +89,11 @@ class Row:
     reason: str  # the full text, as in the evidence
     short: str  # the short reason an 80-column table has room for
     description: str = ""
+    rate: ScenarioResult | None = None  # a quantitative scenario: its cells are the measured rates
 
     def frac(self, variant: str) -> str:
+        if self.rate is not None:
+            return rates.cell(self.rate, variant)
         t = self.baseline if variant == "baseline" else self.patched
         return f"{t.failures}/{t.runs}"
 
@@ -115,6 +119,7 @@ class View:
     run_policy: dict
     created: str = ""
     notes: list[str] = field(default_factory=list)
+    rates: list = field(default_factory=list)  # show.rates.RateView per quantitative scenario
 
     @property
     def title(self) -> str:
@@ -160,6 +165,9 @@ class View:
         out["provenance"] = [{"what": k, "value": v} for k, v in self.provenance]
         for r in out["reproducers"]:
             r.pop("sources", None)
+        for r in out["rows"]:
+            r.pop("rate", None)
+        out["rates"] = [{"scenario": v.scenario, "summary": v.summary} for v in self.rates]
         return out
 
 
@@ -199,6 +207,8 @@ def _words(text: str, n: int) -> str:
 def short_reason(s: ScenarioResult) -> str:
     """Why, in a few words, from the tallies (the full text stays in `reason` and the evidence)."""
     b, p, v = s.baseline, s.patched, s.verdict
+    if s.extra.get("measure") and v not in ("skipped", "invalid", "not-applicable"):
+        return rates.short(s)
     if v in ("pass", "proven"):
         return ""
     if v == "guarded":
@@ -269,7 +279,7 @@ def build_view(ev: Evidence, workspace=None, reproducers: dict | None = None) ->
                 name=split_name(s.scenario)[1] + (" (control)" if s.control and split_name(s.scenario)[1] != "control" else ""),
                 control=s.control, guard=bool(s.regression_guard), verdict=s.verdict, baseline=s.baseline,
                 patched=s.patched, p_value=s.p_value, reason=s.reason, short=short_reason(s),
-                description=s.description or "") for s in ev.scenarios]
+                description=s.description or "", rate=s if s.extra.get("measure") else None) for s in ev.scenarios]
 
     by: dict[tuple[str, str], list[RunMark]] = {}
     for r in ev.runs:
@@ -349,4 +359,4 @@ def build_view(ev: Evidence, workspace=None, reproducers: dict | None = None) ->
     return View(target=ev.target, version=ev.series.version, verdict=ev.verdict, simulated=bool(ev.simulated),
                 driver=d, reproducers=reps, rows=rows, strips=strips, provenance=prov, variants=variants,
                 first_errors=first_errors, fingerprints=fingerprints, run_policy=rp,
-                created=(ev.tool or {}).get("created", ""), notes=notes)
+                created=(ev.tool or {}).get("created", ""), notes=notes, rates=rates.rate_views(ev))

@@ -117,6 +117,9 @@ def _below(view: View, width: int, *, wide: bool) -> list[Text]:
         out.append(Text(wrap(f"{verdict.replace('-', ' ')} {what}: {reason}", width), style="dim", no_wrap=True))
     for reason, scs in unloadable.items():
         out.append(Text(wrap(f"{len(scs)} scenario(s), {reason}", width), no_wrap=True))
+    for v in view.rates:  # the rates the table's cells abbreviate: estimates, intervals, the bound
+        if v.marks:
+            out.append(Text(wrap(v.summary, width), no_wrap=True))
     if wide:
         for r in view.rows:
             if r.reason:

@@ -19,6 +19,7 @@ from lucepatch.engine.apply import WorkArea, apply_series
 from lucepatch.errors import CheckFailed, UsageError
 from lucepatch.render import render
 from lucepatch.series import Patch, find_patch
+from lucepatch.show import rates as rate_view
 from lucepatch.show.model import build_view, driver_display, short_reason
 from lucepatch.show.page import html
 from lucepatch.target import Target
@@ -103,6 +104,11 @@ def verdict_rows(ev: Evidence) -> list[dict]:
             var = ev.variants.get(v)
             commit = (var.base if var is not None else None) or ev.upstream.get("base") or ""
             t = getattr(s, v)
+            if s.extra.get("measure"):  # judged on a rate, not on failures: the numbers are in the rates table
+                rows.append({"scenario": s.scenario, "variant": v, "upstream commit": commit[:12], "GPU": d["gpu"],
+                             "driver": d["driver"], "runs": str(t.runs), "failures": "",
+                             "failure rate": "", "p-value": "", "verdict": f"{s.verdict} (a rate: see Rates)"})
+                continue
             rows.append({
                 "scenario": s.scenario, "variant": v, "upstream commit": commit[:12], "GPU": d["gpu"],
                 "driver": d["driver"], "runs": str(t.runs), "failures": str(t.failures),
@@ -439,7 +445,7 @@ def _body_context(target: Target, patches: list[Patch], ev: Evidence | None, bas
         "evidence": ev.to_json() if ev is not None else None, "overhead": conv.get("overhead", ""), "checks": checks, "reproducers": repro_ctx,
         "revision": revision, "range_diff": range_diff, "ai_use": ai_use or "",
         "prev_revision": prev["revision"] if prev else None, "upstream": target.upstream,
-        "rows": [], "columns": TABLE_COLUMNS,
+        "rows": [], "columns": TABLE_COLUMNS, "rate_rows": [], "rate_columns": [], "rate_rule": None,
         "real_clients": [], "real_clients_sources": [], "real_clients_columns": _real_client_columns(),
         "validation": bool(conv.get("validation")), "validated_on": None, "placeholder_messages": [],
     }
@@ -452,6 +458,8 @@ def _body_context(target: Target, patches: list[Patch], ev: Evidence | None, bas
             theta_text=fmt_theta,
             scenarios=[s.to_json() for s in ev.scenarios], driver_kind=d["kind"], gpu=d["gpu"],
             driver_version=d["driver"], rows=verdict_rows(ev),
+            rate_rows=rate_view.rate_rows(ev), rate_columns=rate_view.RATE_COLUMNS,
+            rate_rule=next((s.extra["measure"].get("rate_rule") for s in ev.scenarios if s.extra.get("measure")), None),
             commits={v: ev.variants[v].base or ev.upstream["base"] for v in ("baseline", "patched")},
             baseline_patches=ev.variants["baseline"].patches or [],
             not_proven_here=[s.to_json() for s in ev.checked if s.verdict != "proven"],

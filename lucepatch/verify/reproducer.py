@@ -43,6 +43,7 @@ from pathlib import Path
 
 from lucepatch.errors import UsageError
 from lucepatch.native.workload import HASHED_FILES
+from lucepatch.verify.measure import Measure
 from lucepatch.workspace import Workspace
 
 KINDS = ("c", "workload")
@@ -268,6 +269,7 @@ class Scenario:
     ranks: int = 1  # processes that must each prove what they loaded (torch.distributed ranks)
     timeout_s: float | None = None  # overrides the reproducer's (a server that loads a model)
     params: dict[str, Param] = field(default_factory=dict)  # the reproducer's and this scenario's inputs
+    measure: Measure | None = None  # a quantitative scenario: judged on a rate (lucepatch/verify/measure.py)
 
     def param_env(self, values: dict | None = None) -> dict:
         """The environment that carries every declared parameter: its default, or the value given
@@ -293,6 +295,8 @@ class Scenario:
             out["requires"] = self.requires.to_json()
         if self.ranks != 1:
             out["ranks"] = self.ranks
+        if self.measure is not None:
+            out["measure"] = self.measure.to_json()
         return out
 
 
@@ -410,6 +414,10 @@ def load_reproducer_dir(rdir: Path) -> Reproducer:
                       regression_guard=bool(s.get("regression_guard", False)),
                       fixed_upstream=str(s.get("fixed_upstream", "")))
         sc.params = {**shared_params, **_params_from_toml(s.get("params", {}), f"{where}:")}
+        if "measure" in s:
+            if sc.control or sc.regression_guard is None:
+                raise UsageError(f"{where}: a control passes or fails; it cannot have a [scenario.measure]")
+            sc.measure = Measure.from_toml(s["measure"], where)
         env_keys = {**data.get("env", {}), **s.get("env", {})}
         clash = sorted(p.env for p in sc.params.values() if p.env in env_keys)
         if clash:

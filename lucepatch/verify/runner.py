@@ -114,6 +114,7 @@ class RunRecord:
     load_proof: dict | None = None  # which proof counted (proof.Proof.to_json), per rank when ranks > 1
     backtrace: list = field(default_factory=list)  # the reporter's call path of a crash, innermost first
     hami_log: list = field(default_factory=list)  # classified interposer log lines (hami_log.classify_log)
+    series: dict = field(default_factory=dict)  # name -> {step_s, unit, values}: a rate over the run (`series` events)
 
     @property
     def failed(self) -> bool:
@@ -123,7 +124,7 @@ class RunRecord:
         out = asdict(self)
         if out["launch"] is None:
             del out["launch"]
-        for k in ("load_proof", "backtrace", "hami_log"):
+        for k in ("load_proof", "backtrace", "hami_log", "series"):
             if not out[k]:
                 del out[k]
         return out
@@ -179,6 +180,9 @@ def run_once(binary: Path | None, repro: Reproducer, scenario: Scenario, variant
     bind_shim: preloaded last, for a C reproducer, when the library under test binds a function this
     glibc lacks lazily (lucepatch.verify.bindshim): bound at start, it would otherwise not load."""
     region = scratch / f"region-{uuid.uuid4().hex}.cache"  # never reuse a region file
+    # the simulated driver's machine: one per run, shared by the run's processes (fakecuda/fakegpu.c);
+    # a real driver ignores the variable
+    machine = scratch / f"machine-{uuid.uuid4().hex}"
     events = scratch / f"events-{uuid.uuid4().hex}.jsonl"
     env = scrubbed_environ()
     if repro.is_workload:
@@ -192,6 +196,7 @@ def run_once(binary: Path | None, repro: Reproducer, scenario: Scenario, variant
     env.update(extra_env or {})
     env["LIBCUDA_LOG_LEVEL"] = "2"  # HAMi prints its load marker only at >= 2
     env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = str(region)
+    env["LUCEPATCH_FAKECUDA_MACHINE"] = str(machine)
     if bind_now and not repro.is_workload:
         env["LD_BIND_NOW"] = "1"
     shim = bind_shim if not repro.is_workload else None  # a workload binds lazily, as a pod does
@@ -237,6 +242,7 @@ def run_once(binary: Path | None, repro: Reproducer, scenario: Scenario, variant
     finally:
         children.release(proc)
     region.unlink(missing_ok=True)
+    machine.unlink(missing_ok=True)
     reporter_events = read_events_file(events)
     events.unlink(missing_ok=True)
     stdout = out.decode("utf-8", "replace")
@@ -285,6 +291,8 @@ def classify(repro: Reproducer, scenario: Scenario, variant: str, index: int, re
     skip = next((e for e in events if e.get("event") == "skip"), None)
     setup_error = next((e for e in events if e.get("event") == "setup-error"), None)
     values = {e.get("name"): e.get("value") for e in events if e.get("event") == "value"}
+    series = {e["name"]: {k: e[k] for k in ("step_s", "unit", "values") if k in e}
+              for e in events if e.get("event") == "series" and isinstance(e.get("name"), str)}
     checks = [e for e in events if e.get("event") == "check"]
     signals = [e for e in reporter_events if e.get("event") == "signal"]
     children = [e for e in events if e.get("event") == "child-exit"]
@@ -313,7 +321,7 @@ def classify(repro: Reproducer, scenario: Scenario, variant: str, index: int, re
                     libcuda=(main.libcuda if main else None), driver=drv, checks=checks,
                     first_error=first_error[:300],
                     log_tail="\n".join(log.strip().splitlines()[-8:])[-1500:], values=values,
-                    hami_log=classified)
+                    hami_log=classified, series=series)
     if signals:
         rec.backtrace = backtrace.call_path(signals[0])
 

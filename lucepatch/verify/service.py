@@ -21,6 +21,7 @@ from lucepatch.fingerprints import match_fingerprint
 from lucepatch.target import Target, list_targets, load_target
 from lucepatch.verify.bounds import error_bounds
 from lucepatch.verify.driver import DriverChoice, choose_driver, hold_driver, require_driver
+from lucepatch.verify import rates as rate_scenarios
 from lucepatch.verify.evidence import Evidence, RunPolicy, check_destination, schema_validator
 from lucepatch.verify.reproducer import Reproducer, list_reproducers, load_reproducer
 from lucepatch.verify.rules import FixedRule, SequentialRule, proof_hint
@@ -235,6 +236,7 @@ def run_verify(req: VerifyRequest, cache: Path, *, progress=None) -> Evidence:
     say(f"workspace {req.workspace.describe()}; driver {drv.chosen} ({drv.note or drv.requested})")
     extra = {}
     spend = None
+    rates: list = []
     # what the target says does not apply at its base (not at other refs, where it may)
     declared = {} if req.baseline_ref else dict(req.target.not_applicable)
     run_repros, run_filter = split_not_applicable(req.reproducers, req.scenarios or None, declared)
@@ -243,19 +245,24 @@ def run_verify(req: VerifyRequest, cache: Path, *, progress=None) -> Evidence:
     t1 = time.monotonic()
     if backend is not None:
         records, ex, extra["cluster"] = backend.run(run_repros, run_filter, variants, n)
+        rates = rate_scenarios.not_measured(
+            [(r, s) for r in run_repros for s in r.scenarios if not run_filter or s.name in run_filter
+             or f"{r.name}:{s.name}" in run_filter],
+            "a rate is measured by `lucepatch bench` on the node itself, not in --in-cluster verify pods")
     else:
         ex = plan_execution(req.jobs, workloads=any(r.is_workload for r in run_repros))
         say(f"execution: {ex.mode}" + (f", {ex.jobs} jobs" if ex.mode == "parallel" else "") + f" ({ex.why})")
         with hold_driver(drv) as held:
             runs = run_scenarios(run_repros, variants, rule, drv, cache, run_filter, execution=ex)
         ex.driver_held = held.describe()
-        records, spend = runs.records, runs.spend
+        records, spend, rates = runs.records, runs.spend, runs.rates
     phases["runs_s"] = time.monotonic() - t1
     t2 = time.monotonic()
     policy = RunPolicy.from_json({**rule.policy(), "bounds": bounds})
     ev = build_evidence(req.target, req.reproducers, variants, records, drv, n, req.workspace.to_json(),
                         upstream_base, execution=ex, policy=policy, spend=spend, rule=rule,
                         not_applicable=declared)
+    rate_scenarios.attach(ev, rates, run_repros)
     ev.extra.update(extra)
     attach_fingerprints(ev, records)
     phases["evidence_s"] = time.monotonic() - t2

@@ -18,6 +18,7 @@ from lucepatch.native.launch import build_isolate
 from lucepatch.native.workload import build_program, build_reporter, workload_env
 from lucepatch.target import Target
 from lucepatch.verify import bindshim
+from lucepatch.verify.rates import RateContext, RateOutcome, is_rate, run_rate_scenarios
 from lucepatch.verify import evidence as ev
 from lucepatch.verify.bounds import error_bounds
 from lucepatch.verify.driver import DriverChoice, classify_driver
@@ -123,6 +124,7 @@ class Runs:
     records: list[RunRecord]
     spend: dict  # reproducer:scenario -> {"runs_spent", "stop_reason", "mode"}
     rule: Rule
+    rates: list[RateOutcome] = field(default_factory=list)  # the quantitative scenarios (lucepatch.verify.rates)
 
 
 def _selected(repros: list[Reproducer], scenario_filter: list[str] | None) -> list[tuple[Reproducer, object]]:
@@ -159,11 +161,15 @@ def run_scenarios(repros: list[Reproducer], variants: list[Variant], rule: Rule,
     check_scenarios(repros, scenario_filter)
     binaries = {r.name: None if r.is_workload else compile_reproducer(r, cache, driver.fake_dir) for r in repros}
     reporter = build_reporter(cache)
-    selected = _selected(repros, scenario_filter)
+    everything = _selected(repros, scenario_filter)
+    # quantitative scenarios are measured after these, one at a time (lucepatch.verify.rates)
+    selected = [(r, s) for r, s in everything if not is_rate(s)]
+    rate_selected = [(r, s) for r, s in everything if is_rate(s)]
     by_key = {f"{r.name}:{s.name}": (r, s) for r, s in selected}
-    unmet = requirements(selected, driver)
+    unmet = requirements(everything, driver)
     for r in repros:  # a workload's [build], only where some scenario can run (else every one is skipped)
-        if r.is_workload and r.build is not None and any(not unmet.get(k) for k, (rr, _) in by_key.items() if rr is r):
+        if r.is_workload and r.build is not None and any(not unmet.get(f"{rr.name}:{s.name}")
+                                                         for rr, s in everything if rr is r):
             binaries[r.name] = build_program(r, cache)
     sched = Scheduler(rule, [(k, kind_of(s), r.name) for k, (r, s) in by_key.items()], [v.name for v in variants])
     libs = {v.name: v for v in variants}
@@ -223,11 +229,19 @@ def run_scenarios(repros: list[Reproducer], variants: list[Variant], rule: Rule,
                     pool.shutdown(wait=True, cancel_futures=True)
                     raise
         shown.close()
+    rates: list[RateOutcome] = []
+    if rate_selected:
+        ctx = RateContext(binaries=binaries, libs={v.name: v.lib for v in variants}, shas=shas, driver_env=driver.env,
+                          isolate=ex.isolation == "namespace", launcher=launcher, bind_now=ex.bind_now,
+                          reporter=reporter, shims=shims, unmet=unmet, simulated=driver.chosen == "fake",
+                          max_runs=rule.max_runs, fixed=rule.name == "fixed")
+        rates = run_rate_scenarios(rate_selected, ctx, launch0=len(records))
     ex.wall_s += time.monotonic() - start
     # a scenario skipped for an unmet requirement started no process
-    ex.processes += sum(1 for r in records if not (r.outcome == SKIPPED and r.returncode is None and r.duration_s == 0))
+    ex.processes += sum(1 for r in records + [r for o in rates for r in o.records]
+                        if not (r.outcome == SKIPPED and r.returncode is None and r.duration_s == 0))
     records.sort(key=lambda r: r.launch)
-    return Runs(records, {k: sched.summary(k) for k in by_key}, rule)
+    return Runs(records, {k: sched.summary(k) for k in by_key}, rule, rates)
 
 
 def requirements(selected: list, driver: DriverChoice) -> dict[str, str]:
@@ -310,6 +324,8 @@ def build_evidence(target: Target, repros: list[Reproducer], variants: list[Vari
         ctrl_ok = True
         per = []
         for s in repro.scenarios:
+            if is_rate(s):  # judged on its rates (lucepatch.verify.rates.attach), not on pass/fail tallies
+                continue
             key = f"{repro.name}:{s.name}"
             recs = {v.name: [r for r in records if r.scenario == key and r.variant == v.name] for v in variants}
             if not any(recs.values()) and key not in (spend or {}):
