@@ -302,10 +302,12 @@ def _judge(target, source, ref, patches, **where):
 
 
 @pytest.fixture
-def judge():
-    needed.register_judge(_judge)
+def judge(monkeypatch):
+    # the judge services/rebase.py hands every session (the retirement rule's), replaced for the test
+    from lucepatch.upstream import retire
+
+    monkeypatch.setattr(retire, "judge", _judge)
     yield _judge
-    needed.unregister_judge(_judge)
 
 
 def test_needed_labels_never_drop_a_patch_by_themselves(carry, judge):
@@ -343,13 +345,12 @@ def _behaviour_only(target, source, ref, patches, **where):
             cf.FREE: needed.Judgement(needed.SUPERSEDED, "an old report", None, "fake")}
 
 
-def test_drop_superseded_never_drops_on_behaviour_alone(carry):
+def test_drop_superseded_never_drops_on_behaviour_alone(carry, monkeypatch):
+    from lucepatch.upstream import retire
+
     up, rb = carry["up"], carry["rb"]
-    needed.register_judge(_behaviour_only)
-    try:
-        r = rb("--source", up, "--onto", "upstream-next", "--drop-superseded", "--json")
-    finally:
-        needed.unregister_judge(_behaviour_only)
+    monkeypatch.setattr(retire, "judge", _behaviour_only)
+    r = rb("--source", up, "--onto", "upstream-next", "--drop-superseded", "--json")
     by = rows(r.json)
     assert by[cf.ADD_CHUNK]["needed"]["needed"] == "retire-candidate" and by[cf.ADD_CHUNK]["action"] != "dropped"
     assert by[cf.FREE]["needed"]["needed"] == "superseded" and by[cf.FREE]["action"] != "dropped"

@@ -3,7 +3,8 @@
 A rebase session gives every patch two fields: `applies` (how its text goes onto the new base,
 decided by the series engine) and `needed` (whether its *behaviour* is still required there,
 decided by a judge that builds and runs reproducers — issue 11's retirement rule). The session
-never computes `needed` itself; it calls the judge registered here once, at session start:
+never computes `needed` itself; at session start it asks the judge its caller handed in
+(`Options.judge`, engine/session.py) once:
 
     judge(target, source, ref, patches) -> {patch name: Judgement}
 
@@ -11,16 +12,15 @@ The session also hands the judge where to look (keywords): `cache` (the session'
 `--cache-dir` honoured) and `reproducers` (the workspace's reproducers folder: the session's
 staged copy of the target has none). A judge may leave patches out of its answer (they read as
 `not-judged`), must not write into `source`, and returns `Judgement.driver` = "fake" / "real" so
-the report can say whether a simulated driver decided. Until a judge is registered, and always
-with `rebase --no-behaviour`, every patch is `not-judged`. A label never drops a patch by itself:
+the report can say whether a simulated driver decided. With no judge handed in, and always with
+`rebase --no-behaviour`, every patch is `not-judged`. A label never drops a patch by itself:
 the session moves a `superseded` patch to absorbed/ only with `--drop-superseded`, and only when
 the judgement names a code signal and was made under the invariant (engine/retirement.py); a
 `retire-candidate` (behaviour alone) is never dropped.
 
-To wire a judge in:  ``needed.register_judge(fn)`` from the module that implements it (the
-retirement rule, lucepatch.upstream.retire, does so when imported). The engine never imports it —
-it sits floors above (docs/design.md "Layers"): the verbs that start sessions (commands/rebase.py,
-api.rebase) import it.
+The judge is handed in, never registered: the retirement rule (lucepatch.upstream.retire.judge)
+sits floors above the engine (docs/design.md "Layers"), and the service that starts sessions
+(lucepatch/services/rebase.py) passes it — no module changes another's state by being imported.
 """
 
 from __future__ import annotations
@@ -72,34 +72,19 @@ class Judgement:
 Judge = Callable[["Target", Path, str, Sequence["Patch"]], dict]
 
 
-def not_judged(target, source, ref, patches, *, reason: str = "no behaviour judge is installed") -> dict[str, Judgement]:
+def not_judged(target, source, ref, patches, *, reason: str = "no behaviour judge was handed to the session") -> dict[str, Judgement]:
     return {p.name: Judgement(NOT_JUDGED, reason) for p in patches}
 
 
-_judges: list[Judge] = []
-
-
-def register_judge(fn: Judge) -> None:
-    """Install `fn` as the judge (the last registered wins)."""
-    if fn in _judges:
-        _judges.remove(fn)
-    _judges.append(fn)
-
-
-def unregister_judge(fn: Judge) -> None:
-    if fn in _judges:
-        _judges.remove(fn)
-
-
-def judge(target, source: Path, ref: str, patches: Sequence, *, no_behaviour: bool = False,
+def judge(target, source: Path, ref: str, patches: Sequence, *, by: Judge | None = None, no_behaviour: bool = False,
           **where) -> dict[str, Judgement]:
-    """{name: Judgement} for every patch; `not-judged` where no judge answers. `where`: the
-    keywords handed to the judge (cache, reproducers)."""
+    """{name: Judgement} for every patch, as `by` answers; `not-judged` where it does not (or with
+    no judge). `where`: the keywords handed to the judge (cache, reproducers)."""
     if no_behaviour:
         return not_judged(target, source, ref, patches, reason="--no-behaviour")
-    if not _judges:
+    if by is None:
         return not_judged(target, source, ref, patches)
-    answer = _judges[-1](target, source, ref, patches, **where) or {}
+    answer = by(target, source, ref, patches, **where) or {}
     out = {}
     for p in patches:
         j = answer.get(p.name)

@@ -26,7 +26,7 @@ import hashlib
 import os
 import re
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -70,6 +70,9 @@ class Options:
     line: str | None = None  # write the result as a new line of the family (patches/<family>-<line>)
     backports: tuple = ()  # upstream revisions to carry first, as `Upstream-Status: Backport [<commit>]`
     build_only: tuple = ()  # those of `backports` that only make the base build (Build-Only: yes)
+    # who answers `needed` (engine/needed.py), handed in by the caller: the retirement rule sits floors
+    # above the engine. None: every patch not-judged. Not part of the session's state on disk.
+    judge: Callable | None = field(default=None, compare=False, repr=False)
 
 
 class Session:
@@ -150,8 +153,9 @@ class Session:
                        snapshot={} if opts.line else transaction.snapshot(t.dir),
                        patches=[PatchState(p.name, p.patch_id, hashlib.sha256(p.raw).hexdigest(), backport=made.get(p.name))
                                 for p in walked],
-                       options=asdict(opts), started=_now(), pid=os.getpid(), new_line=opts.line,
-                       subs=subs, flat_base=flat_base if subs else None, flat_onto=flat_onto if subs else None)
+                       options={k: v for k, v in asdict(opts).items() if k != "judge"}, started=_now(), pid=os.getpid(),
+                       new_line=opts.line, subs=subs, flat_base=flat_base if subs else None,
+                       flat_onto=flat_onto if subs else None)
             sess = cls.__new__(cls)
             sess.store, sess.st, sess.cache, sess._state, sess._patches = store, st, cache, None, None
             sess.t = tt
@@ -228,7 +232,7 @@ class Session:
             if hit:
                 commit = hit.commit or attribute(repo, st.base, st.onto, self.root, p, f, hit.signal) or st.onto
                 ps.action, ps.applies, ps.signal, ps.upstream_commit, ps.detail = ABSORBED, "absorbed", hit.signal, commit, hit.detail
-        judged = needed_mod.judge(self.t, source, st.onto, self.t.patches, no_behaviour=opts.no_behaviour,
+        judged = needed_mod.judge(self.t, source, st.onto, self.t.patches, by=opts.judge, no_behaviour=opts.no_behaviour,
                                   cache=self.cache, reproducers=getattr(self, "_reproducers", None))
         for p in patches[len(self.t.patches):]:  # the judge reads the superproject's series only
             judged[p.name] = needed_mod.Judgement(needed_mod.NOT_JUDGED, "a sub-target's patch: the behaviour judge "

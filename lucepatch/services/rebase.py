@@ -1,9 +1,12 @@
 """`rebase` as a service: start, resume, drive and end a rebase session (engine/session.py). The
-command and lucepatch.api.rebase both run a session through `run`, so a program gets exactly what
-the CLI does; the command only adds option parsing, the terminal's prompt and printing."""
+command and a program (lucepatch.api.rebase) both run a session through `start` and `run`, so a
+program gets exactly what the CLI does; the command only adds option parsing, the terminal's prompt
+and printing. A session's `needed` is answered by the retirement rule (upstream/retire.judge: the
+report `verify --retire REF` saved), handed to the session here."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -11,14 +14,14 @@ from lucepatch.engine import session as S
 from lucepatch.engine.apply import pause_at
 from lucepatch.engine.checkout import open_checkout
 from lucepatch.engine.subtargets import for_rebase
+from lucepatch.engine.session import Options, Session, ask_human
 from lucepatch.errors import EXIT_CHECK_FAILED, UsageError
 from lucepatch.target import Target, list_targets, load_target
-from lucepatch.upstream import retire  # noqa: F401  (registers the `needed` judge: engine/needed.py)
+from lucepatch.upstream import retire
 from lucepatch.workspace import Workspace, resolve_source
 
-Options = S.Options
-Session = S.Session
-TABLE_COLUMNS = S.TABLE_COLUMNS
+__all__ = ["rebase", "start", "run", "prepare", "open_session", "session_status", "table", "ask_human", "Options",
+           "Outcome", "Session"]
 
 
 @dataclass
@@ -34,7 +37,7 @@ class Outcome:
 
 def table(doc: dict) -> tuple[str, list[str], list[list]]:
     """(title, columns, rows) of the table `rebase` prints for a document."""
-    return S.title(doc), TABLE_COLUMNS, S.table_rows(doc)
+    return S.title(doc), S.TABLE_COLUMNS, S.table_rows(doc)
 
 
 def _store(ws: Workspace, cache: Path, name: str | None) -> tuple[S.Store, str]:
@@ -52,9 +55,10 @@ def session_status(ws: Workspace, cache: Path, name: str | None) -> Outcome:
     return Outcome(S.summary(st, store), S.describe(st, store))
 
 
-def open_session(ws: Workspace, cache: Path, name: str | None) -> S.Session:
+def open_session(ws: Workspace, cache: Path, name: str | None) -> Session:
     """The open session of the target, locked (`--continue`, `--skip`, `--abort`)."""
-    return S.Session.open(cache, _store(ws, cache, name)[0], known=list_targets(ws))
+    store, _ = _store(ws, cache, name)
+    return Session.open(cache, store, known=list_targets(ws))
 
 
 def prepare(ws: Workspace, name: str | None, source: str | None, *, dry_run: bool = False) -> tuple[Target, Path]:
@@ -70,11 +74,14 @@ def prepare(ws: Workspace, name: str | None, source: str | None, *, dry_run: boo
     return t, src
 
 
-def start(cache: Path, t: Target, src: Path, onto: str, opts: S.Options, *, dry_run: bool = False,
-          fetch: bool = False, quiet_subs: bool = False) -> S.Session | Outcome:
+def start(cache: Path, t: Target, src: Path, onto: str, opts: Options, *, dry_run: bool = False,
+          fetch: bool = False, quiet_subs: bool = False) -> Session | Outcome:
     """`rebase --onto REF`: a new session, locked (or, with `dry_run`, the whole walk's Outcome,
     nothing kept). [[submodule]]s whose place moves in `onto` are carried in the same session
-    (their rows `<name>/<patch>`); each sub-target is reported in `submodules` (a dry run)."""
+    (their rows `<name>/<patch>`); each sub-target is reported in `submodules` (a dry run).
+    `needed` is the retirement rule's unless `opts.judge` names another judge."""
+    if opts.judge is None:  # looked up now, not at import: the rule is the module's `judge` as it stands
+        opts = dataclasses.replace(opts, judge=retire.judge)
     subs = for_rebase(t, src, onto)
     if dry_run:
         doc = {**S.dry_run(cache, t, src, onto, opts, fetch=fetch), **({"submodules": subs} if subs else {})}
@@ -85,10 +92,24 @@ def start(cache: Path, t: Target, src: Path, onto: str, opts: S.Options, *, dry_
             d["conflicts"] = sum(r["applies"] == "conflict" for r in rows)
         n = len(doc["conflicts"])
         return Outcome(doc, f"dry run: {n} conflict(s); nothing written", EXIT_CHECK_FAILED if n else 0)
-    return S.Session.start(cache, t, src, onto, opts, fetch=fetch)
+    return Session.start(cache, t, src, onto, opts, fetch=fetch)
 
 
-def run(sess: S.Session, *, resumed: bool = False, abort: bool = False, skip: str | None = None,
+def rebase(t: Target, src: Path, cache: Path, onto: str, *, dry_run: bool = False, fetch: bool = False,
+           **options) -> dict:
+    """Carry the series to `onto` without a human: `dry_run` walks it all in a throwaway area;
+    otherwise a rebase session walks until a conflict — which leaves the session open for
+    `lucepatch rebase --status/--continue/--skip/--abort` — or to the end, and writes the workspace
+    once. `options`: those of `Options` (drop_superseded, no_behaviour, line, backports, build_only,
+    judge). Returns the document `lucepatch rebase --json` prints (rows, conflicts, new version).
+    With [[submodule]]s: refused (UsageError) when `onto` moves one; `dry_run` reports each
+    sub-target at its pin there (`submodules`)."""
+    started = start(cache, t, src, onto, Options(**options), dry_run=dry_run, fetch=fetch, quiet_subs=True)
+    out = started if isinstance(started, Outcome) else run(started)
+    return out.doc
+
+
+def run(sess: Session, *, resumed: bool = False, abort: bool = False, skip: str | None = None,
         cont: bool = False, on_conflict=None) -> Outcome:
     """One step of a session, then the walk until it stops or is written; the session is closed
     (unlocked) at the end, whatever happens. `on_conflict(sess)` answers continue / skip / abort /
@@ -107,7 +128,7 @@ def run(sess: S.Session, *, resumed: bool = False, abort: bool = False, skip: st
         sess.close()
 
 
-def _drive(sess: S.Session, on_conflict) -> Outcome:
+def _drive(sess: Session, on_conflict) -> Outcome:
     phase = sess.st.phase
     if phase == S.WALKING:
         phase = S.run_until_stop(sess, on_conflict)
@@ -124,16 +145,11 @@ def _drive(sess: S.Session, on_conflict) -> Outcome:
                    f"({plan['bump']})", 0, plan["range_diff"])
 
 
-def _aborted(sess: S.Session) -> Outcome:
+def _aborted(sess: Session) -> Outcome:
     sess.store.remove()  # sess.st is kept in memory for the report
     return Outcome({**S.summary(sess.st, None), "phase": "aborted"},
                    f"rebase session of {sess.st.target} aborted; the workspace and the checkout were never written")
 
 
-def _stopped(sess: S.Session) -> Outcome:
+def _stopped(sess: Session) -> Outcome:
     return Outcome(S.summary(sess.st, sess.store), S.describe(sess.st, sess.store), EXIT_CHECK_FAILED)
-
-
-def ask_human(sess: S.Session) -> str:
-    """The terminal's answer at a conflict (continue / skip / abort / quit)."""
-    return S.ask_human(sess)

@@ -708,12 +708,6 @@ def coverage_map_at(target, source, ref: str, cache: Path, driver="auto", *, wor
     return coverage_map(lab, commit, keep), bad
 
 
-def _register() -> None:
-    needed.register_judge(judge)
-
-
-_register()
-
 __all__ = ["retire_report", "retire_exit_code", "format_retire_table", "review_lines", "report_hook", "content_key",
            "behaviour_hook", "judge", "save_report", "load_saved", "reproducers_dir", "target_reproducers", "measure_behaviour", "Behaviour", "RETIRE_SCHEMA", "STATUSES", "SUPERSEDED", "RETIRE_CANDIDATE",
            "STILL_NEEDED", "UNTESTABLE", "INCONCLUSIVE", "CONFLICT", "NO_LONGER_EFFECTIVE", "REGRESSION", "NOT_JUDGED",
