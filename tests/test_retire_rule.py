@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -184,6 +186,25 @@ def test_status_behaviour_reads_the_rule(world, cli):
     assert rows[U]["behaviour"]["status"] == rt.RETIRE_CANDIDATE
     assert "behaviour: retire-candidate (needs review)" in rows[U]["detail"]
     assert rows[R]["status"] == "not-applied" and rows[R]["behaviour"]["needed"] == "still-needed"
+
+
+def test_api_retire_then_api_rebase_reads_the_judgement(world):
+    """One code path (issue 35): api.retire saves the report a rebase session's `needed` reads, as
+    `verify --retire` does — at 38ae54e only the command saved it, so api.retire then api.rebase
+    left every patch not-judged."""
+    from lucepatch import api
+
+    t, repo, cache = world["t"], world["repo"], world["cache"]
+    shutil.rmtree(cache / "retire", ignore_errors=True)  # whatever an earlier test saved
+    before = api.rebase(t, repo, cache, world["fixed"], dry_run=True)
+    assert {p["needed"]["needed"] for p in before["patches"]} == {"not-judged"}
+    assert "verify --retire" in before["patches"][0]["needed"]["reason"]  # what judges it, named
+    doc = api.retire(world["ws"], t, repo, cache, world["fixed"], driver="fake", runs=10)
+    assert Path(doc["saved"]).is_file()
+    after = {p["name"]: p["needed"] for p in api.rebase(t, repo, cache, world["fixed"], dry_run=True)["patches"]}
+    assert after[U]["needed"] == "retire-candidate" and after[U]["simulated"] is True
+    assert {n: j["needed"] for n, j in after.items() if n not in (U, B)} == {
+        R: "still-needed", D: "still-needed", P1: "still-needed", P2: "still-needed"}
 
 
 def test_retirement_needs_ten_fixed_runs(world):

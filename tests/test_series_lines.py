@@ -110,7 +110,7 @@ def test_verify_all_without_target_takes_hami_core_and_says_so(cli, monkeypatch)
 
 
 def test_the_family_checkout_serves_every_line(line, monkeypatch):
-    from lucepatch.commands._common import require_source
+    from lucepatch.workspace import resolve_source as require_source  # what `--source` and the variables resolve with
 
     monkeypatch.delenv("LUCEPATCH_SRC_CARRY_V0_9", raising=False)
     monkeypatch.setenv("LUCEPATCH_SRC_CARRY", str(line["up"]))

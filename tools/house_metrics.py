@@ -12,6 +12,11 @@ note of a structure issue reports before and after.
 - modules over 500 lines (and whether their first lines say why they are that long: a line
   `Long: <reason>` in the module docstring);
 - functions over 50 lines, functions with 8 or more parameters (self/cls not counted);
+- the front door: the lucepatch modules the commands import besides lucepatch.api, report, errors
+  and commands._common (one code path for the CLI and a program: issue 35), and the one-line
+  forwarders of lucepatch/api.py and lucepatch/services/ — a top-level function whose whole body
+  (after its docstring) is one call, each argument of which is one of its parameters, a constant, or
+  a one-argument call on a parameter (`Path(p)`, `list(v)`): a wrapper that adds a name, not a use case;
 - writers of git objects: the functions that make git's objects or files themselves or ask git
   to write an object from bytes they give it. A function counts when it
     * compresses object bytes (zlib.compress / compressobj), or
@@ -84,6 +89,28 @@ def _functions(tree: ast.AST):
     yield from walk(tree, "")
 
 
+def is_forwarder(fn: ast.AST) -> bool:
+    """A function whose whole body is one call passing its own parameters on (see the module's doc)."""
+    a = fn.args
+    params = {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs} | {x.arg for x in (a.vararg, a.kwarg) if x}
+    body = fn.body[1:] if ast.get_docstring(fn) is not None else fn.body
+    if len(body) != 1 or not isinstance(body[0], (ast.Return, ast.Expr)) or not isinstance(body[0].value, ast.Call):
+        return False
+    call = body[0].value
+
+    def passed(e) -> bool:
+        e = e.value if isinstance(e, ast.Starred) else e
+        if isinstance(e, ast.Call) and len(e.args) == 1 and not e.keywords:
+            e = e.args[0]
+        return isinstance(e, ast.Constant) or (isinstance(e, ast.Name) and e.id in params)
+
+    args = list(call.args) + [k.value for k in call.keywords]
+    return bool(params) and all(passed(x) for x in args)
+
+
+FRONT_DOOR = ("lucepatch.api", "lucepatch.report", "lucepatch.errors", "lucepatch.commands._common")
+
+
 def unit_of(module: str, top: str = "lucepatch") -> str:
     """A module's folder-level unit: the folder right under the package, or a module at its top."""
     parts = module.split(".")
@@ -118,6 +145,10 @@ def measure(root: Path) -> dict:
     folders = folder_level(lay, mods, edges, floors_decl)
     readme = root / "README.md"
     long_modules, long_functions, many_params, writers = [], [], [], []
+    forwarders, front_functions = [], 0
+    past_front_door = sorted({e.dst for e in edges if e.src.startswith("lucepatch.commands")
+                              and not e.dst.startswith("lucepatch.commands")
+                              and e.dst not in FRONT_DOOR and "." in e.dst})
     for f in sorted(pkg.rglob("*.py")):
         rel = str(f.relative_to(root))
         src = f.read_text(encoding="utf-8")
@@ -126,6 +157,12 @@ def measure(root: Path) -> dict:
         if n > LONG_MODULE:
             doc = ast.get_docstring(tree) or ""
             long_modules.append({"module": rel, "lines": n, "reason": "Long:" in doc})
+        if rel == "lucepatch/api.py" or rel.startswith("lucepatch/services/"):
+            for fn in tree.body:
+                if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    front_functions += 1
+                    if is_forwarder(fn):
+                        forwarders.append(f"{rel}:{fn.name}")
         for name, fn in _functions(tree):
             length = fn.end_lineno - fn.lineno + 1
             if length > LONG_FUNCTION:
@@ -153,6 +190,9 @@ def measure(root: Path) -> dict:
         "modules_over_500_lines": sorted(long_modules, key=lambda m: -m["lines"]),
         "functions_over_50_lines": sorted(long_functions, key=lambda m: -m["lines"]),
         "functions_with_8_or_more_params": sorted(many_params, key=lambda m: -m["params"]),
+        "commands_import_past_the_api": past_front_door,
+        "api_and_services_functions": front_functions,
+        "forwarders": forwarders,
         "git_object_writers": writers,
         "git_object_writer_modules": sorted({w["function"].split(":")[0] for w in writers}),
     }
@@ -177,6 +217,8 @@ def main(argv=None) -> int:
     print(f"modules over 500 lines: {len(lm)} ({sum(1 for x in lm if x['reason'])} with a reason at the top)")
     print(f"functions over 50 lines: {len(m['functions_over_50_lines'])}; with 8+ parameters: "
           f"{len(m['functions_with_8_or_more_params'])} (max {max([x['params'] for x in m['functions_with_8_or_more_params']] or [0])})")
+    print(f"front door: commands import {len(m['commands_import_past_the_api'])} lucepatch modules besides the api; "
+          f"one-line forwarders {len(m['forwarders'])} of {m['api_and_services_functions']} functions in api.py and services/")
     print(f"writers of git objects: {len(m['git_object_writers'])} functions in {len(m['git_object_writer_modules'])} "
           f"modules ({', '.join(m['git_object_writer_modules'])})")
     if a.list:
@@ -188,6 +230,10 @@ def main(argv=None) -> int:
             print(f"  long module: {x['module']} {x['lines']}{' (reason given)' if x['reason'] else ''}")
         for x in m["functions_over_50_lines"]:
             print(f"  long function: {x['function']} {x['lines']}")
+        for x in m["commands_import_past_the_api"]:
+            print(f"  commands import: {x}")
+        for x in m["forwarders"]:
+            print(f"  forwarder: {x}")
         for x in m["git_object_writers"]:
             print(f"  writer: {x['function']} ({', '.join(x['how'])})")
     return 0

@@ -1,4 +1,4 @@
-"""Options and resolution shared by the verbs."""
+"""Options, resolution and tables shared by the verbs (the library is reached through lucepatch.api only)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from lucepatch.services import workspace as places
+from lucepatch import api, report
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print a JSON document (with schema_version) on stdout.")
 source_option = click.option("--source", type=click.Path(), default=None,
@@ -14,12 +14,27 @@ source_option = click.option("--source", type=click.Path(), default=None,
 
 
 def workspace(ctx: click.Context):
-    return places.workspace(ctx.obj.get("workspace") if ctx.obj else None)
+    return api.open_workspace(ctx.obj.get("workspace") if ctx.obj else None)
 
 
 def cache(ctx: click.Context) -> Path:
-    return places.cache(ctx.obj.get("cache_dir") if ctx.obj else None)
+    return api.cache_dir(ctx.obj.get("cache_dir") if ctx.obj else None)
 
 
-def require_source(source: str | None, target_name: str, *, family: str | None = None) -> Path:
-    return places.source(source, target_name, family=family)
+def load_checked(ctx, target):
+    """(workspace, target) with every patch parsed before any output; an open (or interrupted)
+    rebase session of the target is noted, with how to resume or abort it."""
+    ws = workspace(ctx)
+    t, line = api.load_checked(ws, target, cache(ctx))
+    if line:
+        report.err.print(f"lucepatch: note: {line}", markup=False, highlight=False)
+    return ws, t
+
+
+def print_outcomes(title: str, result, *, as_json: bool = False) -> None:
+    """One table per sub-target: the target's, then each submodule's (result.subs)."""
+    for head, r in [(title, result)] + [(f"  submodule {st.path} ({st.label}) onto {r.base[:12]}", r)
+                                        for st, r in result.subs]:
+        report.table(head, ["#", "patch", "status", "commit", "detail"],
+                     [[i, o.patch.name, o.status + (" (after conflict)" if o.after_conflict and o.status != api.CONFLICT else ""),
+                       (o.commit or "")[:12], o.detail] for i, o in enumerate(r.outcomes, 1)], as_json=as_json)

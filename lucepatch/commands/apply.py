@@ -4,28 +4,9 @@ from __future__ import annotations
 
 import click
 
-from lucepatch import report
-from lucepatch.commands._common import cache, json_option, require_source, source_option, workspace
+from lucepatch import api, report
+from lucepatch.commands._common import cache, json_option, load_checked, print_outcomes, source_option
 from lucepatch.errors import EXIT_CHECK_FAILED
-from lucepatch.services import series
-from lucepatch.services.series import CONFLICT
-
-
-def print_outcomes(title: str, result, *, as_json: bool = False) -> None:
-    """One table per sub-target: the target's, then each submodule's (result.subs)."""
-    for head, r in [(title, result)] + [(f"  submodule {st.path} ({st.label}) onto {r.base[:12]}", r)
-                                        for st, r in result.subs]:
-        report.table(head, ["#", "patch", "status", "commit", "detail"],
-                     [[i, o.patch.name, o.status + (" (after conflict)" if o.after_conflict and o.status != CONFLICT else ""),
-                       (o.commit or "")[:12], o.detail] for i, o in enumerate(r.outcomes, 1)], as_json=as_json)
-
-
-def load_checked(ctx, target):
-    ws = workspace(ctx)
-    t, line = series.load_checked(ws, target, cache(ctx))  # every patch parsed, before any output
-    if line:  # an open (or interrupted) rebase session: say so, and how to resume or abort it
-        report.err.print(f"lucepatch: note: {line}", markup=False, highlight=False)
-    return ws, t
 
 
 @click.command("apply")
@@ -43,8 +24,8 @@ def command(ctx, target, source, partial, force, stash, fetch, as_json):
     Work happens in a private clone under the cache; the checkout is switched only at the end and
     only when every patch applied (or --partial)."""
     ws, t = load_checked(ctx, target)
-    src = require_source(source, t.name, family=t.family)
-    applied = series.apply(t, src, cache(ctx), partial=partial, force=force, stash=stash, fetch=fetch)
+    src = api.source(t, source)
+    applied = api.apply(t, src, cache(ctx), partial=partial, force=force, stash=stash, fetch=fetch)
     result, branch, switched, info = applied.result, applied.branch, applied.switched, applied.stash
     conflicts = len(result.all_conflicts)
     if as_json:

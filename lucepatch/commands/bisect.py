@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import click
 
-from lucepatch import report
+from lucepatch import api, report
 from lucepatch.commands._common import cache, json_option, source_option, workspace
-from lucepatch.services import verify as proof
 
 
 @click.command("bisect")
@@ -36,8 +35,8 @@ def command(ctx, range_spec, reproducer_name, scenario, target_name, source, dri
     """Find the first upstream commit in A..B (first parent) where R's scenario flips (fixed or broke),
     judged on unpatched upstream (+ Build-Only patches) built in a private clone."""
     ws = workspace(ctx)
-    b = proof.bisect(ws, cache(ctx), range_spec, reproducer_name, scenario=scenario, target=target_name, source=source,
-                     driver=driver, runs=runs, record=record_patch, progress=report.progress)
+    b = api.bisect(ws, cache(ctx), range_spec, reproducer_name, scenario=scenario, target=target_name, source=source,
+                   driver=driver, runs=runs, record=record_patch, progress=report.progress)
     doc, t, patch, rc, record_error = b.doc, b.target, b.patch, b.code, b.record_error
     if as_json:
         report.emit_json("bisect", {"bisect": doc})
@@ -45,7 +44,7 @@ def command(ctx, range_spec, reproducer_name, scenario, target_name, source, dri
     report.table(f"bisect {'+'.join(doc['scenarios'])} over {doc['range']['spec']} — driver {doc['driver'].get('kind')}"
                  f"{' (simulated)' if doc.get('simulated') else ''}, {doc['runs']} run(s) per probe",
                  ["commit", "#", "behaviour", "why"], rows, as_json=as_json)
-    if doc["result"] == proof.FOUND:
+    if doc["result"] == api.BISECT_FOUND:
         report.result(f"{doc['direction']} by {doc['first']['commit']} {doc['first']['subject']}", as_json=as_json)
         report.progress(doc["reason"])
     else:
@@ -58,6 +57,6 @@ def command(ctx, range_spec, reproducer_name, scenario, target_name, source, dri
     if record_error is not None:
         click.echo(f"lucepatch: error: {record_error}", err=True)
         return record_error.exit_code
-    if patch is not None and doc["result"] != proof.FOUND:
+    if patch is not None and doc["result"] != api.BISECT_FOUND:
         report.progress(f"nothing recorded in {patch.name}: {doc['reason']}")
     return rc

@@ -4,14 +4,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
-from lucepatch import report
-from lucepatch.commands import build_superproject
-from lucepatch.commands._common import cache, json_option, require_source, source_option, workspace
-from lucepatch.services import builds as service
-from lucepatch.services.targets import target as load_target
+from lucepatch import api, report
+from lucepatch.commands._common import cache, json_option, source_option, workspace
+from lucepatch.errors import EXIT_CHECK_FAILED
 
 
 @click.command("build")
@@ -54,7 +53,7 @@ def command(ctx, target, source, baseline, both, jobs, as_image, profile, repo, 
     if (node_driver or node_report) and not as_image:
         raise click.UsageError("--node-driver / --node-report gate an image: use them with --image")
     if target == "hami-device-plugin":
-        res = service.build_device_plugin(ws, cache(ctx), from_image=from_image, source=source, lib=lib,
+        res = api.build_device_plugin(ws, cache(ctx), from_image=from_image, source=source, lib=lib,
                                           evidence_path=evidence_path, repo=repo, save=save)
         if as_json:
             report.emit_json("build", {"workspace": ws.to_json(), "device_plugin": res.to_json(),
@@ -64,9 +63,9 @@ def command(ctx, target, source, baseline, both, jobs, as_image, profile, repo, 
         report.progress(f"{res.tag}: {res.lib_path} = patched libvgpu.so {res.lib_sha256[:16]} "
                         f"(replaced {res.replaced_sha256[:16]}); Helm values above")
         return 0
-    t = load_target(ws, target)
+    t = api.target(ws, target)
     if dry_run:
-        r = service.render_image(t, profile, repo=repo, builder_image=builder_image, runtime_image=runtime_image,
+        r = api.render_image(t, profile, repo=repo, builder_image=builder_image, runtime_image=runtime_image,
                                  jobs=jobs, out_dir=out_dir, cuda_archs=cuda_archs, node_report=node_report)
         if as_json:
             report.emit_json("build", {"workspace": ws.to_json(), "target": t.name, "version": t.version,
@@ -78,9 +77,9 @@ def command(ctx, target, source, baseline, both, jobs, as_image, profile, repo, 
         if r.node_library is not None:
             report.progress(r.node_library["message"])
         return 1 if r.node_library is not None and r.node_library["ok"] is False else 0
-    src = require_source(source, t.name, family=t.family)
+    src = api.source(t, source)
     if as_image:
-        res = service.build_image(t, src, cache(ctx), profile=profile, variant="baseline" if baseline else "patched",
+        res = api.build_image(t, src, cache(ctx), profile=profile, variant="baseline" if baseline else "patched",
                                   preflight=not no_preflight, repo=repo, builder_image=builder_image,
                                   runtime_image=runtime_image, jobs=jobs, save=save, push=push,
                                   progress=report.progress, cuda_archs=cuda_archs,
@@ -98,10 +97,11 @@ def command(ctx, target, source, baseline, both, jobs, as_image, profile, repo, 
         report.table(f"build {t.name} {t.version} --image", ["", ""], rows, as_json=as_json)
         return 1 if res.node_library is not None and res.node_library["ok"] is False else 0
     variants = ["baseline", "patched"] if both else (["baseline"] if baseline else ["patched"])
-    if service.builds_per_profile(t):  # a superproject built per profile (Lucebox)
-        return build_superproject.run(ws, t, src, cache(ctx), variants, profile, jobs, keep_build, cuda_archs,
-                                      summary, as_json)
-    results = service.build_native(t, src, variants, cache(ctx), jobs=jobs)
+    if api.builds_per_profile(t):  # a superproject built per profile (Lucebox)
+        results = api.build_profiles(t, src, cache(ctx), variants, profile=profile, jobs=jobs, keep_build=keep_build,
+                                     cuda_archs=cuda_archs)
+        return _report_profiles(ws, t, results, summary, as_json)
+    results = api.build(t, src, cache(ctx), variants, jobs=jobs)
     if as_json:
         report.emit_json("build", {"workspace": ws.to_json(), "target": t.name, "version": t.version,
                                     "builds": [r.to_json() for r in results]})
@@ -110,3 +110,42 @@ def command(ctx, target, source, baseline, both, jobs, as_image, profile, repo, 
     report.table(f"build {t.name} {t.version}", ["variant", "artifact", "sha256", "path", ""], rows,
                  as_json=as_json)
     return 0
+
+
+def _report_profiles(ws, t, results, summary: str | None, as_json: bool) -> int:
+    """A superproject's builds per profile (Lucebox): binaries + sha256, SASS per library, closure."""
+    doc = {"workspace": ws.to_json(), "target": t.name, "version": t.version, "builds": [r.to_json() for r in results]}
+    if summary:
+        Path(summary).write_text(json.dumps(doc, indent=1) + "\n")
+    if as_json:
+        report.emit_json("build", doc)
+    for r in results:
+        head = (f"build {t.name} {t.version} {r.variant} / {r.profile}: "
+                + ("cached" if r.cached else f"configure {r.configure_s:.0f}s, build {r.build_s:.0f}s, "
+                   f"{r.steps_done}/{r.steps_total} steps, -j {r.jobs}"))
+        if not r.ok:
+            f = r.failure
+            report.table(head, ["", ""], [["result", "FAILED"], ["phase", f.get("phase", "")],
+                                          ["first error", (f.get("first_error") or "")[:200]],
+                                          ["error lines", str(f.get("error_lines", ""))], ["log", r.log or "-"]],
+                         as_json=as_json)
+            continue
+        libs = r.sass.get("libraries", {})
+        rows = []
+        for path, sha in r.files.items():
+            s = libs.get(path)
+            sass = ", ".join(s["sass"]) if s else ""
+            note = "" if not s else "; ".join(x for x in (
+                f"missing {', '.join(s['missing'])}" if s["missing"] else "",
+                f"unexpected {', '.join(s['unexpected'])}" if s["unexpected"] else "",
+                f"arch-specific {', '.join(s['arch_specific'])}" if s["arch_specific"] else "",
+                f"{s['fatbins']} fatbins") if x)
+            rows.append([path, sha[:16], sass, note])
+        cl = r.closure
+        rows.append(["closure", "ok" if cl.get("ok") else "FAILED",
+                     f"{cl.get('objects')} objects, {len(cl.get('needed_names', []))} NEEDED names",
+                     "absent as allowed: " + (", ".join(cl.get("absent_allowed", [])) or "none")
+                     + ("" if cl.get("ok") else f"; missing {json.dumps(cl.get('missing'))[:120]}")])
+        rows.append(["SASS vs profile", "ok" if r.sass.get("ok") else "MISMATCH", ", ".join(r.sass.get("expected", [])), ""])
+        report.table(head, ["file", "sha256", "SASS", "notes"], rows, as_json=as_json)
+    return 0 if all(r.ok and r.sass.get("ok", True) for r in results) else EXIT_CHECK_FAILED

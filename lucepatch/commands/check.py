@@ -5,8 +5,7 @@ from __future__ import annotations
 import click
 
 from lucepatch import api, report
-from lucepatch.commands._common import cache, json_option, require_source, source_option
-from lucepatch.commands.apply import load_checked, print_outcomes
+from lucepatch.commands._common import cache, json_option, load_checked, print_outcomes, source_option
 from lucepatch.errors import EXIT_CHECK_FAILED
 
 
@@ -20,7 +19,7 @@ from lucepatch.errors import EXIT_CHECK_FAILED
 def command(ctx, target, source, onto, fetch, as_json):
     """Report, patch by patch, whether TARGET's series applies; the checkout is not touched."""
     ws, t = load_checked(ctx, target)
-    src = api.source(t, require_source(source, t.name, family=t.family))
+    src = api.source(t, source)
     result = api.check(t, src, cache(ctx), onto=onto, fetch=fetch)
     if as_json:
         report.emit_json("check", {"workspace": ws.to_json(), "target": t.name, "version": t.version,

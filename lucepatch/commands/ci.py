@@ -22,9 +22,8 @@ from pathlib import Path
 
 import click
 
-from lucepatch import report
+from lucepatch import api, report
 from lucepatch.commands._common import json_option, workspace
-from lucepatch.services.gate import WARN, gate_all, write_reports
 
 
 @click.command("ci")
@@ -49,11 +48,11 @@ def command(ctx, target, all_targets, source, upstream_head, strict, driver, run
     """The gate: lint, check on the pinned base, canary on --upstream-head, build, verify, probes."""
     ws = workspace(ctx)
     cache_dir = ctx.obj.get("cache_dir") if ctx.obj else None  # resolved by the gate once the arguments are checked
-    names, results, code = gate_all(ws, target, cache_dir, all_targets=all_targets, source=source, strict=strict,
+    names, results, code = api.gate_all(ws, target, cache_dir, all_targets=all_targets, source=source, strict=strict,
                                     upstream_head=upstream_head, driver=driver, runs=runs, use_cache=not no_cache,
                                     evidence_dir=Path(evidence_dir) if evidence_dir else None, probes=not no_probes,
                                     progress=report.progress)
-    write_reports(results, code, strict=strict, junit_path=junit_path, md_path=md_path)
+    api.write_gate_reports(results, code, strict=strict, junit_path=junit_path, md_path=md_path)
     if as_json:
         report.emit_json("ci", {"workspace": ws.to_json(), "exit_code": code, "strict": strict,
                                 "upstream_head": upstream_head, "targets": [r.to_json() for r in results]})
@@ -61,7 +60,7 @@ def command(ctx, target, all_targets, source, upstream_head, strict, driver, run
         report.table(f"ci {r.target}: " + (f"skipped — {r.skipped}" if r.skipped else
                                            f"gate {r.gate}, canary {r.canary}{' (cached: no input changed)' if r.cached else ''}"),
                      ["step", "status", "detail"], [[s.name, s.status, s.detail] for s in r.steps], as_json=as_json)
-        if r.canary == WARN:
+        if r.canary == api.GATE_WARN:
             report.progress(f"warning: {r.target}: the canary on {upstream_head} failed"
                             + ("" if strict else " (not gating; pass --strict to gate on it)"))
     gated = sum(1 for r in results if not r.skipped)

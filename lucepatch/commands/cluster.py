@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import click
 
-from lucepatch import report
+from lucepatch import api, report
 from lucepatch.commands._common import json_option
-from lucepatch.services import cluster
 
 
 @click.group("cluster")
@@ -21,7 +20,7 @@ def command():
 @json_option
 def status(namespace, name, context, as_json):
     """Per node: current library sha256 vs the expected one (drift = overwritten, e.g. by a HAMi update)."""
-    expected, rows = cluster.cluster_status(namespace, name, context)
+    expected, rows = api.cluster_status(namespace, name, context)
     if as_json:
         report.emit_json("cluster", {"expected_sha256": expected, "nodes": rows})
     report.table(f"cluster status: {namespace}/{name}, expected sha256 {expected or 'unknown'}",

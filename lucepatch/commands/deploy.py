@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import click
 
-from lucepatch import report as out
+from lucepatch import api, report as out
 from lucepatch.commands._common import json_option
 from lucepatch.errors import CheckFailed
-from lucepatch.services import cluster
 
 
 @click.group("deploy")
@@ -55,7 +54,7 @@ def hami_core(lib, evidence, lib_image, lib_path, installed, node_report, hami_v
             out.emit_json("deploy", _doc(doc))
         gate_report()
 
-    d = cluster.deploy_hami_core(
+    d = api.deploy_hami_core(
         as_objects=as_json, lib=lib, evidence=evidence, lib_image=lib_image, lib_path=lib_path, installed=installed, node_report=node_report,
         hami_versions=hami_versions, values_file=values_file, sets=sets, rollback=rollback, reassert=reassert,
         dry_run=dry_run, context=context, on_gate=gate_line, on_refused=refused, on_apply=out.progress)

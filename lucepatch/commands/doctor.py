@@ -18,15 +18,14 @@ from __future__ import annotations
 
 import click
 
-from lucepatch import report
+from lucepatch import api, report
 from lucepatch.commands._common import json_option, workspace
 from lucepatch.errors import EXIT_ENVIRONMENT, CheckFailed
 from lucepatch.report import KEY, TEXT, Col
-from lucepatch.services.doctor import VERBS, blocking, diagnose
 
 
 @click.command("doctor")
-@click.option("--for", "for_verbs", multiple=True, type=click.Choice(VERBS),
+@click.option("--for", "for_verbs", multiple=True, type=click.Choice(api.DOCTOR_VERBS),
               help="Exit 3 if something this verb needs is missing (repeatable).")
 @click.option("--lib", "lib", type=click.Path(dir_okay=False), default=None,
               help="A node's libvgpu.so: what it is, and what may replace it.")
@@ -60,8 +59,8 @@ def command(ctx, for_verbs, lib, image, pod, pod_root, node_report, namespace, c
                              candidate=candidate, save=save, save_report=save_report, context=context, as_json=as_json)
     if hami_versions and not for_verbs:
         return _drops(ctx, hami_versions, as_json)
-    items = diagnose()
-    block = blocking(items, list(for_verbs))
+    items = api.diagnose()
+    block = api.blocking(items, list(for_verbs))
     if as_json:
         report.emit_json("doctor", {"items": [i.to_json() for i in items], "for": list(for_verbs),
                                     "blocking": [i.name for i in block], "ok": not block})
@@ -78,13 +77,11 @@ def command(ctx, for_verbs, lib, image, pod, pod_root, node_report, namespace, c
 
 
 def _node_library(ctx, *, as_json, **kw):
-    from lucepatch.services.nodes import inspect_node_library, report_lines  # lazy: --lib/--pod/... only, 11 ms
-
-    node = inspect_node_library(ws=workspace(ctx), **kw)
+    node = api.inspect_node_library(ws=workspace(ctx), **kw)
     if as_json:
         report.emit_json("doctor", {"node_library": node.to_json(), "ok": node.drop_in})
     else:
-        for line in report_lines(node):
+        for line in api.report_lines(node):
             click.echo(line)
     if kw.get("save_report"):
         report.progress(f"node report written to {kw['save_report']}")
@@ -103,13 +100,11 @@ def _node_library(ctx, *, as_json, **kw):
 
 
 def _drops(ctx, hami_versions, as_json):
-    from lucepatch.services.nodes import drops_lines, what_a_line_drops  # lazy: --hami-version alone, 11 ms
-
-    found = [what_a_line_drops(v, ws=workspace(ctx)) for v in hami_versions]
+    found = [api.what_a_line_drops(v, ws=workspace(ctx)) for v in hami_versions]
     if as_json:
         report.emit_json("doctor", {"hami_versions": [d.to_json() for d in found]})
     else:
         for d in found:
-            for line in drops_lines(d):
+            for line in api.drops_lines(d):
                 click.echo(line)
     return 0

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import click
 
-from lucepatch import report
+from lucepatch import api, report
 from lucepatch.commands._common import cache, json_option, source_option, workspace
 from lucepatch.errors import EXIT_CHECK_FAILED
-from lucepatch.services import series
 
 
 @click.command("export")
@@ -23,7 +22,7 @@ from lucepatch.services import series
 def command(ctx, target, source, branch, check_only, as_json):
     """Write TARGET's patch files from the commits of its lucepatch branch (base..branch)."""
     ws = workspace(ctx)
-    t, res = series.export(ws, target, source, cache(ctx), branch=branch, write=not check_only)
+    t, res = api.export(ws, target, source, cache(ctx), branch=branch, write=not check_only)
     plan, removed = res.plan, res.removed
     if as_json:
         report.emit_json("export", {"workspace": ws.to_json(), "target": t.name, "branch": res.branch,

@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import click
 
-from lucepatch import report
+from lucepatch import api, report
 from lucepatch.commands._common import cache, json_option, source_option, workspace
-from lucepatch.services import series
 
 
 @click.command("import")
@@ -35,8 +34,8 @@ from lucepatch.services import series
 def command(ctx, target, from_path, from_branch, source, base, upstream_url, replace, as_json):
     """Import patches into TARGET from a quilt folder, a format-patch/mbox folder or file, or a branch."""
     ws = workspace(ctx)
-    res = series.import_(ws, target, cache(ctx), from_path=from_path, from_branch=from_branch, source=source, base=base,
-                         upstream_url=upstream_url, replace=replace)
+    res = api.import_patches(ws, target, cache(ctx), from_path=from_path, from_branch=from_branch, source=source,
+                              base=base, upstream_url=upstream_url, replace=replace)
     if as_json:
         report.emit_json("import", {"workspace": ws.to_json(), "target": target, "from": from_path or from_branch,
                                      "kind": res.kind, "created": res.created,

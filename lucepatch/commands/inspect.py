@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from lucepatch import report
+from lucepatch import api, report
 from lucepatch.commands._common import json_option
 from lucepatch.errors import EXIT_CHECK_FAILED, UsageError
 
@@ -23,9 +23,7 @@ def command(image, lib, as_json):
         raise UsageError("inspect takes an IMAGE or --lib FILE (one of them)")
     if lib:
         return _lib(lib, as_json)
-    from lucepatch.services.builds import image_provenance  # lazy: an image's labels only, 36 ms
-
-    info = image_provenance(image)
+    info = api.image_provenance(image)
     if as_json:
         report.emit_json("inspect", {"image": image, "id": info["id"], "tags": info["tags"], "labels": info["labels"],
                                       "user": info["user"], "healthcheck": info["healthcheck"],
@@ -41,14 +39,12 @@ def command(image, lib, as_json):
 
 
 def _lib(lib: str, as_json: bool) -> int:
-    from lucepatch.services.nodes import identify_library, identity_lines  # lazy: --lib only, 20 ms
-
-    ident = identify_library(lib)
+    ident = api.identify_library(lib)
     if as_json:
         report.emit_json("inspect", {"lib": lib, "identity": ident.to_json(with_names=False)})
     else:
         click.echo(f"library        {lib}")
         click.echo(f"               sha256 {ident.sha256[:16]}…, {ident.size} bytes, {len(ident.exports)} exported symbols")
-        for line in identity_lines(ident):
+        for line in api.identity_lines(ident):
             click.echo(line)
     return 0

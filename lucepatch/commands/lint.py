@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import click
 
-from lucepatch import report
+from lucepatch import api, report
 from lucepatch.commands._common import json_option, workspace
 from lucepatch.errors import EXIT_CHECK_FAILED
-from lucepatch.services.lint import ERROR, lint_workspace
 
 
 @click.command("lint")
@@ -27,8 +26,9 @@ from lucepatch.services.lint import ERROR, lint_workspace
 def command(ctx, target, pending_days, strict, as_json):
     """Check series files, patch headers, trailers, whitespace and paths."""
     ws = workspace(ctx)
-    names, findings = lint_workspace(ws, target, pending_days=pending_days)
-    errors = [f for f in findings if f.level == ERROR or strict]
+    findings = api.lint(ws, target, pending_days=pending_days)
+    names = findings.targets
+    errors = [f for f in findings if f.level == api.LINT_ERROR or strict]
     if as_json:
         report.emit_json("lint", {"workspace": ws.to_json(), "targets": names,
                                    "errors": len(errors), "warnings": len(findings) - len(errors),

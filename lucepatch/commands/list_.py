@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import click
 
-from lucepatch import report
+from lucepatch import api, report
 from lucepatch.commands._common import json_option, workspace
-from lucepatch.services import series
 
 
 @click.command("list")
@@ -15,7 +14,7 @@ from lucepatch.services import series
 def command(ctx, as_json):
     """List targets, their series and patches, and the reproducers."""
     ws = workspace(ctx)
-    targets, repros = series.listing(ws)
+    targets, repros = api.listing(ws)
     if as_json:
         report.emit_json("list", {
             "workspace": ws.to_json(),

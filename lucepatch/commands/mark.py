@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import click
 
-from lucepatch import report
+from lucepatch import api, report
 from lucepatch.commands._common import json_option, workspace
-from lucepatch.services import series
 
 
 @click.command("mark")
@@ -24,7 +23,7 @@ from lucepatch.services import series
 def command(ctx, target, patch, submitted, status, as_json):
     """Set PATCH's Upstream-Status (e.g. after opening its PR)."""
     ws = workspace(ctx)
-    m = series.mark(ws, target, patch, submitted=submitted, status=status)
+    m = api.mark(ws, target, patch, submitted=submitted, status=status)
     t, p, before, status = m.target, m.patch, m.before, m.after
     if as_json:
         report.emit_json("mark", {"workspace": ws.to_json(), "target": t.name, "patch": p.name,

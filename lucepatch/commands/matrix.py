@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import click
 
-from lucepatch import report
-from lucepatch.commands._common import cache, json_option, require_source, source_option
-from lucepatch.commands.apply import load_checked
-from lucepatch.services.matrix import SYMBOL, matrix
+from lucepatch import api, report
+from lucepatch.commands._common import cache, json_option, load_checked, source_option
 
 
 @click.command("matrix")
@@ -23,8 +21,8 @@ from lucepatch.services.matrix import SYMBOL, matrix
 def command(ctx, target, source, rev_range, independent, first_parent, jobs, newest_compatible, as_json):
     """Which patches apply (exact / 3-way / already upstream / conflict) at every commit of A..B."""
     ws, t = load_checked(ctx, target)
-    src = require_source(source, t.name, family=t.family)
-    res, subs, elapsed = matrix(t, src, cache(ctx), rev_range, independent=independent, first_parent=first_parent,
+    src = api.source(t, source)
+    res, subs, elapsed = api.matrix(t, src, cache(ctx), rev_range, independent=independent, first_parent=first_parent,
                                 jobs=jobs)
     newest = res.newest_compatible
     if as_json:
@@ -47,7 +45,7 @@ def command(ctx, target, source, rev_range, independent, first_parent, jobs, new
         while j + 1 < len(res.commits) and res.cells[j + 1] == res.cells[i]:
             j += 1
         span = res.commits[i][:10] + (f"..{res.commits[j][:10]} ({j - i + 1})" if j > i else "")
-        rows.append([span, " ".join(SYMBOL[c] for c in res.cells[i]), res.subjects[j][:60]])
+        rows.append([span, " ".join(api.MATRIX_SYMBOL[c] for c in res.cells[i]), res.subjects[j][:60]])
         i = j + 1
     report.table(f"matrix {t.name} {t.version} over {rev_range} ({len(res.commits)} commits, {res.states} distinct "
                  f"states, {elapsed:.2f}s; A=applied 3=3-way U=already upstream X=conflict; patches "
@@ -63,6 +61,6 @@ def command(ctx, target, source, rev_range, independent, first_parent, jobs, new
         report.table(f"  submodule {m.sub.path} ({m.sub.label}) at the commit each superproject commit pins "
                      "(- = not in that checkout)", ["commits", "submodule at", "cells"],
                      [[a[:10] + (f"..{b[:10]} ({n})" if n > 1 else ""), (link or "-")[:10],
-                       " ".join(SYMBOL[x] for x in cells) if cells else "-"] for (a, b), link, cells, n in spans], as_json=as_json)
+                       " ".join(api.MATRIX_SYMBOL[x] for x in cells) if cells else "-"] for (a, b), link, cells, n in spans], as_json=as_json)
     report.result(f"newest compatible: {newest or 'none'}", as_json=as_json)
     return 0

@@ -7,8 +7,7 @@ from pathlib import Path
 import click
 
 from lucepatch import api, report
-from lucepatch.commands._common import cache, json_option, require_source, source_option, workspace
-from lucepatch.services.targets import target as load_target
+from lucepatch.commands._common import cache, json_option, source_option, workspace
 
 
 @click.command("pr")
@@ -47,8 +46,8 @@ def command(ctx, target, source, out_dir, evidence_paths, no_evidence, real_clie
     a placeholder until --messages DIR gives yours, and a placeholder is never pushed.
     """
     ws = workspace(ctx)
-    t = load_target(ws, target)
-    src = api.source(t, require_source(source, t.name))
+    t = api.target(ws, target)
+    src = api.source(t, source)
     res = api.write_pr(ws, t, src, cache(ctx), Path(out_dir), patches=patch_names.split(",") if patch_names else None,
                        evidence=[Path(e) for e in evidence_paths], no_evidence=no_evidence, upstream_ref=upstream_ref,
                        signoff=signoff, draft=draft, template=template, push=push, branch=branch,

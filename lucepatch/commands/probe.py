@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import click
 
-from lucepatch import report
-from lucepatch.commands._common import cache, json_option, require_source, source_option, workspace
+from lucepatch import api, report
+from lucepatch.commands._common import cache, json_option, source_option, workspace
 from lucepatch.errors import EXIT_CHECK_FAILED
-from lucepatch.services import builds as service
-from lucepatch.services.targets import target as load_target
 
 
 @click.command("probe")
@@ -23,10 +21,10 @@ from lucepatch.services.targets import target as load_target
 def command(ctx, target, source, profile, baseline, both, only, as_json):
     """Compile/link probes proving TARGET's build fixes (minutes, not a full build)."""
     ws = workspace(ctx)
-    t = load_target(ws, target)
-    src = require_source(source, t.name)
+    t = api.target(ws, target)
+    src = api.source(t, source)
     variants = ["baseline", "patched"] if both else (["baseline"] if baseline else ["patched"])
-    runs = service.probe(t, src, variants, cache(ctx), profile=profile, only=list(only))
+    runs = api.probe(t, src, variants, cache(ctx), profile=profile, only=list(only))
     ok = all(r.ok for r in runs)
     if as_json:
         report.emit_json("probe", {"workspace": ws.to_json(), "target": t.name, "version": t.version,

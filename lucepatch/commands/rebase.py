@@ -8,10 +8,9 @@ import sys
 
 import click
 
-from lucepatch import report
+from lucepatch import api, report
 from lucepatch.commands._common import cache, json_option, source_option, workspace
 from lucepatch.errors import UsageError
-from lucepatch.services import rebase
 
 
 @click.command("rebase")
@@ -45,28 +44,28 @@ def command(ctx, target, source, onto, show, cont, skip, abort, line, backport, 
         raise UsageError("--line, --backport and --build-only start a session: use them with --onto REF")
     ws, c = workspace(ctx), cache(ctx)
     if show:
-        return _emit(as_json, rebase.session_status(ws, c, target))
+        return _emit(as_json, api.rebase_status(ws, c, target))
     if not onto:
-        sess = rebase.open_session(ws, c, target)
+        sess = api.rebase_open(ws, c, target)
     else:
-        t, src = rebase.prepare(ws, target, source, dry_run=dry_run)
-        opts = rebase.Options(drop_superseded, no_behaviour, line, tuple(backport), tuple(build_only))
-        sess = rebase.start(c, t, src, onto, opts, dry_run=dry_run, fetch=fetch, quiet_subs=as_json)
-        if isinstance(sess, rebase.Outcome):  # a dry run: reported, nothing kept
+        t, src = api.rebase_prepare(ws, target, source, dry_run=dry_run)
+        opts = api.RebaseOptions(drop_superseded, no_behaviour, line, tuple(backport), tuple(build_only))
+        sess = api.rebase_start(c, t, src, onto, opts, dry_run=dry_run, fetch=fetch, quiet_subs=as_json)
+        if isinstance(sess, api.RebaseOutcome):  # a dry run: reported, nothing kept
             return _emit(as_json, sess)
     interactive = not no_interactive and sys.stdin.isatty() and not as_json
-    return _emit(as_json, rebase.run(sess, resumed=not onto, abort=abort, skip=skip, cont=cont,
-                                     on_conflict=rebase.ask_human if interactive else None))
+    return _emit(as_json, api.rebase_run(sess, resumed=not onto, abort=abort, skip=skip, cont=cont,
+                                         on_conflict=api.rebase_ask if interactive else None))
 
 
-def _emit(as_json: bool, out: rebase.Outcome) -> int:
+def _emit(as_json: bool, out) -> int:
     doc = out.doc
     if out.range_diff:
         report.result(out.range_diff.rstrip(), as_json=as_json)
     if as_json:
         report.emit_json("rebase", doc or {"session": None})
     if doc:
-        report.table(*rebase.table(doc), as_json=as_json)
+        report.table(*api.rebase_table(doc), as_json=as_json)
         for w in doc.get("warnings") or []:
             report.progress(f"warning: {w}")
     report.progress(out.line)

@@ -9,9 +9,8 @@ import json
 
 import click
 
-from lucepatch import report
+from lucepatch import api, report
 from lucepatch.commands._common import json_option, workspace
-from lucepatch.services import cluster
 
 
 @click.group("render")
@@ -28,7 +27,7 @@ def command():
 def real_clients(ctx, paths, target_name, as_json):
     """Print the "Real clients" markdown table (what PyTorch, NCCL and vLLM's patterns did) from evidence."""
     ws = workspace(ctx)
-    t = cluster.real_clients(ws, list(paths), target_name)
+    t = api.real_clients(ws, list(paths), target_name)
     if as_json:
         report.emit_json("render", {"what": "real-clients", "target": target_name, "evidence": list(paths),
                                     "columns": t["columns"], "rows": t["rows"], "sources": t["sources"]})
@@ -38,7 +37,7 @@ def real_clients(ctx, paths, target_name, as_json):
 
 @command.command("k8s")
 @click.argument("manifest_set", metavar="SET",
-                type=click.Choice(cluster.SETS))
+                type=click.Choice(api.K8S_SETS))
 @click.option("--values", "values_file", type=click.Path(dir_okay=False), default=None,
               help="YAML or JSON file of values (see --show-values).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override one value (JSON-parsed).")
@@ -53,16 +52,16 @@ def real_clients(ctx, paths, target_name, as_json):
               help="lucebox: the node report JSON (driver_version) to check image_cuda against.")
 def k8s(manifest_set, values_file, sets, out, show_values, validate_versions, as_json, node_driver, node_report):
     """Render SET: lucebox | rbac | verify-job (both variants) | hami-core-swap (alias daemonset)."""
-    name = cluster.set_name(manifest_set)
+    name = api.K8S_SET_ALIASES.get(manifest_set, manifest_set)
     if show_values:
-        rows = cluster.set_values(name)
+        rows = api.set_values(name)
         if as_json:
             report.emit_json("render", {"what": "k8s", "set": name, "values": rows})
         report.table(f"values of {name} (--set KEY=VALUE, --values FILE)",
                      [report.Col("key", report.NAME), report.Col("default", report.TEXT), report.Col("meaning")],
                      [[r["key"], json.dumps(r["default"]), r["doc"]] for r in rows], as_json=as_json)
         return 0
-    r = cluster.render_set(name, values_file=values_file, sets=sets, node_driver=node_driver, node_report=node_report,
+    r = api.render_set(name, values_file=values_file, sets=sets, node_driver=node_driver, node_report=node_report,
                            validate_versions=validate_versions, out=out)
     if as_json:
         report.emit_json("render", {"what": "k8s", "set": name, "files": r.written, "objects": r.objects})
@@ -104,7 +103,7 @@ def helm(app, out, values_file, sets, node_driver, node_report, as_json):
 
     It renders the objects `render k8s lucebox` renders for the same values: `helm template lucebox
     OUT/lucebox --set port=9000` = `lucepatch render k8s lucebox --set port=9000`."""
-    w = cluster.render_helm(out, values_file=values_file, sets=sets, node_driver=node_driver, node_report=node_report)
+    w = api.render_helm(out, values_file=values_file, sets=sets, node_driver=node_driver, node_report=node_report)
     _emit("helm", "Helm chart", w.path, w.files, as_json)
 
 
@@ -116,7 +115,7 @@ def olares(app, out, values_file, sets, node_driver, node_report, as_json):
     OlaresManifest 0.12.0, apiVersion v3, Olares >= 1.12.6, one nvidia accelerator; checked against
     Olares' app lint rules before it is written. The image's CUDA is gated against the oldest driver
     Olares ships (lucepatch/data/cuda_drivers.toml) unless --node-driver / --node-report name the node."""
-    pkg = cluster.render_olares(out, values_file=values_file, sets=sets, node_driver=node_driver,
+    pkg = api.render_olares(out, values_file=values_file, sets=sets, node_driver=node_driver,
                                 node_report=node_report)
     report.progress(f"the chart renders with what Olares injects at install: helm lint --strict {pkg.path} "
                     f"-f {pkg.injected}")

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import click
 
-from lucepatch import report
+from lucepatch import api, report
 from lucepatch.commands._common import json_option, workspace
 from lucepatch.errors import UsageError
-from lucepatch.services import show as viewer
 
 
 @click.command("show")
@@ -26,20 +25,20 @@ from lucepatch.services import show as viewer
 def command(ctx, evidence, html_path, wide, recipe_of, artifact_of, as_json):
     """Show what EVIDENCE (from lucepatch verify --evidence) proves: verdicts, what was built from
     which commit, the driver and GPU, and every run of both variants."""
-    found = viewer.read(evidence)
+    found = api.read_document(evidence)
     if recipe_of or artifact_of:
-        click.echo(viewer.one_field(found, evidence, recipe_of, artifact_of), nl=False)
+        click.echo(api.one_field(found, evidence, recipe_of, artifact_of), nl=False)
         return 0
-    if found.kind != viewer.EVIDENCE:
+    if found.kind != api.EVIDENCE:
         return _report(found, evidence, html_path, as_json)
-    view = viewer.evidence_view(found, evidence, workspace(ctx))
+    view = api.evidence_view(found, evidence, workspace(ctx))
     if html_path:
-        viewer.write_page(view, html_path)
+        api.write_html(view, html_path)
     if as_json:
         report.emit_json("show", {"evidence_path": evidence, "kind": found.kind, "html": html_path,
                                   "view": view.to_json()})
     else:
-        viewer.print_view(view, report.out(), wide=wide)
+        api.print_view(view, report.out(), wide=wide)
     if html_path:
         report.progress(f"evidence page written to {html_path} ({view.glyph_count} runs, "
                         f"{len(view.rows)} scenarios; open it in any browser, it loads nothing)")
@@ -50,7 +49,7 @@ def _report(found, path: str, html_path, as_json: bool) -> int:
     """A retirement report or a coverage map: the table `verify --retire` / `--coverage-map` printed."""
     if html_path:
         raise UsageError(f"--html writes the page of evidence; {path} is a {found.kind} document")
-    title, columns, rows = viewer.report_table(found)
+    title, columns, rows = api.report_table(found)
     if as_json:
         report.emit_json("show", {"evidence_path": path, "kind": found.kind, "document": found.doc})
     report.table(title, columns, rows, as_json=as_json)

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import click
 
-from lucepatch import report
-from lucepatch.commands._common import cache, json_option, require_source, source_option
-from lucepatch.commands.apply import load_checked
+from lucepatch import api, report
+from lucepatch.commands._common import cache, json_option, load_checked, source_option
 from lucepatch.errors import EXIT_CHECK_FAILED
-from lucepatch.services import series
 
 # how a not-applied patch would go on (the engine's words are its outcome names, which read as
 # "applied" beside "not-applied"; the JSON keeps them)
@@ -31,8 +29,8 @@ WOULD = {"applied": "exactly", "applied-3way": "with a 3-way merge"}
 def command(ctx, target, source, fetch, behaviour, as_json):
     """Per patch at the checkout's HEAD: applied / not-applied / already-upstream (signal) / conflicts."""
     ws, t = load_checked(ctx, target)
-    src = require_source(source, t.name, family=t.family)
-    doc = series.status(t, src, cache(ctx), ws, fetch=fetch, behaviour=behaviour)
+    src = api.source(t, source)
+    doc = api.status(t, src, cache(ctx), ws, fetch=fetch, behaviour=behaviour)
     if as_json:
         report.emit_json("status", {"workspace": ws.to_json(), "target": t.name, "version": t.version, "line": t.line,
                                      "line_of": t.line_of, **doc})
@@ -43,4 +41,4 @@ def command(ctx, target, source, fetch, behaviour, as_json):
                      ["#", "patch", "status", "signal / would apply", "commit", "detail"],
                      [[i, r["name"], r["status"], r["signal"] or WOULD.get(r["would"], r["would"] or ""),
                        (r["commit"] or "")[:12], r["detail"]] for i, r in enumerate(d["patches"], 1)], as_json=as_json)
-    return EXIT_CHECK_FAILED if series.has_conflicts(doc) else 0
+    return EXIT_CHECK_FAILED if api.has_conflicts(doc) else 0

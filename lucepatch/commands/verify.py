@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import click
 
-from lucepatch import report
+from lucepatch import api, report
 from lucepatch.commands._common import cache, json_option, source_option, workspace
 from lucepatch.errors import EXIT_CHECK_FAILED
-from lucepatch.services import verify as proof
 
 
 @click.command("verify")
@@ -65,8 +64,8 @@ def command(ctx, reproducer_names, run_all, scenarios, target_name, source, driv
         report.set_quiet(True)
     ws = workspace(ctx)
     if retire_ref or coverage_map:
-        j = proof.retire_or_map(ws, cache(ctx), target=target_name, source=source, ref=retire_ref, driver=driver,
-                                runs=runs, coverage_map=coverage_map, reproducers=list(reproducer_names))
+        j = api.retire_or_map(ws, cache(ctx), target=target_name, source=source, ref=retire_ref, driver=driver,
+                              runs=runs, coverage_map=coverage_map, reproducers=list(reproducer_names))
         if as_json:
             report.emit_json(j.kind, {"workspace": ws.to_json(), **j.doc})
         report.table(*j.table, as_json=as_json)
@@ -74,20 +73,20 @@ def command(ctx, reproducer_names, run_all, scenarios, target_name, source, driv
             for line in j.review:  # what a reviewer of each candidate reads (all of it in --json)
                 report.progress(line)
         return j.code
-    t, repros, note = proof.selection(ws, target=target_name, reproducers=list(reproducer_names), run_all=run_all)
+    t, repros, note = api.selection(ws, target=target_name, reproducers=list(reproducer_names), run_all=run_all)
     if note:
         report.progress(note)
-    backend = proof.cluster_backend(in_cluster=in_cluster, from_logs=from_logs, image=image, kubeconfig=kubeconfig,
+    backend = api.cluster_backend(in_cluster=in_cluster, from_logs=from_logs, image=image, kubeconfig=kubeconfig,
                                     context=kube_context, namespace=namespace, node=node, gpu_mem_mib=gpu_mem,
                                     save_logs=save_logs)
-    ev = proof.verify(ws, t, repros, cache(ctx), source=source, lib=lib, baseline_lib=baseline_lib,
-                      evidence=evidence_path, node_report=node_report, progress=report.progress, driver=driver,
-                      runs=runs, fixed=fixed, scenarios=list(scenarios), baseline_ref=baseline_ref,
-                      patched_ref=patched_ref, jobs=jobs, backend=backend)
+    ev = api.verify(ws, t, repros, cache=cache(ctx), progress=report.progress, source=source, lib=lib,
+                    baseline_lib=baseline_lib, evidence=evidence_path, node_report=node_report, driver=driver,
+                    runs=runs, fixed=fixed, scenarios=list(scenarios), baseline_ref=baseline_ref,
+                    patched_ref=patched_ref, jobs=jobs, backend=backend)
     if as_json:
         report.emit_json("verify", {"evidence_path": evidence_path, "evidence": ev.to_json()})
     else:
-        proof.print_verdicts(report.out(), ev, wide=wide)
+        api.print_verdicts(report.out(), ev, wide=wide)
     ex = ev.execution
     report.progress(f"{ex['processes']} processes in {ex['wall_s']:.1f}s, {ex['mode']}"
                     + (f" x{ex['jobs']}" if ex["mode"] == "parallel" else ""))
@@ -104,6 +103,6 @@ def command(ctx, reproducer_names, run_all, scenarios, target_name, source, driv
         for reason, scs in by.items():
             report.progress(f"skipped {', '.join(scs) if len(scs) <= 2 else f'{len(scs)} scenarios'}: {reason}")
     report.progress(f"verdict: {ev.verdict}" + (" (simulated driver)" if ev.simulated else "")
-                    + f"; {ex['processes']} runs in {proof.clock(ex['wall_s'])}"
+                    + f"; {ex['processes']} runs in {api.clock(ex['wall_s'])}"
                     + (f"; evidence written to {evidence_path}" if evidence_path else ""), final=True)
     return 0 if ev.verdict == "proven" else EXIT_CHECK_FAILED

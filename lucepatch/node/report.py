@@ -166,7 +166,9 @@ def parse_node_report(doc: Any, source: str = "node report") -> NodeReport:
 
 
 def load_node_report(path: str | Path) -> NodeReport:
-    p = Path(path)
+    """A node report (`doctor --pod NAME --save-report FILE`; `~` expanded): `.injection`, `.library`,
+    `.driver_version`, `.pod_glibc`, `.hami_version`, `.limits`."""
+    p = Path(path).expanduser()
     try:
         doc = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:

@@ -19,9 +19,13 @@ from lucepatch.node.report import load_node_report
 from lucepatch.target import Target, load_target
 from lucepatch.workspace import Workspace, resolve_source
 
+__all__ = ["build", "build_profiles", "builds_per_profile", "build_image", "render_image", "build_device_plugin",
+           "image_provenance", "probe"]
 
-def build_native(t: Target, src: Path, variants: list[str], cache: Path, *, jobs: int | None = None) -> list:
-    """Each variant ("baseline", "patched") of `t` built natively (cached by content)."""
+
+def build(t: Target, src: Path, cache: Path, variants=("patched",), *, jobs: int | None = None) -> list:
+    """Native builds of the variants ("baseline", "patched"), cached by content and reproducible:
+    each BuildResult has artifacts (path), sha256 and the recipe that rebuilds the same bytes."""
     git.open_repo(src)
     return [build_variant(t, src, v, cache, jobs=jobs) for v in variants]
 

@@ -53,8 +53,6 @@ def deploy_hami_core(*, dry_run: bool, as_objects: bool = False, **options) -> D
 
 
 # ---- render -------------------------------------------------------------------------------------
-def set_name(manifest_set: str) -> str:
-    return SET_ALIASES.get(manifest_set, manifest_set)
 
 
 def set_values(name: str) -> list[dict]:

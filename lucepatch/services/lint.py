@@ -252,10 +252,17 @@ def lint_compat_data(data: dict) -> list[Finding]:
     return out
 
 
-def lint_workspace(ws, name: str | None = None, *, pending_days: int = 90, now: float | None = None
-                   ) -> tuple[list[str], list[Finding]]:
-    """`lint [TARGET]`: the targets linted and their findings; with no target every target and the
-    packaged data every line's gates read (compatible_hami.toml)."""
+class Findings(list):
+    """Lint findings (Finding: level, target, patch, check, message), and `.targets`: the targets linted."""
+
+    def __init__(self, targets: list[str], findings=()):
+        super().__init__(findings)
+        self.targets = targets
+
+
+def lint(ws, name: str | None = None, *, pending_days: int = 90, now: float | None = None) -> Findings:
+    """`lint [TARGET]`: the findings of one target or, with no name, of every target and of the
+    packaged data every line's gates read (compatible_hami.toml); `.targets` names those linted."""
     names = [name] if name else list_targets(ws)
     if name:
         load_target(ws, name)  # unknown target: exit 2
@@ -265,4 +272,4 @@ def lint_workspace(ws, name: str | None = None, *, pending_days: int = 90, now: 
         findings += lint_target(ws, n, pending_days=pending_days, now=now)
     if not name:
         findings += lint_compat_data(compat_data())
-    return names, findings
+    return Findings(names, findings)

@@ -25,6 +25,9 @@ from lucepatch.native.libfacts import LibFacts, read_lib
 from lucepatch.node.report import NodeReport, load_node_report, save_node_report
 from lucepatch.services import node_sources as sources
 
+__all__ = ["inspect_node_library", "what_a_line_drops", "identify_library", "load_node_report", "report_lines",
+           "drops_lines", "identity_lines", "Identity", "NodeReport", "NodeLibrary", "Drops"]
+
 
 @dataclass
 class NodeLibrary:
@@ -342,8 +345,12 @@ def drops_lines(d: Drops) -> list[str]:
     return out
 
 
-def identify_library(path: str) -> Identity:
-    """`inspect --lib`: what a libvgpu.so is (lines/identity.py); UsageError when it is no file."""
+def identify_library(path: str | Path) -> Identity:
+    """What a libvgpu.so is (`doctor --lib`, `inspect --lib`; lines/identity.py): `.kind` upstream /
+    line-build / fork / unknown, `.line`, `.commits`, `.decided_by`, `.foreign` (a fork's extra names,
+    grouped), `.env_extra`, `.loader` (GLIBC_PRIVATE needs, newest GLIBC, NEEDED) and `.cannot_run`;
+    UsageError when `path` (`~` expanded) is no file."""
+    path = Path(path).expanduser()
     if not Path(path).is_file():
         raise UsageError(f"--lib {path} not found: pass a libvgpu.so")
     return identify(path)

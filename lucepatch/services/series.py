@@ -10,24 +10,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lucepatch import git, trailers
-from lucepatch.engine import checkout, upstreamed
-from lucepatch.engine.core import CONFLICT  # noqa: F401  (the outcome commands mark)
+from lucepatch.engine import upstreamed
+# Where the engine's function is the use case itself, it is the service (lucepatch.api names it).
+from lucepatch.engine.apply import SeriesResult
+from lucepatch.engine.checkout import open_checkout
+from lucepatch.engine.core import CONFLICT
 from lucepatch.engine.export import ExportResult, export_series
 from lucepatch.engine.importer import import_patches
-from lucepatch.engine.onto import Applied, apply_onto_checkout
+from lucepatch.engine.onto import Applied, apply_onto_checkout as apply
 from lucepatch.engine.session import notice
-from lucepatch.engine.status import has_conflicts, status_all  # noqa: F401  (has_conflicts: the verb's exit)
-from lucepatch.engine.subtargets import check_all
+from lucepatch.engine.status import has_conflicts, status_all
+from lucepatch.engine.subtargets import check_all as check
 from lucepatch.errors import UsageError
 from lucepatch.series import UPSTREAM_STATUS, find_patch, rewrite_patch_file
 from lucepatch.target import Target, list_targets, load_target
 from lucepatch.verify.reproducer import list_reproducers
 from lucepatch.workspace import Workspace, resolve_source
 
-
-def open_checkout(src: Path) -> Path:
-    """The checkout `src` (the top of a git work tree), or one line saying what it is not."""
-    return checkout.open_checkout(src)
+__all__ = ["check", "apply", "status", "has_conflicts", "export", "import_patches", "mark", "listing", "load_checked",
+           "open_checkout", "CONFLICT", "SeriesResult", "Applied", "ExportResult", "Marked"]
 
 
 def load_checked(ws: Workspace, name: str | None, cache: Path) -> tuple[Target, str | None]:
@@ -43,17 +44,6 @@ def load_checked(ws: Workspace, name: str | None, cache: Path) -> tuple[Target, 
 def listing(ws: Workspace) -> tuple[list[Target], list]:
     """`list`: every target (series parsed) and every reproducer of the workspace."""
     return [load_target(ws, n) for n in list_targets(ws)], list_reproducers(ws)
-
-
-def check(t: Target, src: Path, cache: Path, *, onto: str | None = None, fetch: bool = False):
-    """Per patch on the pinned base (or `onto`), in a private repository; sub-targets too."""
-    return check_all(t, src, cache, onto=onto, fetch=fetch)
-
-
-def apply(t: Target, src: Path, cache: Path, *, partial: bool = False, force: bool = False, stash: bool = False,
-          fetch: bool = False) -> Applied:
-    """The series onto lucepatch/<target>/<version> of `src`, switched only when it all applied."""
-    return apply_onto_checkout(t, src, cache, partial=partial, force=force, stash=stash, fetch=fetch)
 
 
 @contextlib.contextmanager
@@ -106,11 +96,6 @@ def export(ws: Workspace, name: str | None, src_path: str | None, cache: Path, *
         ws.require_writable("export")
     src = resolve_source(src_path, t.name, family=t.family)
     return t, export_series(t, src, cache, branch=branch, write=write)
-
-
-def import_(ws: Workspace, name: str, cache: Path, **options):
-    """`import`: patches into a target's series (engine/importer.py; options as its keywords)."""
-    return import_patches(ws, name, cache, **options)
 
 
 @dataclass

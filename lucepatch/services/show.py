@@ -8,18 +8,15 @@ from pathlib import Path
 
 from lucepatch.builders.reproducible import shell_from_json
 from lucepatch.errors import UsageError
-from lucepatch.show import terminal
 from lucepatch.show.documents import EVIDENCE, RETIRE, Document, read_document
 from lucepatch.show.model import View, build_view
+# the page and the terminal view are the viewer's own functions: the use case itself
 from lucepatch.show.page import write_html
+from lucepatch.show.terminal import show as print_view
 from lucepatch.verify.evidence import Evidence, load_evidence, upgrade_and_validate
 
-__all__ = ["EVIDENCE", "RETIRE", "read", "evidence_view", "write_page", "print_view", "one_field", "report_table"]
-
-
-def read(path: str) -> Document:
-    """The document at `path` and its kind (evidence, retirement report, coverage map)."""
-    return read_document(Path(path))
+__all__ = ["EVIDENCE", "RETIRE", "read_document", "evidence_view", "write_html", "print_view", "one_field",
+           "report_table"]
 
 
 def evidence_view(found: Document, path: str, ws) -> View:
@@ -27,16 +24,6 @@ def evidence_view(found: Document, path: str, ws) -> View:
     ev = load_evidence(Path(path)) if "verb" not in found.doc else Evidence.from_json(
         upgrade_and_validate(found.doc, path))
     return build_view(ev, ws)
-
-
-def write_page(view: View, path: str) -> None:
-    """The one self-contained HTML page of the view."""
-    write_html(view, Path(path))
-
-
-def print_view(view: View, console, *, wide: bool = False) -> None:
-    """The verdict table, the provenance and the runs on the terminal."""
-    terminal.show(view, console, wide=wide)
 
 
 def one_field(found: Document, path: str, recipe_of: str | None, artifact_of: str | None) -> str:

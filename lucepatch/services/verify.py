@@ -1,6 +1,7 @@
 """Proof as services: `verify` (both variants, the runs, the evidence), `verify --retire` /
 `--coverage-map` (retirement by behaviour) and `bisect` (where a reproducer's behaviour flips).
-Commands parse, call these, and print what comes back; lucepatch.api calls the same pipeline."""
+The command and a program (lucepatch.api names these) call the same functions: the command only
+parses options and prints what comes back."""
 
 from __future__ import annotations
 
@@ -13,15 +14,24 @@ from lucepatch.node.report import load_node_report
 from lucepatch.show.model import build_view
 from lucepatch.show.terminal import print_parts, verdict_parts
 from lucepatch.target import Target, family_lines, load_target
-from lucepatch.upstream import coverage, retire
+from lucepatch.upstream import coverage, retire as rule
 from lucepatch.upstream.bisect import FOUND, bisect_behaviour, bisect_exit_code, find_patch, record_applied_upstream
 from lucepatch.verify.driver import choose_driver
-from lucepatch.verify.evidence import Evidence, write_evidence
+from lucepatch.verify.evidence import Evidence, load_evidence, write_evidence
 from lucepatch.verify.node import node_section
-from lucepatch.verify.progress import clock  # noqa: F401  (the verdict line's duration)
-from lucepatch.verify.reproducer import load_reproducer
-from lucepatch.verify.service import VerifyRequest, run_verify, select
+from lucepatch.verify.progress import clock
+from lucepatch.verify.reproducer import Reproducer, load_reproducer
+from lucepatch.verify.service import VerifyRequest, build_variants, run_verify, select
 from lucepatch.workspace import Workspace, resolve_source
+
+__all__ = ["verify", "selection", "reproducers", "cluster_backend", "print_verdicts", "retire", "retire_or_map",
+           "bisect", "build_variants", "write_evidence", "load_evidence", "clock", "FOUND", "Evidence", "Judged",
+           "Bisected"]
+
+
+def _path(p) -> Path | None:
+    """A path as a caller wrote it: `~` expanded where it enters (a notebook's "~/src/HAMi-core")."""
+    return Path(p).expanduser() if p is not None and str(p) != "" else None
 
 
 def selection(ws: Workspace, *, target: str | None, reproducers: list[str], run_all: bool) -> tuple[Target, list, str | None]:
@@ -49,27 +59,41 @@ def cluster_backend(*, in_cluster: bool, from_logs: str | None, **options):
                           **options)
 
 
-def verify(ws: Workspace, t: Target, repros: list, cache: Path, *, source: str | None = None, lib: str | None = None,
-           baseline_lib: str | None = None, evidence: str | None = None, node_report: str | None = None,
-           progress=None, **options) -> Evidence:
-    """Build (or take `lib`/`baseline_lib`) both variants, run, judge; the evidence written to
-    `evidence` when given, with the node `node_report` describes (its notes go to `progress`).
-    `options`: driver, runs, fixed, scenarios, baseline_ref, patched_ref, jobs, backend."""
-    src = resolve_source(source, t.name, family=t.family) if not lib else None
-    req = VerifyRequest(workspace=ws, target=t, reproducers=repros, source=src, lib=Path(lib) if lib else None,
-                        baseline_lib=Path(baseline_lib) if baseline_lib else None,
-                        evidence=Path(evidence) if evidence else None, **options)
+def reproducers(ws: Workspace, names: list[str] | None = None, *, target_name: str | None = None
+                ) -> tuple[Target, list[Reproducer]]:
+    """(target, reproducers): the named ones, or with no names every reproducer of `target_name`."""
+    return select(ws, target=target_name, reproducers=list(names or []), run_all=not names)
+
+
+def verify(ws: Workspace, t: Target, reproducers: list | None = None, *, cache: Path, progress=None,
+           **options) -> Evidence:
+    """Build (or take `lib`/`baseline_lib`) both variants, run every selected scenario and return
+    the typed evidence (verdicts, p-values, fingerprints, what each run mapped, the run policy).
+    `reproducers`: names, or the Reproducers `selection` chose; none: every reproducer of `t`.
+    `options`: source (else $LUCEPATCH_SRC_<TARGET>; unused with `lib`), lib, baseline_lib,
+    evidence (the JSON written there, checked before anything runs), node_report (the node the
+    evidence records; its notes go to `progress`) — paths, `~` expanded — and those of
+    verify.service.VerifyRequest: driver (auto | real | fake), runs (the most per variant under the
+    sequential rule), fixed (exactly `runs`), scenarios, baseline_ref, patched_ref, jobs, backend
+    (`cluster_backend`). `progress`: a callable for the progress lines (default: stderr)."""
+    if not reproducers or isinstance(reproducers[0], str):
+        _, reproducers = select(ws, target=t.name, reproducers=list(reproducers or []), run_all=not reproducers)
+    paths = {k: _path(options.pop(k, None)) for k in ("source", "lib", "baseline_lib", "evidence", "node_report")}
+    src = None if paths["lib"] else resolve_source(paths["source"], t.name, family=t.family)
+    options["scenarios"] = list(options.get("scenarios") or [])
+    req = VerifyRequest(workspace=ws, target=t, reproducers=list(reproducers), source=src, lib=paths["lib"],
+                        baseline_lib=paths["baseline_lib"], evidence=paths["evidence"], **options)
     node_doc = None
-    if node_report:
-        node_doc, notes = node_section(load_node_report(node_report), baseline_lib=req.baseline_lib, lib=req.lib,
-                                       where=f"--node-report {node_report}")
+    if paths["node_report"]:
+        node_doc, notes = node_section(load_node_report(paths["node_report"]), baseline_lib=req.baseline_lib,
+                                       lib=req.lib, where=f"--node-report {paths['node_report']}")
         for n in notes:
             (progress or (lambda _l: None))(n)
-    ev = run_verify(req, cache)
+    ev = run_verify(req, cache, progress=progress)
     if node_doc is not None:
         ev.extra["node"] = node_doc
-    if evidence:
-        write_evidence(evidence, ev)
+    if paths["evidence"]:
+        write_evidence(paths["evidence"], ev)
     return ev
 
 
@@ -88,10 +112,23 @@ class Judged:
     review: list[str] = field(default_factory=list)  # what a reviewer of each candidate reads
 
 
+def retire(ws: Workspace, t: Target, src: Path, cache: Path, ref: str, *, driver: str = "auto",
+           runs: int | None = None, reproducers: list[str] | None = None) -> dict:
+    """Every patch judged at upstream `ref` by the retirement rule (superseded — only with a code
+    signal that upstream has the change — / retire-candidate (behaviour alone, needs review) /
+    still-needed / untestable / inconclusive, with the scenario and the builds that decided;
+    docs/design.md "Retirement"); the lucepatch-retire report (lucepatch.upstream.retire.RETIRE_SCHEMA),
+    saved (its path in `saved`) where a rebase session's `needed` and `status --behaviour` read it.
+    reproducers: judge with these only (the others' patches read not-judged)."""
+    doc = rule.retire_report(t, src, ref, cache, driver, runs, workspace=ws, reproducers=reproducers or None)
+    doc["saved"] = str(rule.save_report(doc, t, cache, ws))
+    return doc
+
+
 def retire_or_map(ws: Workspace, cache: Path, *, target: str | None, source: str | None, ref: str | None,
                   driver: str, runs: int | None, coverage_map: bool, reproducers: list[str]) -> Judged:
-    """Retirement by behaviour at `ref` (saved where a rebase session's `needed` reads it), or with
-    `coverage_map` the map alone (at `ref` or the pinned base)."""
+    """`verify --retire REF`: `retire` and its table; with `coverage_map` the map alone (at `ref` or
+    the pinned base)."""
     if not target and reproducers:  # the target is the reproducers' (as verify --reproducer R)
         target = select(ws, target=None, reproducers=list(reproducers), run_all=False)[0].name
     t = load_target(ws, target)
@@ -99,13 +136,12 @@ def retire_or_map(ws: Workspace, cache: Path, *, target: str | None, source: str
     git.open_repo(src)
     names = list(reproducers) or None
     if coverage_map:
-        m, left_out = retire.coverage_map_at(t, src, ref or t.base, cache, driver, workspace=ws, reproducers=names)
+        m, left_out = rule.coverage_map_at(t, src, ref or t.base, cache, driver, workspace=ws, reproducers=names)
         doc = {**m.to_json(), "left_out": left_out, "cached": m.cached}
         return Judged("verify-coverage-map", doc, coverage.format_coverage_map(m), 0)
-    doc = retire.retire_report(t, src, ref, cache, driver, runs, workspace=ws, reproducers=names)
-    doc["saved"] = str(retire.save_report(doc, t, cache, ws))
-    return Judged("verify-retire", doc, retire.format_retire_table(doc), retire.retire_exit_code(doc),
-                  retire.review_lines(doc))
+    doc = retire(ws, t, src, cache, ref, driver=driver, runs=runs, reproducers=names)
+    return Judged("verify-retire", doc, rule.format_retire_table(doc), rule.retire_exit_code(doc),
+                  rule.review_lines(doc))
 
 
 @dataclass

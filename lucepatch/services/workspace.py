@@ -1,24 +1,31 @@
-"""Where things are, as every verb resolves them: the workspace, the cache, a target's checkout,
-the targets of a workspace. Commands reach them through here (docs/design.md "Layers": a command
-imports the service layer, not the floors below it)."""
+"""Where things are, as every verb and a program resolve them: the workspace, the cache, a target
+(its series parsed) and its upstream checkout (docs/design.md "Layers"; lucepatch.api exposes these
+by name)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from lucepatch.workspace import Workspace, resolve_cache, resolve_source, resolve_workspace
+from lucepatch import git
+from lucepatch.target import Target, load_target
+# the workspace and the cache are resolved where they are defined (workspace.py): these are the use case
+from lucepatch.workspace import Workspace, resolve_cache as cache_dir, resolve_source, resolve_workspace as open_workspace
+
+__all__ = ["open_workspace", "cache_dir", "target", "source", "Workspace", "Target"]
 
 
-def workspace(path: str | None) -> Workspace:
-    """`--workspace`, else $LUCEPATCH_WORKSPACE, the nearest lucepatch.toml, the packaged copy."""
-    return resolve_workspace(path)
+def target(ws: Workspace, name: str | None = None) -> Target:
+    """A target of the workspace (the only one when `name` is None), its series parsed: a patch
+    that does not parse is refused here, before any work; UsageError naming the others when unknown."""
+    t = load_target(ws, name)
+    _ = t.patches
+    return t
 
 
-def cache(path: str | None) -> Path:
-    """`--cache-dir`, else $LUCEPATCH_CACHE, else $XDG_CACHE_HOME/lucepatch (created)."""
-    return resolve_cache(path)
-
-
-def source(path: str | None, target_name: str, *, family: str | None = None) -> Path:
-    """`--source`, else $LUCEPATCH_SRC_<TARGET> (a line's family's too)."""
-    return resolve_source(path, target_name, family=family)
+def source(t: Target, path: str | Path | None = None) -> Path:
+    """The upstream checkout of `t`: `path` (`~` expanded), else $LUCEPATCH_SRC_<TARGET> (else, for a
+    line of a series, $LUCEPATCH_SRC_<FAMILY>); checked to be the top of a git work tree. lucepatch
+    only reads it, except `apply`, which switches its branch."""
+    src = resolve_source(path, t.name, family=t.family)
+    git.open_repo(src)
+    return src

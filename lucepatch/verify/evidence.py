@@ -336,7 +336,7 @@ def write_evidence(path: Path, ev: "Evidence | dict") -> None:
     """Validate and write atomically; the file is world-readable (it goes into PRs)."""
     doc = ev.to_json() if isinstance(ev, Evidence) else ev
     validate(doc, what="the evidence verify produced")
-    path = Path(path)
+    path = Path(path).expanduser()  # a program's "~/x.json" (the CLI's shell expands its own)
     if path.exists() and path.is_dir():
         raise UsageError(f"--evidence {path} is a directory; give a file name")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -391,7 +391,8 @@ def upgrade_and_validate(doc: dict, path) -> dict:
 
 
 def load_evidence(path: Path) -> Evidence:
-    return Evidence.from_json(read_evidence_json(path))
+    """Evidence JSON as typed `Evidence` (validated; schema 1 upgraded); `~` expanded."""
+    return Evidence.from_json(read_evidence_json(Path(path).expanduser()))
 
 
 def staleness(doc: dict, *, upstream_commit: str, patch_ids: list[str], reproducer_hashes: dict[str, str]) -> list[str]:

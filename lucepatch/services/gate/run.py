@@ -44,8 +44,13 @@ def _timed(fn):
     return step
 
 
-def gate_target(ws, t: Target, src: Path, cache: Path, *, upstream_head: str | None, driver: str, runs: int,
-                use_cache: bool, evidence_dir: Path | None, probes: bool = True) -> TargetResult:
+def gate_target(ws, t: Target, src: Path, cache: Path, *, upstream_head: str | None = None, driver: str = "auto",
+                runs: int = 5, use_cache: bool = True, evidence_dir: Path | None = None, probes: bool = True
+                ) -> TargetResult:
+    """The CI gate for one target (lint, check, canary, build, verify, probes); a TargetResult
+    (gate, canary, steps). Reports: junit_xml / markdown. Paths: `~` expanded."""
+    src = Path(src).expanduser()
+    evidence_dir = Path(evidence_dir).expanduser() if evidence_dir else None
     git.open_repo(src)
     key = cache_key(t, ws, src, upstream_head, driver_identity(driver, cache), runs)
     store = cache / "ci" / f"{t.name}-{key}.json"
