@@ -20,6 +20,7 @@ import threading
 from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 from lucepatch.errors import EnvironmentMissing, ToolFailed, UsageError
@@ -357,11 +358,15 @@ def _same_repo(a: str, b: str) -> bool:
     return bool(a and b) and norm(a) == norm(b)
 
 
-def fetch_hint(repo_dir: Path | str, upstream_url: str | None = None, commit: str = "") -> str:
+def fetch_hint(repo_dir: Path | str, upstream_url: str | Sequence[str] | None = None, commit: str = "") -> str:
     """How to bring a missing commit into `repo_dir` — that repository, by path, from the remote
     that is the target's upstream (a fork's `origin` is not; with none, the URL itself); a shallow
-    clone deepened; a submodule's commit fetched in the submodule, not its superproject."""
+    clone deepened; a submodule's commit fetched in the submodule, not its superproject.
+    `upstream_url` may list the upstream's names (a renamed repository: its URL now, then the old
+    ones, which still fetch through the host's redirect): a remote with any of them is the upstream."""
     repo_dir = Path(repo_dir)
+    names = [upstream_url] if isinstance(upstream_url, str) else list(upstream_url or [])
+    upstream_url = names[0] if names else None
     remote = None
     try:
         with repo_at(repo_dir) as repo:
@@ -369,7 +374,7 @@ def fetch_hint(repo_dir: Path | str, upstream_url: str | None = None, commit: st
     except (UsageError, gitpython.exc.GitError, OSError, ValueError):  # not a repository: no remote to name
         urls = {}
     if upstream_url:
-        remote = next((n for n, u in urls.items() if _same_repo(u, upstream_url)), None)
+        remote = next((n for want in names for n, u in urls.items() if _same_repo(u, want)), None)
     where = f"git -C {repo_dir} fetch"
     if remote:
         cmd = f"{where} {remote}"

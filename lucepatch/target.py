@@ -46,6 +46,14 @@ class Target:
     # reproducer or reproducer:scenario -> why its assumptions do not hold at this base (verify
     # reports them not-applicable, never runs or passes them)
     not_applicable: dict = field(default_factory=dict)
+    # former URLs of a renamed upstream (Luce-Org/lucebox-hub -> Luce-Org/lucebox): a checkout
+    # whose remote still names one is a checkout of this upstream
+    upstream_aliases: list[str] = field(default_factory=list)
+
+    @property
+    def upstream_urls(self) -> tuple[str, ...]:
+        """The upstream's URL, then its former ones (what fetch hints match a checkout's remotes against)."""
+        return (self.upstream, *self.upstream_aliases)
 
     @property
     def family(self) -> str:
@@ -155,7 +163,14 @@ def load_target_dir(tdir: Path) -> Target:
         raw=data, **parse_sections(data, str(toml_path)),
         line=data.get("line", "main"), line_of=data.get("line_of"), serves=_serves(toml_path, data.get("serves", {})),
         not_applicable=_not_applicable(toml_path, data.get("not_applicable", {})),
+        upstream_aliases=_aliases(toml_path, data.get("upstream_aliases", [])),
     )
+
+
+def _aliases(toml_path: Path, value) -> list[str]:
+    if not (isinstance(value, list) and all(isinstance(v, str) and v.strip() for v in value)):
+        raise UsageError(f"{toml_path}: upstream_aliases must be a list of URLs (the upstream's former names)")
+    return list(value)
 
 
 def _serves(toml_path: Path, table) -> dict:

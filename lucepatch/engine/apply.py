@@ -460,7 +460,7 @@ def apply_series(target: Target, source: Path, patches: list[Patch], work: WorkA
     git would apply them exactly, the others by the per-patch engine; LUCEPATCH_ENGINE=per-patch
     uses the engine for all.
     """
-    base_sha = resolve_base(source, base or target.base, target.name, fetch=fetch, upstream=target.upstream,
+    base_sha = resolve_base(source, base or target.base, target.name, fetch=fetch, upstream=target.upstream_urls,
                             what=base_label)
     listing = base_listing(source, base_sha)
     check_series_safety(patches, source, base_sha, listing)

@@ -74,7 +74,7 @@ def export_series(t: Target, src: Path, cache: Path, *, branch: str | None = Non
     head = git.try_resolve(src, branch)
     if head is None:
         raise UsageError(f"branch {branch} does not exist in {src}; run lucepatch apply first or pass --branch")
-    base = resolve_base(src, t.base, t.name, upstream=t.upstream)
+    base = resolve_base(src, t.base, t.name, upstream=t.upstream_urls)
     if git.run(src, "merge-base", "--is-ancestor", base, head, check=False).status != 0:
         raise UsageError(f"branch {branch} does not contain the base {base[:12]} of {t.name}; rebase it or fix target.toml")
     with WorkArea(cache, f"export-{t.name}") as work:

@@ -313,7 +313,7 @@ def matrix_of(t, src: Path, cache: Path, rev_range: str, *, independent: bool = 
     a, b = rev_range.split("..", 1)
     for ref in (a, b or "HEAD"):
         if ref:
-            git.resolve_commit(src, ref, what=f"--range {'start' if ref == a else 'end'}", upstream=t.upstream)
+            git.resolve_commit(src, ref, what=f"--range {'start' if ref == a else 'end'}", upstream=t.upstream_urls)
     commits, subjects = range_commits(src, rev_range, first_parent=first_parent)
     if not commits:
         raise UsageError(f"--range {rev_range} holds no commits in {src}")

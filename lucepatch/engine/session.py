@@ -124,8 +124,8 @@ class Session:
                 store.unlock()
                 raise UsageError(f"{msg}; one session per target at a time")
         try:
-            base = resolve_base(source, t.base, t.name, fetch=fetch, upstream=t.upstream)
-            onto = git.resolve_commit(source, onto_ref, what="--onto", upstream=t.upstream)
+            base = resolve_base(source, t.base, t.name, fetch=fetch, upstream=t.upstream_urls)
+            onto = git.resolve_commit(source, onto_ref, what="--onto", upstream=t.upstream_urls)
             check_series_safety(t.patches, source, base)
             check_series_safety(t.patches, source, onto)
             subs = session_subs.moving(t, source, onto) if t.submodules else []

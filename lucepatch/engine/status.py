@@ -54,7 +54,7 @@ def compute_status(t, src, work, head: str, base: str, patches: list | None = No
 
 
 def status_of(t, src: Path, cache: Path, *, fetch: bool = False) -> dict:
-    base = resolve_base(src, t.base, t.name, fetch=fetch, upstream=t.upstream)
+    base = resolve_base(src, t.base, t.name, fetch=fetch, upstream=t.upstream_urls)
     head = git.resolve_commit(src, "HEAD", what="HEAD", remedy="the checkout has no commits")
     with WorkArea(cache, f"status-{t.name}") as work:
         rows = compute_status(t, src, work, head, base)

@@ -103,7 +103,7 @@ def placed(target: Target, source: Path, at: str | None, *, bases: dict[str, str
                 continue
             if base is None:
                 base = git.resolve_commit(source, target.base, what=f"base commit {target.base} of {target.name}",
-                                          upstream=target.upstream)
+                                          upstream=target.upstream_urls)
             pl = layout.place(source, base, st.submodule)
             if pl.kind != layout.FOLDER:
                 raise UsageError(f"{target.toml_path}: [[submodule]] {st.label} says layout = 'folder', but the base "
@@ -207,7 +207,7 @@ def check_all(target: Target, source: Path, cache: Path, *, onto: str | None = N
     sub-target is checked where `onto` holds it: a submodule at the commit its gitlink names
     there, a folder (vendored) or an absent one in the superproject, re-rooted (`applied_each`)."""
     if onto:  # named by its flag, not as "base commit", and fetched in this checkout from the upstream
-        onto = git.resolve_commit(source, onto, what="--onto", upstream=target.upstream)
+        onto = git.resolve_commit(source, onto, what="--onto", upstream=target.upstream_urls)
     with contextlib.ExitStack() as stack:
         applied = applied_each(target, source, cache, stack, label="check", write_objects=False, fetch=fetch,
                                at=onto)
@@ -226,7 +226,7 @@ def for_rebase(target: Target, source: Path, onto_ref: str) -> list[dict]:
     rows. Reported per sub-target (progress lines; the JSON document has them all)."""
     if not target.submodules:
         return []
-    onto = git.resolve_commit(source, onto_ref, what="--onto", upstream=target.upstream)
+    onto = git.resolve_commit(source, onto_ref, what="--onto", upstream=target.upstream_urls)
     was = {st.path: pl for st, pl in placed(target, source, None)}
     out = []
     for st, pl in placed(target, source, onto):

@@ -197,7 +197,7 @@ def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, *, patc
                          f"or set ai_use in [pr] of {target.toml_path}")
     base_sha = git.resolve_commit(source, upstream_ref or target.base,
                                   what="--upstream-ref" if upstream_ref else f"base commit of {target.name}",
-                                  upstream=target.upstream)
+                                  upstream=target.upstream_urls)
     ev = None
     if evidence_path is not None:
         paths = [Path(p).expanduser() for p in (evidence_path if isinstance(evidence_path, (list, tuple)) else [evidence_path])]

@@ -410,8 +410,8 @@ def retire_report(target: Target, source: Path | str, ref: str, cache: Path, dri
     n = runs or MIN_RUNS
     if n < MIN_RUNS:
         raise UsageError(f"--runs {n}: retirement compares fixed runs, at least {MIN_RUNS} per build and scenario")
-    commit = git.resolve_commit(source, ref, what="--retire", upstream=target.upstream)
-    base = git.resolve_commit(source, target.base, what=f"base commit of {target.name}", upstream=target.upstream)
+    commit = git.resolve_commit(source, ref, what="--retire", upstream=target.upstream_urls)
+    base = git.resolve_commit(source, target.base, what=f"base commit of {target.name}", upstream=target.upstream_urls)
     cache = Path(cache)
     every = target_reproducers(target, workspace)
     repros = {r.name: r for r in select_reproducers(every, reproducers, target)}
@@ -700,7 +700,7 @@ def coverage_map_at(target, source, ref: str, cache: Path, driver="auto", *, wor
     because they do not apply there); reproducers: map these only (default every reproducer of the
     target). Here, not in coverage.py: it needs the Judge above."""
     commit = git.resolve_commit(Path(source), ref, what=f"upstream commit of {target.name}",
-                                upstream=target.upstream)
+                                upstream=target.upstream_urls)
     repros = select_reproducers(target_reproducers(target, workspace), reproducers, target)
     lab = Lab(target, source, cache, driver, repros, 1)
     judge = Judge(target, lab)

@@ -154,7 +154,7 @@ def build_variants(target: Target, source: Path, cache: Path, artifact: str, *,
             between()
         ref = baseline_ref if name == "baseline" else patched_ref
         if ref:  # named by its flag in an error, not as the target's base commit
-            git.resolve_commit(source, ref, what=f"--{name}-ref", upstream=target.upstream)
+            git.resolve_commit(source, ref, what=f"--{name}-ref", upstream=target.upstream_urls)
             b = build_variant(target, source, "baseline", cache, base=ref, label=f"{name} ({ref})")
             prov = {"from": "ref", "ref": ref, "commit": b.commit, "base": b.base, "tree": b.tree, "patches": b.patches,
                     "recipe": b.recipe}

@@ -22,7 +22,7 @@ def cache_key(t: Target, ws, src: Path, upstream_head: str | None, driver_ident:
     named = named_scenarios(t)
     doc = {
         "lucepatch": __version__, "target": t.name, "series_hash": t.series_hash,
-        "base": git.resolve_commit(src, t.base, what=f"base commit of {t.name}", upstream=t.upstream),
+        "base": git.resolve_commit(src, t.base, what=f"base commit of {t.name}", upstream=t.upstream_urls),
         "head": git.try_resolve(src, upstream_head) if upstream_head else None,
         "reproducers": {n: repros.get(n) for n in sorted(named)}, "named": {k: v for k, v in sorted(named.items())},
         "probes": hashlib.sha256((t.dir / "probes.toml").read_bytes()).hexdigest() if (t.dir / "probes.toml").is_file() else None,
@@ -115,7 +115,7 @@ def missing_base(target: Target, src: Path) -> str | None:
     """One line when the checkout lacks the target's pinned base (a line's base is often on a branch
     or tag a clone did not fetch), naming the fetch that brings it; None when it is there."""
     try:
-        git.resolve_commit(src, target.base, what=f"base commit of {target.name}", upstream=target.upstream)
+        git.resolve_commit(src, target.base, what=f"base commit of {target.name}", upstream=target.upstream_urls)
     except EnvironmentMissing as exc:
         return str(exc)
     return None
