@@ -41,7 +41,7 @@ from lucepatch.native import elf, toolchain
 from lucepatch.native.elf import GpuCode, is_elf
 from lucepatch.target import Target, sub_target
 
-KINDS = ("compile", "link", "runpath", "targets")
+KINDS = ("compile", "link", "runpath", "targets", "commands")
 PASS, FAIL, ERROR, NA = "pass", "fail", "error", "n/a"
 
 
@@ -129,7 +129,7 @@ class ProbeResult:
         cannot exhibit the failure (e.g. no driver library linked), on both variants."""
         if self.status == NA:
             return True
-        if self.variant == "patched":
+        if self.variant == "patched" or self.spec.data.get("guard"):  # a guard holds on both variants
             return self.status == PASS
         return self.status == FAIL and self.signature_matched
 
@@ -291,6 +291,11 @@ class ProbeRunner:
     def run(self, spec: ProbeSpec) -> ProbeResult:
         t0 = time.monotonic()
         res = ProbeResult(spec, self.tree.variant, ERROR)
+        only = spec.data.get("only_on")
+        if only and only != self.tree.variant:  # e.g. a retired fix: its probe on the line that dropped it
+            res.status = NA
+            res.detail = f"not run on the {self.tree.variant} variant: {spec.data.get('why', 'only_on ' + only)}"
+            return res
         try:
             args = self.args_for(spec)
             bdir, log, rc = self.configure(args)
@@ -326,6 +331,33 @@ class ProbeRunner:
             res.first_error, res.error_count = res.detail, len(missing)
         else:
             res.status, res.detail = PASS, f"all {len(want)} targets generated"
+
+    def _probe_commands(self, spec, bdir, res):
+        """What CMake generated, nothing built: the commands of `target` (only the one compiling
+        `tu`, when named) must match every `expect.present` regex and none of `expect.absent` —
+        arch flags, -march, defines and which TUs are built are the generator's decisions."""
+        cmds = self.commands(bdir, spec.data.get("target", "all"))
+        tu = spec.data.get("tu")
+        if tu:
+            cmd = self._find_compile(cmds, tu)
+            if cmd is None:
+                raise _ProbeFail(f"{tu} is not compiled for {spec.data.get('target')} in this configuration")
+            cmds = [cmd]
+            res.evidence["arch_flags"] = re.findall(r"--generate-code=\S+|-arch[= ]\S+|-gencode[= ]\S+", cmd)
+        exp = spec.data.get("expect", {})
+        lines = "\n".join(cmds)
+        missing = [rx for rx in exp.get("present", []) if not re.search(rx, lines)]
+        found = {rx: next(c for c in cmds if re.search(rx, c))[:300] for rx in exp.get("absent", []) if re.search(rx, lines)}
+        res.evidence["commands_read"] = len(cmds)
+        res.evidence["matched_absent"] = found
+        problems = [f"no command matches /{rx}/" for rx in missing] + [f"a command matches /{rx}/" for rx in found]
+        if problems:
+            res.status, res.detail = FAIL, "; ".join(problems)
+            res.first_error, res.error_count = problems[0], len(problems)
+        else:
+            res.status = PASS
+            res.detail = (f"{len(cmds)} command(s) of {spec.data.get('target', 'all')}{' for ' + tu if tu else ''}: "
+                          f"{len(exp.get('present', []))} pattern(s) present, {len(exp.get('absent', []))} absent")
 
     def _find_compile(self, cmds: list[str], tu: str) -> str | None:
         for c in cmds:

@@ -83,7 +83,9 @@ def prepare_tree(target: Target, source: Path, variant: str, cache: Path, stack:
 
     nested: also copy the working trees of nested submodules (BSA's csrc/cutlass) from the user's
     checkout where initialised (full builds need them; probes do not, and skip the copy)."""
-    carried = carried_bases(source, [(".", target.base)] + [(s.path, s.base) for s in target.submodules])
+    # a folder sub-target is part of the superproject's carried tree (layout = "folder": no base of its own)
+    carried = carried_bases(source, [(".", target.base)] + [(s.path, s.base) for s in target.submodules
+                                                             if s.layout == "submodule"])
     # every submodule, an empty series too (BSA today): a build reads its tree at its path
     applied = applied_each(target, source, cache, stack, patches_for=lambda t: t.variant_patches(variant),
                            bases=carried, label=f"probe-{variant}", checkout=True, skip_empty=False)
