@@ -4,7 +4,9 @@
   python3 tools/carry_lucebox.py unpack OUT DEST     (there: one-commit git repos at DEST)
 
 pack writes one .tar.xz per repository (the superproject's server/ and share/, llama.cpp's ggml/,
-common/ and vendor/ — what the server's CMake reads — and all of Block-Sparse-Attention), the
+common/ and vendor/ — what the server's CMake reads — and all of Block-Sparse-Attention; for a checkout
+where llama.cpp is vendored (Luce-Org/lucebox >= ad69d12d) the superproject's server/ with it, share/,
+the Dockerfile and bake file, and BSA: repos_of), the
 nlohmann-json3-dev .deb (apt-get download; dpkg -x there), and trees.json: per repository the
 pinned commit and the git tree id of exactly the packed files. unpack makes each a git repo of one
 commit; with LUCEPATCH_CARRIED_TREES=OUT/trees.json lucepatch applies the series on that commit
@@ -25,6 +27,18 @@ from pathlib import Path
 REPOS = [(".", ["server", "share", "CMakeLists.txt", "LICENSE"]),
          ("server/deps/llama.cpp", ["ggml", "common", "vendor", "include", "CMakeLists.txt", "cmake", "LICENSE"]),
          ("server/deps/Block-Sparse-Attention", ["."])]
+# Luce-Org/lucebox since ad69d12d (2026-07-08): llama.cpp/ggml is a folder of the superproject (with
+# gguf-py, which the GPU step writes its test model with), upstream's Dockerfile and bake file are read
+# by the build; test data the build never reads stays behind
+VENDORED = [(".", ["server", "share", "Dockerfile", "docker-bake.hcl", "LICENSE",
+                   ":!server/eval", ":!server/scripts/fixtures", ":!*.gif", ":!*.png"]),
+            ("server/deps/Block-Sparse-Attention", ["."])]
+
+
+def repos_of(src: Path) -> list:
+    """The old layout (llama.cpp a submodule) or the vendored one, as the checkout's HEAD holds it."""
+    entry = git(src, "ls-tree", "HEAD", "server/deps/llama.cpp").split()
+    return REPOS if entry and entry[0] == "160000" else VENDORED
 ENV = {"GIT_AUTHOR_NAME": "carry", "GIT_AUTHOR_EMAIL": "carry@lucepatch.invalid", "GIT_COMMITTER_NAME": "carry",
        "GIT_COMMITTER_EMAIL": "carry@lucepatch.invalid", "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
        "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z"}
@@ -45,7 +59,7 @@ def commit_tree(d: Path, exclude: list[str] = ()) -> str:
 def pack(src: Path, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     doc = {}
-    for rel, specs in REPOS:
+    for rel, specs in repos_of(src):
         repo = src / rel
         files = [f for f in git(repo, "ls-files", "-z", "--", *specs).split("\0")
                  if f and (repo / f).is_file() or (f and (repo / f).is_symlink())]
@@ -89,7 +103,8 @@ if __name__ == "__main__":
     if cmd == "pack":
         src = sys.argv[2] if len(sys.argv) > 2 else os.environ.get("LUCEPATCH_SRC_LUCEBOX")
         if not src:
-            sys.exit("carry_lucebox: give SRC or set LUCEPATCH_SRC_LUCEBOX (lucebox-hub 8305b6c with submodules)")
+            sys.exit("carry_lucebox: give SRC or set LUCEPATCH_SRC_LUCEBOX (a Lucebox checkout at a line's base, "
+                     "submodules initialised)")
         pack(Path(src), Path(sys.argv[3] if len(sys.argv) > 3 else ".upstream/lucebox-carry"))
     elif cmd == "unpack" and len(sys.argv) == 4:
         unpack(Path(sys.argv[2]), Path(sys.argv[3]))

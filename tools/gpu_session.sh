@@ -4,6 +4,7 @@
 #   bash tools/gpu_session.sh <step...>
 #   steps: env traces async-sched all all-a all-b all-serial vmm-refs overhead bench-verify multi-device
 #          pool-alloc run-cost main-job main-job-jobs lucebox-build lucebox-full lucebox-f6 lucebox-f6-probe ggml-build ggml-client ggml-diag
+#          lucebox-today (issue 37: Luce-Org/lucebox 62880e2, vendored llama.cpp: probes at both bases, upstream's build, a served model)
 #          i28-main i28-v25 i28-llama-vmm i28-traces i28-2gpu i28-ggml pr188-bundle (local) pr188-all
 #          fork-lib
 #   plan (issue 4): smoke = `env async-sched`; full = `all vmm-refs overhead bench-verify traces`;
@@ -485,6 +486,56 @@ print(f'main job x{sys.argv[3]}: {float(sys.argv[2]) - float(sys.argv[1]):.2f} s
         --lib "$LIB" --driver $DRIVER --runs 5 --jobs $JOBS --evidence "$OUT/fork-lib-workloads.$TAG.json" 2>&1 \
         | tee "$OUT/verify-fork-lib-workloads.log"
       lp show "$OUT/fork-lib-workloads.$TAG.json" --html "$OUT/fork-lib-workloads.$TAG.html" > /dev/null ;;
+    lucebox-today)
+      # issue 37 (ONE call, ~7 min on 16 cores; carry .whl .upstream/lucebox-carry .upstream/lucebox-vendored-carry,
+      # each made here by `python3 tools/carry_lucebox.py pack SRC OUT`: ~3 MB each). Luce-Org/lucebox as people
+      # clone it today (62880e2, llama.cpp vendored) with the lucebox-vendored series:
+      # 1) in the background (2 cores): the probes at both bases, baseline and patched (8305b6c: patches/lucebox,
+      #    62880e2: patches/lucebox-vendored), CUDA 13, profile sm120-cuda13;
+      # 2) the native build of the new line with upstream's own Dockerfile invocation (tools/lucebox_native_build.py:
+      #    its cmake -S/--build RUN, DFLASH_CUDA_ARCHES=${LUCEBOX_CUDA_ARCHS:-90;120}, + backend_ipc_daemon; one
+      #    deviation, recorded: -DDFLASH27B_FA_ALL_QUANTS=OFF, 145 instead of 204 nvcc TUs, to fit the call),
+      #    -j 14: build seconds, SASS per binary and ggml library (cuobjdump), ldd of each;
+      # 3) a tiny qwen3 model written here with the tree's gguf-py (tools/lucebox_tiny_model.py; n_vocab is fixed
+      #    at 151936 by the loader, the rest small), then dflash_server on it: /health and one chat request, and
+      #    test_dflash started (tools/lucebox_serve_check.py).
+      # The build stays at /tmp/lucebox-vendored/build (dflash_server, test_dflash, backend_ipc_daemon, ggml under
+      # deps/: RUNPATH $ORIGIN/deps/...) and the model at /tmp/lucebox-vendored/tiny-qwen3.gguf, for issue 40's
+      # steps in the same machine session. $OUT/commit/ -> docs/lucebox/today/.
+      system_cc; V=.upstream/lucebox-vendored-carry; O=.upstream/lucebox-carry; WV=/tmp/lbv-src; WO=/tmp/lbx-src
+      B=/tmp/lucebox-vendored; mkdir -p "$OUT/commit" $B
+      [ -d $V ] || { echo "gpu_session: $V is missing (python3 tools/carry_lucebox.py pack <Luce-Org/lucebox at 62880e2> $V)" >&2; exit 3; }
+      [ -f $WV/server/CMakeLists.txt ] || { rm -rf $WV; python3 tools/carry_lucebox.py unpack $V $WV 2>&1 | tail -2; }
+      if [ -d $O ] && [ ! -f $WO/server/CMakeLists.txt ]; then rm -rf $WO; python3 tools/carry_lucebox.py unpack $O $WO 2>&1 | tail -3; fi
+      [ -d /tmp/nlohmann/usr ] || { dpkg -x $V/nlohmann-json3-dev_*.deb /tmp/nlohmann 2>/dev/null ||
+        { mkdir -p /tmp/nlohmann && cd /tmp/nlohmann && ar x "$OLDPWD"/$V/nlohmann-json3-dev_*.deb && tar -xf data.tar.* && cd "$OLDPWD"; }; }
+      export CMAKE_PREFIX_PATH=/tmp/nlohmann/usr
+      { nvcc --version | tail -2; cmake --version | head -1; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } \
+        > "$OUT/commit/lucebox-today.env.txt" 2>&1
+      ( if [ -f $WO/server/CMakeLists.txt ]; then
+          LUCEPATCH_CARRIED_TREES=$O/trees.json lp probe lucebox --source $WO --profile sm120-cuda13 --both --json \
+            >"$OUT/commit/probe.8305b6c.sm120-cuda13.$TAG.json" 2>"$OUT/commit/probe.8305b6c.sm120-cuda13.$TAG.log"
+        fi
+        LUCEPATCH_CARRIED_TREES=$V/trees.json lp probe lucebox-vendored --source $WV --profile sm120-cuda13 --both --json \
+          >"$OUT/commit/probe.62880e2.sm120-cuda13.$TAG.json" 2>"$OUT/commit/probe.62880e2.sm120-cuda13.$TAG.log" ) &
+      PROBES=$!
+      s0=$(now)
+      LUCEPATCH_CARRIED_TREES=$V/trees.json python3 tools/lucebox_native_build.py --source $WV --target lucebox-vendored \
+        --build-dir $B/build --json "$OUT/commit/native-build.62880e2.$TAG.json" --build-arg "DFLASH_CUDA_ARCHES=${LUCEBOX_CUDA_ARCHS:-90;120}" \
+        --cmake-arg -DDFLASH27B_FA_ALL_QUANTS=OFF --add-target backend_ipc_daemon --jobs ${LUCEBOX_JOBS:-14} 2>&1 \
+        | tee "$OUT/commit/native-build.62880e2.$TAG.log" | tail -12
+      python3 -c "import sys; print(f'native build wall: {float(sys.argv[2]) - float(sys.argv[1]):.1f} s')" "$s0" "$(now)" \
+        | tee -a "$OUT/commit/native-build.62880e2.$TAG.log"
+      python3 tools/lucebox_tiny_model.py $B/tiny-qwen3.gguf --gguf-py $WV/server/deps/llama.cpp/gguf-py \
+        --json "$OUT/commit/tiny-model.json" > /dev/null && tail -c 300 "$OUT/commit/tiny-model.json"
+      python3 tools/lucebox_serve_check.py --bin $B/build --model $B/tiny-qwen3.gguf --out "$OUT/commit/serve" 2>&1 \
+        | tee "$OUT/commit/serve-check.$TAG.txt"
+      wait $PROBES
+      for f in "$OUT"/commit/probe.*."$TAG".json; do
+        python3 -c "import json, sys; d = json.load(open(sys.argv[1]))
+for run in d.get('runs', [d]):
+    print(sys.argv[1].rsplit('/', 1)[-1], run['variant'], ' '.join(p['probe'].split('-')[0] + ':' + p['status'] + ('' if p['as_declared'] else '!') for p in run['probes']))" "$f"
+      done | tee "$OUT/commit/probe-verdicts.$TAG.txt" ;;
     *)
       echo "unknown step $step" >&2 ;;
   esac
