@@ -36,6 +36,10 @@ CASES = {
                                              "scheduler_name": "hami-scheduler", "owner": OWNER,
                                              "service_account": "lucepatch"}),
     "verify-image-lib": ("verify-job", {"run_id": "r2", "variant": "baseline"}),
+    "bench-defaults": ("bench-job", {}),
+    "bench-torch-one-node": ("bench-job", {"workload": "decode-torch", "tenants": None, "modes": ["graph"],
+                                           "sm_limits": [30, 50], "node": "gpu-node-1", "scheduler_name": "hami-scheduler",
+                                           "host_lib_dir": "/var/lib/hami/vgpu"}),
 }
 
 
@@ -199,3 +203,24 @@ def test_cli_render_out_json_and_values(tmp_path, capsys):
     keys = {r["key"] for r in json.loads(capsys.readouterr().out)["values"]}
     assert {"host_lib_dir", "lib_sha256", "reassert_seconds"} <= keys
     assert main(["render", "k8s", "lucebox", "--set", "nope=1"]) == 2
+
+
+def test_bench_job_runs_the_bench_on_the_nodes_library():
+    job = ALL["bench-torch-one-node"][0]
+    pod = job["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    assert c["command"][:4] == ["lucepatch", "bench", "--lib", "/lucepatch/node-vgpu/libvgpu.so"]
+    assert c["command"][c["command"].index("--workload") + 1] == "decode-torch"
+    assert "--no-tenants" in c["command"] and c["command"].count("--sm-limit") == 2
+    assert {e["name"]: e["value"] for e in c["env"]}["CUDA_DISABLE_CONTROL"] == "true"
+    assert pod["volumes"][0]["hostPath"]["path"] == "/var/lib/hami/vgpu"
+    assert c["volumeMounts"][0]["readOnly"] is True
+    assert pod["nodeSelector"] == {"kubernetes.io/hostname": "gpu-node-1"}
+
+
+@pytest.mark.parametrize("bad,why", [({"workload": "llama"}, "workload must be"), ({"sm_limits": [100]}, "1..99"),
+                                     ({"tenants": [30]}, "two integers"), ({"lib_name": "../x.so"}, "file name"),
+                                     ({"modes": []}, "modes must be")])
+def test_bench_job_refuses_what_bench_would(bad, why):
+    with pytest.raises(UsageError, match=why):
+        manifests.render("bench-job", values.resolve("bench-job", bad))

@@ -99,7 +99,7 @@ def plan_runs(repros: list[Reproducer], scenario_filter: list[str] | None, varia
     plan = []
     for repro in repros:
         for s in repro.scenarios:
-            if s.measure is not None:  # a rate is measured on the node by `lucepatch bench`, not per pod
+            if s.measure is not None:  # a rate is measured one run at a time on the node, not per pod
                 continue
             if s.control or not scenario_filter or s.name in scenario_filter:
                 plan += [(repro, s, v) for v in variants]

@@ -1,7 +1,8 @@
 """Render the cluster manifests from jinja2 templates (lucepatch/templates/k8s/*.yaml.j2).
 
 Sets: ``lucebox`` (Deployment, Service, PVC), ``rbac`` (what lucepatch itself needs),
-``verify-job`` (one Job per variant), ``hami-core-swap`` (ConfigMap + privileged DaemonSet).
+``verify-job`` (one Job per variant), ``hami-core-swap`` (ConfigMap + privileged DaemonSet), ``bench-job``
+(`lucepatch bench` against the node's own libvgpu.so, issue 38).
 Every scalar is emitted through the ``q`` filter (JSON, which is valid YAML), so values can
 never break the document structure. Rendering needs only jinja2; ``to_objects`` needs PyYAML.
 """
@@ -17,7 +18,7 @@ import jinja2
 from lucepatch.errors import EnvironmentMissing, UsageError
 from lucepatch.k8s import jobs, swap
 
-SETS = ("lucebox", "rbac", "verify-job", "hami-core-swap")
+SETS = ("lucebox", "rbac", "verify-job", "hami-core-swap", "bench-job")
 VARIANTS = ("baseline", "patched")
 
 # The lucebox `prepare-cache` init container (root): make a hostPath cache folder the image user's.
@@ -109,6 +110,8 @@ def _check(set_name: str, v: dict) -> None:
     if set_name == "lucebox":
         if int(v["gpu_count"]) < 1:
             raise UsageError("gpu_count must be at least 1")
+    if set_name == "bench-job":
+        bench_command(v)  # refuses what `lucepatch bench` would refuse
 
 
 def render(set_name: str, vals: dict) -> list[Rendered]:
@@ -135,11 +138,41 @@ def render(set_name: str, vals: dict) -> list[Rendered]:
     if set_name == "hami-core-swap":
         ctx["script"] = swap.script_text()
         ctx["loop"] = SWAP_LOOP
+    if set_name == "bench-job":
+        vals["name"] = dns_label(vals["name"])
+        ctx["bench_cmd"] = bench_command(vals)
     tmpl = {"lucebox": "lucebox.yaml.j2", "rbac": "rbac.yaml.j2", "verify-job": "verify-job.yaml.j2",
-            "hami-core-swap": "hami-core-swap.yaml.j2"}[set_name]
+            "hami-core-swap": "hami-core-swap.yaml.j2", "bench-job": "bench-job.yaml.j2"}[set_name]
     text = env.get_template(tmpl).render(**ctx).strip() + "\n"
     fname = f"{set_name}-{vals['variant']}.yaml" if set_name == "verify-job" else f"{set_name}.yaml"
     return [Rendered(set_name, fname, text)]
+
+
+def bench_command(v: dict) -> list[str]:
+    """The bench Job's command: `lucepatch bench` on the node's library, the document on stdout."""
+    if v["workload"] not in ("decode-c", "decode-torch"):
+        raise UsageError(f"workload must be decode-c or decode-torch, not {v['workload']!r}")
+    modes = list(v["modes"] or [])
+    if not modes or any(m not in ("eager", "graph") for m in modes):
+        raise UsageError("modes must be a non-empty list of eager, graph")
+    limits = list(v["sm_limits"] or [])
+    if any(isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 99 for n in limits):
+        raise UsageError("sm_limits must be a list of integers 1..99")
+    tenants = v["tenants"]
+    if tenants is not None and (len(tenants) != 2 or any(not isinstance(n, int) or not 1 <= n <= 99 for n in tenants)):
+        raise UsageError("tenants must be two integers 1..99, or null")
+    if "/" in v["lib_name"]:
+        raise UsageError("lib_name must be a file name inside host_lib_dir")
+    if int(v["rounds"]) < 2 or int(v["gpu_count"]) < 1:
+        raise UsageError("rounds must be at least 2 and gpu_count at least 1")
+    cmd = ["lucepatch", "bench", "--lib", f"/lucepatch/node-vgpu/{v['lib_name']}", "--workload", v["workload"],
+           "--driver", "real", "--rounds", str(int(v["rounds"])), "--memory-limit", str(v["memory_limit"]), "--json"]
+    for m in modes:
+        cmd += ["--mode", m]
+    for n in limits:
+        cmd += ["--sm-limit", str(n)]
+    cmd += ["--tenants", f"{tenants[0]},{tenants[1]}"] if tenants else ["--no-tenants"]
+    return cmd
 
 
 def job_name(run_id: str, variant: str) -> str:

@@ -163,7 +163,30 @@ SWAP = {
     "tolerations": Value([{"operator": "Exists"}], "Tolerations (default: run on every tainted GPU node too)."),
 }
 
-SCHEMAS = {"lucebox": LUCEBOX, "rbac": RBAC, "verify-job": VERIFY_JOB, "hami-core-swap": SWAP}
+BENCH_JOB = {
+    **COMMON,
+    "name": Value("lucepatch-bench", "Name of the Job."),
+    "image": Value("lucepatch/bench:latest", "Image with lucepatch installed (and PyTorch for workload decode-torch); "
+                                             "the bench compiles its driver-API workload with the image's cc."),
+    "host_lib_dir": Value("/usr/local/vgpu", "HAMi's library directory on the node (chart devicePlugin.libPath), "
+                                             "mounted read-only at /lucepatch/node-vgpu."),
+    "lib_name": Value("libvgpu.so", "The library inside host_lib_dir the bench measures."),
+    "workload": Value("decode-c", "`decode-c` (driver API, no PyTorch) or `decode-torch` (PyTorch, bf16)."),
+    "modes": Value(["eager", "graph"], "Launch modes (list): eager, graph."),
+    "sm_limits": Value([50], "CUDA_DEVICE_SM_LIMIT values to check (list of 1..99)."),
+    "tenants": Value([30, 70], "Two SM limits for two tenants in two regions at once; null = no tenant check.",
+                     ("array", "null")),
+    "memory_limit": Value("60g", "CUDA_DEVICE_MEMORY_LIMIT of every run with the layer."),
+    "rounds": Value(6, "Counted rounds per configuration (each: one bare run, one with the layer)."),
+    "node": Value(None, "Pin to this node (kubernetes.io/hostname); null = any GPU node.", ("string", "null")),
+    "gpu_count": Value(1, "`nvidia.com/gpu` limit."),
+    "scheduler_name": Value(None, "schedulerName, e.g. `hami-scheduler`.", ("string", "null")),
+    "env": Value({}, "Extra environment of the bench (dict)."),
+    "ttl_seconds_after_finished": Value(86400, "Job ttlSecondsAfterFinished (the cluster deletes it after)."),
+    "active_deadline_seconds": Value(3600, "Job activeDeadlineSeconds."),
+}
+
+SCHEMAS = {"lucebox": LUCEBOX, "rbac": RBAC, "verify-job": VERIFY_JOB, "hami-core-swap": SWAP, "bench-job": BENCH_JOB}
 
 
 def defaults(schema: dict[str, Value]) -> dict:

@@ -12,8 +12,9 @@ from lucepatch.errors import CheckFailed, UsageError
 from lucepatch.node import driver as drv, report as noderep
 from lucepatch.verify.reproducer import list_reproducers
 
-SET_ALIASES = {"daemonset": "hami-core-swap", "swap": "hami-core-swap", "verify-jobs": "verify-job", "job": "verify-job"}
-SETS = ["lucebox", "rbac", "verify-job", "hami-core-swap", *SET_ALIASES]
+SET_ALIASES = {"daemonset": "hami-core-swap", "swap": "hami-core-swap", "verify-jobs": "verify-job", "job": "verify-job",
+               "bench": "bench-job"}
+SETS = ["lucebox", "rbac", "verify-job", "hami-core-swap", "bench-job", *SET_ALIASES]
 
 
 # ---- cluster status -----------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from lucepatch.verify.evidence import Evidence, ScenarioResult
 
 W, H_IV, H_SERIES = 640, 120, 220  # px
 PAD_L, PAD_R, PAD_T, PAD_B = 90, 20, 14, 28
-CSS = {"bare": "s-bare", "baseline": "s-baseline", "patched": "s-patched"}
+CSS = {"bare": "s-bare", "baseline": "s-baseline", "patched": "s-patched", "layer": "s-patched"}
 
 
 def bound_text(m: dict) -> str:
@@ -127,8 +127,9 @@ def _nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     return [round(first + i * step, 10) for i in range(int((hi - first) / step) + 1)]
 
 
-def _interval_plot(v: RateView, m: dict) -> None:
-    ivs = [(name, m[name]) for name in ("baseline", "patched") if name in m]
+def _interval_plot(v: RateView, m: dict, names: tuple[str, ...] = ("baseline", "patched")) -> None:
+    """The intervals `m[name]` (each a rate_stats.Interval's JSON) against m["bound"]."""
+    ivs = [(name, m[name]) for name in names if m.get(name)]
     if not ivs:
         return
     lo, hi = (m.get("bound") or {}).get("lo"), (m.get("bound") or {}).get("hi")
@@ -155,13 +156,18 @@ def _series_plot(v: RateView, s: ScenarioResult, runs: list[dict]) -> None:
     mine = [r for r in runs if r.get("scenario") == s.scenario and r.get("series")]
     last: dict[str, dict] = {}
     for r in sorted(mine, key=lambda r: r.get("index", 0)):
-        last[r.get("variant", "")] = r
+        last[r.get("variant", "")] = r["series"]
+    series_lines(v, last)
+
+
+def series_lines(v: RateView, last: dict[str, dict]) -> None:
+    """variant -> {name: {step_s, unit, values}} as polylines over time (one per process: per tenant)."""
     curves = []
-    for variant in ("bare", "baseline", "patched"):
-        r = last.get(variant)
-        if r is None:
+    for variant in ("bare", "baseline", "patched", "layer"):
+        series = last.get(variant)
+        if not series:
             continue
-        for k, (name, ser) in enumerate(sorted(r["series"].items())):
+        for k, (name, ser) in enumerate(sorted(series.items())):
             vals = [float(x) for x in ser.get("values", [])]
             if vals:
                 curves.append((variant, name, float(ser.get("step_s", 1.0)), vals, k))
@@ -216,3 +222,17 @@ def rate_rows(ev: Evidence) -> list[dict]:
 
 
 RATE_COLUMNS = ["scenario", "variant", "rate", "interval", "bound", "rounds", "verdict"]
+
+
+def bench_views(doc: dict) -> list[RateView]:
+    """One RateView per configuration of a `lucepatch bench` document: the layer's interval against what
+    the configuration should give, and the rate over time of bare and the layer."""
+    out = []
+    for c in doc.get("configs", []):
+        m = {**c["measure"], "layer": c.get("interval")}
+        v = RateView(scenario=c["name"], verdict=c["answer"], reason=c["why"], summary=f"{c['name']}: {c['why']}",
+                     unit=m.get("unit", ""), bound=bound_text(m))
+        _interval_plot(v, m, names=("layer",))
+        series_lines(v, c.get("series") or {})
+        out.append(v)
+    return out

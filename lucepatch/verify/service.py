@@ -248,7 +248,7 @@ def run_verify(req: VerifyRequest, cache: Path, *, progress=None) -> Evidence:
         rates = rate_scenarios.not_measured(
             [(r, s) for r in run_repros for s in r.scenarios if not run_filter or s.name in run_filter
              or f"{r.name}:{s.name}" in run_filter],
-            "a rate is measured by `lucepatch bench` on the node itself, not in --in-cluster verify pods")
+            "a rate is measured one run at a time on the node itself, not in parallel --in-cluster verify pods")
     else:
         ex = plan_execution(req.jobs, workloads=any(r.is_workload for r in run_repros))
         say(f"execution: {ex.mode}" + (f", {ex.jobs} jobs" if ex.mode == "parallel" else "") + f" ({ex.why})")
