@@ -48,6 +48,8 @@ SERVICES: dict[str, str] = {
                                 "report_lines drops_lines identity_lines Identity NodeReport",
     "lucepatch.services.cluster": "render_set render_helm render_olares set_values real_clients deploy_hami_core "
                                   "cluster_status K8S_SETS=SETS K8S_SET_ALIASES=SET_ALIASES",
+    "lucepatch.services.bench": "bench=run bench_rows=table_rows write_bench_page=write_page BenchRequest "
+                                "BENCH_COLUMNS=COLUMNS",
 }
 NAMES: dict[str, tuple[str, str]] = {  # public name -> (module, attribute)
     pub: (module, attr or pub) for module, names in SERVICES.items()

@@ -43,6 +43,7 @@ VERBS = {
     "rebase": "rebase",
     "matrix": "matrix",
     "import": "import_",
+    "bench": "bench",
 }
 
 
@@ -75,6 +76,7 @@ SUMMARY = {
     "rebase": "Carry TARGET's series from its base to --onto REF, stopping for a human on conflicts.",
     "matrix": "Which patches apply (exact / 3-way / already upstream / conflict) at every commit of A..B.",
     "import": "Import patches into TARGET from a quilt folder, a format-patch/mbox folder or file, or a branch.",
+    "bench": "What the vGPU layer costs a workload on this node, and whether its limits hold.",
 }
 
 

@@ -134,3 +134,39 @@ def test_the_document_its_table_and_its_page(prepared, tmp_path):
     page = service.write_page(doc, tmp_path / "bench.html").read_text()
     assert page.count('class="rate intervals"') == 3 and 'data-answer="holds"' in page
     assert "Content-Security-Policy" in page and "<script" not in page
+
+
+@pytest.fixture(scope="module")
+def interposer(tmp_path_factory):
+    """A preloadable library that prints HAMi-core's load marker and limits nothing (tests/fixtures/fakehami)."""
+    import shutil  # lazy: only this fixture, 1 ms
+    import subprocess  # lazy: only this fixture, 1 ms
+
+    if shutil.which("gcc") is None or not Path("/usr/local/cuda/include/cuda.h").is_file():
+        pytest.skip("no-tool: needs gcc and /usr/local/cuda/include/cuda.h")
+    d = tmp_path_factory.mktemp("layer")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-o", str(d / "libvgpu.so"),
+                    str(ROOT / "tests/fixtures/fakehami/src/fakehami.c"), "-I/usr/local/cuda/include", "-ldl"], check=True)
+    return d / "libvgpu.so"
+
+
+def test_the_verb_on_the_simulated_driver_prints_its_document(cli, interposer, tmp_path):
+    """Real runs (short ones) of the sm-limit workload under a layer that limits nothing: the memory-only
+    cost is measured, the SM limit does not hold, the verb says so (exit 1) and its JSON is its schema's."""
+    import json  # lazy: only this test, 1 ms
+
+    import jsonschema  # lazy: only this test, 34 ms
+
+    r = cli("bench", "--lib", interposer, "--mode", "eager", "--sm-limit", "50", "--no-tenants", "--rounds", "2",
+            "--warmup-rounds", "0", "--warmup-ms", "0", "--measure-ms", "250", "--driver", "fake", "--json",
+            "--html", tmp_path / "b.html")
+    assert r.code == 1, r.err
+    doc = json.loads(r.out)
+    jsonschema.validate(doc, json.loads((ROOT / "docs/schema/bench.schema.json").read_text()))
+    by = {c["name"]: c for c in doc["configs"]}
+    assert doc["simulated"] is True and set(by) == {"memory-only-eager", "sm-50-eager"}
+    assert all(c["interval"] and c["interval"]["n"] == 2 for c in by.values())
+    assert by["sm-50-eager"]["answer"] != "holds"  # nothing limits: about 1 x bare, not 0.5
+    assert by["sm-50-eager"]["interval"]["estimate"] > 0.8
+    assert "not shown to hold" in r.err and (tmp_path / "b.html").is_file()
+    assert cli("bench", "--lib", interposer, "--tenants", "30", "--driver", "fake").code == 2

@@ -6,6 +6,7 @@ docs/bench.md; this module picks the workload, checks the request, runs, and wri
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from lucepatch.errors import UsageError
@@ -22,6 +23,7 @@ from lucepatch.workspace import Workspace
 
 SCHEMA_VERSION = 1
 COLUMNS = ["configuration", "mode", "result", "interval", "expected", "answer"]
+BenchRequest = measure.BenchRequest  # the public name (lucepatch.api)
 
 
 def check(req: measure.BenchRequest) -> list[measure.Config]:
@@ -37,8 +39,13 @@ def check(req: measure.BenchRequest) -> list[measure.Config]:
     return measure.configs(req)
 
 
-def run(ws: Workspace, req: measure.BenchRequest, cache: Path, *, html: Path | None = None, run_once=None) -> dict:
-    """Measure every configuration; return the bench document (validated), and write its page to `html`."""
+def run(ws: Workspace, req: measure.BenchRequest, cache: Path, *, html: Path | None = None, out: Path | None = None,
+        run_once=None) -> dict:
+    """Measure every configuration; return the bench document (validated), write its page to `html` and
+    the document to `out` (both checked before anything runs)."""
+    for p, flag in ((html, "--html"), (out, "--out")):
+        if p is not None:
+            check_destination(Path(p), flag)
     cfgs = check(req)
     repro = load_reproducer(ws, measure.WORKLOADS[req.workload])
     driver = choose_driver(req.driver, cache)
@@ -49,7 +56,17 @@ def run(ws: Workspace, req: measure.BenchRequest, cache: Path, *, html: Path | N
     validate(doc)
     if html is not None:
         write_page(doc, html)
+    if out is not None:
+        write_atomic(Path(out), json.dumps(doc, indent=2) + "\n", mode=0o666)
     return doc
+
+
+def check_destination(path: Path, flag: str) -> None:
+    """A file can be written at `path` (its folder exists, it is not a folder): refused before any run."""
+    if path.is_dir():
+        raise UsageError(f"{flag} {path} is a directory; give a file name")
+    if not path.parent.is_dir():
+        raise UsageError(f"{flag} {path}: the folder {path.parent} does not exist")
 
 
 def document(req: measure.BenchRequest, repro, results: list[measure.ConfigResult], sha: str) -> dict:
