@@ -200,3 +200,37 @@ def test_the_renamed_upstream_still_names_an_old_checkout(tmp_path):
         assert lgit.fetch_hint(repo, t.upstream_urls, t.base) == f"git -C {repo} fetch old"
         # with the new name alone the old remote is not recognised: the URL itself is named
         assert lgit.fetch_hint(repo, t.upstream, t.base).startswith(f"git -C {repo} fetch https://github.com/Luce-Org/lucebox")
+
+
+def _probe_doc(base: str, target: str = "lucebox-vendored") -> dict:
+    def run(variant, status, detail, first=""):
+        return {"variant": variant, "profile": "sm120-cuda13", "tree": {"repos": [{"base": base}]},
+                "probes": [{"probe": "f1-default-archs-nvcc13", "fix": "F1", "status": status, "detail": detail,
+                            "first_error": first, "seconds": 1.0, "as_declared": True}]}
+    return {"verb": "probe", "target": target, "runs": [run("baseline", "fail", "compile failed",
+                                                            "nvcc fatal : Unsupported gpu architecture 'compute_60'"),
+                                                        run("patched", "pass", "SASS sm_120")]}
+
+
+def test_a_pr_carries_the_probe_verdicts_of_its_patches(tmp_path):
+    """`pr --evidence <probe --both --json>`: the body's table is the probes the PR's patches name, from the
+    runs as measured; evidence of another target, base or a single variant is refused."""
+    from lucepatch.errors import CheckFailed
+    from lucepatch.target import load_target_dir
+    from lucepatch.upstream import pr, pr_probes
+
+    t = load_target_dir(REPO_ROOT / "patches/lucebox-vendored")
+    doc = _probe_doc(t.base)
+    f1 = [p for p in pr.select_patches(t, ["fix-cmake-f1-drop-archs-below-75-under-nvcc13"])]
+    pr_probes.check_probe_evidence([doc], t, t.base)
+    [row] = pr_probes.probe_rows([doc], f1)
+    assert (row["probe"], row["baseline"], row["patched"]) == ("f1-default-archs-nvcc13", "fail", "pass")
+    assert "compute_60" in row["baseline_error"]
+    assert pr_probes.probe_rows([doc], pr.select_patches(t, ["fix-cmake-f7-install-rpath-origin-after-copy"])) == []
+    for bad, why in ((_probe_doc("0" * 40), "not the PR's base"), (_probe_doc(t.base, "lucebox"), "not lucebox-vendored"),
+                     ({**doc, "runs": doc["runs"][1:]}, "patched variant only")):
+        with pytest.raises(CheckFailed, match=why):
+            pr_probes.check_probe_evidence([bad], t, t.base)
+    # the folder sub-target's patch is a commit of the superproject's PR, re-rooted
+    [f6] = pr.select_patches(t, ["llama.cpp/f6-ggml-cuda-link-cuda-driver-public"])
+    assert f6.files == ["server/deps/llama.cpp/ggml/src/ggml-cuda/CMakeLists.txt"] and f6.subject.startswith("fix(ggml-cuda):")

@@ -27,6 +27,8 @@ from lucepatch.upstream import real_clients as rc
 from lucepatch.upstream.checks import CheckResult, run_checks
 from lucepatch.upstream.conventions import conventions_for, repo_slug
 from lucepatch.upstream.scrub import Scrubber
+from lucepatch.engine import layout
+from lucepatch.upstream.pr_probes import check_probe_evidence, probe_doc, probe_rows
 from lucepatch.verify.combine import combine as combine_evidence
 from lucepatch.verify.evidence import Evidence, load_evidence, staleness
 from lucepatch.verify.rules import fmt_theta
@@ -57,12 +59,23 @@ class PrResult:
                 "ai_disclosure_given": self.ai_disclosure_given}
 
 
+def pr_patches(target: Target) -> list[Patch]:
+    """What a PR to the target's upstream can carry: its series, then the series of each sub-target that
+    is a folder of the superproject at the base (layout = "folder": vendored code is upstream's own
+    files), re-rooted there and named `<sub-target>/<file>`, as `apply` commits them."""
+    out = list(target.patches)
+    for sub, st in zip(target.submodules, target.sub_targets()):
+        if sub.layout == "folder":
+            out += [layout.reroot(p, "", sub.path, name=f"{sub.label}/{p.name}") for p in st.patches]
+    return out
+
+
 def select_patches(target: Target, names: list[str] | None) -> list[Patch]:
+    every = pr_patches(target)
     if not names:
-        return list(target.patches)
-    wanted = {find_patch(target.patches, n, where=f"{target.name}'s series", flag="--patches").name
-              for n in names}
-    return [p for p in target.patches if p.name in wanted]  # series order, always
+        return every
+    wanted = {find_patch(every, n, where=f"{target.name}'s series", flag="--patches").name for n in names}
+    return [p for p in every if p.name in wanted]  # series order, always
 
 
 def _body_text(p: Patch) -> str:
@@ -199,8 +212,14 @@ def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, *, patc
                                   what="--upstream-ref" if upstream_ref else f"base commit of {target.name}",
                                   upstream=target.upstream_urls)
     ev = None
+    probe_docs: list[dict] = []
     if evidence_path is not None:
         paths = [Path(p).expanduser() for p in (evidence_path if isinstance(evidence_path, (list, tuple)) else [evidence_path])]
+        probe_docs = [d for d in (probe_doc(p) for p in paths) if d is not None]
+        paths = [p for p in paths if probe_doc(p) is None]
+    if probe_docs:
+        check_probe_evidence(probe_docs, target, base_sha)
+    if evidence_path is not None and paths:
         evs = [load_evidence(p) for p in paths]  # validated against the schema; schema 1 upgraded
         ev = evs[0] if len(evs) == 1 else Evidence.from_json(combine_evidence(evs, repro_hashes or {}))
         check_evidence(ev, target, repro_hashes or {}, base_sha)
@@ -275,6 +294,7 @@ def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, *, patc
         ctx = _body_context(target, patches, ev, res.base, conv, checks, reproducers or {},
                             revision=revision, range_diff=range_diff, ai_use=ai_use, prev=prev)
         ctx["placeholder_messages"] = placeholders
+        ctx["probes"] = probe_rows(probe_docs, patches)
         if clients:
                 ctx.update(real_clients=rc.rows(clients), real_clients_sources=[rc.source(d) for d in clients])
         body = scrub.text(render(f"pr/{tmpl}.md.j2", **ctx))
