@@ -407,3 +407,29 @@ def test_sigkill_in_a_session_across_the_vendoring_resumes_to_the_same_result(wo
     r = lp(ws, "rebase", "super", "--continue", cache=cache)
     assert r.returncode == 0, r.stderr
     assert snapshot(ws / "patches/super") == snapshot(ref_ws / "patches/super")
+
+
+def test_which_line_fits_a_checkout(world, tmp_path):
+    """Two lines of one family, one where lib is a submodule (S0) and one where it is a folder (V1): the
+    checkout's HEAD decides (services/line_fit.py, the Lucebox counterpart of doctor's line routes)."""
+    from lucepatch.services.line_fit import which_line
+    from lucepatch.workspace import resolve_workspace
+
+    ws = workspace(world, tmp_path)
+    line = ws / "patches" / "super-vendored"
+    folder = workspace(world, tmp_path / "v", base=world["c"]["V1"], layout="folder") / "patches" / "super"
+    import shutil
+    shutil.copytree(folder, line)
+    toml = (line / "target.toml").read_text().replace('name = "super"', 'name = "super-vendored"\nline_of = "super"\nline = "vendored"')
+    (line / "target.toml").write_text(toml)
+    w = resolve_workspace(ws)
+    for at, want in (("S0", "super"), ("V1", "super-vendored")):
+        src = tmp_path / f"co-{at}"
+        git(tmp_path, "clone", "-q", str(world["up"]), str(src))
+        git(src, "checkout", "-q", world["c"][at])
+        if at == "S0":
+            git(src, "submodule", "update", "--init", "-q", env=SUBENV)
+        doc = which_line(w, "super", src, tmp_path / "c")
+        assert doc["fits"] == want, doc
+        other = next(x for x in doc["lines"] if x["target"] != want)
+        assert not other["fits"] and other["why"]
