@@ -5,7 +5,10 @@
  * `layer_bytes` of a weight buffer (bandwidth-bound, as a batch-1 decode step is), then an event the
  * host waits for one token later (two tokens in flight, as a decode loop that schedules ahead). Eager mode launches the kernels one by one (cuLaunchKernel); graph
  * mode captures one token's launches into a CUDA graph once and replays it (cuGraphLaunch), as
- * llama.cpp/ggml and vLLM run their decode. After `warmup_ms` (not counted: the limiter's token bucket
+ * llama.cpp/ggml and vLLM run their decode (LP_GRAPH_SHAPE: "captured", the default; "child", the captured
+ * token as a child graph node of an otherwise empty graph; "conditional", the token built inside the
+ * body of an IF node whose condition defaults to 1: what a graph launch runs without a kernel node of its
+ * own). After `warmup_ms` (not counted: the limiter's token bucket
  * and the clocks settle), tokens are counted for `measure_ms`; the run reports the rate (tokens/s) and its
  * series per 250 ms for the plots.
  *
@@ -100,6 +103,48 @@ static CUresult token_eager(void) {
     return CUDA_SUCCESS;
 }
 
+/* The token inside an IF node's body (its condition's default value 1): the top graph holds one
+ * conditional node and no kernel node; what runs is only in the body (CUDA 12.4+ conditional nodes). */
+static int conditional_graph(CUgraph *out) {
+    CUgraph top;
+    CUgraphConditionalHandle h;
+    CUgraphNode cond, prev = NULL, n;
+    CUcontext ctx;
+    CUgraphNodeParams p;
+    CUresult r;
+    if ((r = cuGraphCreate(&top, 0)) != CUDA_SUCCESS || (r = cuCtxGetCurrent(&ctx)) != CUDA_SUCCESS ||
+        (r = cuGraphConditionalHandleCreate(&h, top, ctx, 1, CU_GRAPH_COND_ASSIGN_DEFAULT)) != CUDA_SUCCESS)
+        return fail("cuGraphConditionalHandleCreate", r);
+    memset(&p, 0, sizeof p);
+    p.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+    p.conditional.handle = h;
+    p.conditional.type = CU_GRAPH_COND_TYPE_IF;
+    p.conditional.size = 1;
+    p.conditional.ctx = ctx;
+    if ((r = cuGraphAddNode(&cond, top, NULL, NULL, 0, &p)) != CUDA_SUCCESS)
+        return fail("cuGraphAddNode (IF)", r);
+    CUgraph body = p.conditional.phGraph_out[0];
+    static CUdeviceptr srcs[256];
+    static unsigned long long bytes;
+    static void *args[256][3];
+    bytes = g_layer_bytes;
+    for (int l = 0; l < g_layers && l < 256; l++) {
+        CUDA_KERNEL_NODE_PARAMS kp;
+        memset(&kp, 0, sizeof kp);
+        srcs[l] = g_weights + (CUdeviceptr)l * g_layer_bytes;
+        args[l][0] = &srcs[l], args[l][1] = &bytes, args[l][2] = &g_sink;
+        kp.func = g_fn;
+        kp.gridDimX = g_grid, kp.gridDimY = 1, kp.gridDimZ = 1;
+        kp.blockDimX = 256, kp.blockDimY = 1, kp.blockDimZ = 1;
+        kp.kernelParams = args[l];
+        if ((r = cuGraphAddKernelNode(&n, body, prev ? &prev : NULL, prev ? 1 : 0, &kp)) != CUDA_SUCCESS)
+            return fail("cuGraphAddKernelNode (body)", r);
+        prev = n;
+    }
+    *out = top;
+    return 0;
+}
+
 static int setup_decode(CUdevice dev) {
     CUmodule mod;
     int sms = 0;
@@ -129,12 +174,28 @@ static int decode(const char *mode, const char *name, int go_fd, double *rate_ou
     int graph = strcmp(mode, "graph") == 0;
     if (graph) {
         CUgraph g;
-        if ((r = cuStreamBeginCapture(g_stream, CU_STREAM_CAPTURE_MODE_GLOBAL)) != CUDA_SUCCESS)
-            return fail("cuStreamBeginCapture", r);
-        if ((r = token_eager()) != CUDA_SUCCESS)
-            return fail("cuLaunchKernel (captured)", r);
-        if ((r = cuStreamEndCapture(g_stream, &g)) != CUDA_SUCCESS)
-            return fail("cuStreamEndCapture", r);
+        const char *shape = getenv("LP_GRAPH_SHAPE") ? getenv("LP_GRAPH_SHAPE") : "captured";
+        if (strcmp(shape, "conditional") == 0) {
+            if (conditional_graph(&g))
+                return 1;
+        } else {
+            if ((r = cuStreamBeginCapture(g_stream, CU_STREAM_CAPTURE_MODE_GLOBAL)) != CUDA_SUCCESS)
+                return fail("cuStreamBeginCapture", r);
+            if ((r = token_eager()) != CUDA_SUCCESS)
+                return fail("cuLaunchKernel (captured)", r);
+            if ((r = cuStreamEndCapture(g_stream, &g)) != CUDA_SUCCESS)
+                return fail("cuStreamEndCapture", r);
+            if (strcmp(shape, "child") == 0) { /* the token as a child graph: the top graph has no kernel node */
+                CUgraph top;
+                CUgraphNode n;
+                if ((r = cuGraphCreate(&top, 0)) != CUDA_SUCCESS || (r = cuGraphAddChildGraphNode(&n, top, NULL, 0, g)) != CUDA_SUCCESS)
+                    return fail("cuGraphAddChildGraphNode", r);
+                g = top;
+            } else if (strcmp(shape, "captured") != 0) {
+                fprintf(stderr, "sm_limit: LP_GRAPH_SHAPE is captured, child or conditional\n");
+                exit(2);
+            }
+        }
         if ((r = cuGraphInstantiate(&exec, g, 0)) != CUDA_SUCCESS)
             return fail("cuGraphInstantiate", r);
     }
