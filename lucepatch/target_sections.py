@@ -89,6 +89,11 @@ class BuildConfig:
     arch_variable: str = ""  # the cmake variable holding the CUDA arch list (an image build argument)
     needs_headers: list[str] = field(default_factory=list)  # toolkit headers a full build needs (cublas_v2.h)
     reproducible: Reproducible = field(default_factory=Reproducible)
+    # upstream ships its own Dockerfile (path in the tree): `build --image` builds it with the series
+    # applied to the context instead of lucepatch's template, the arch list as the ARG `arch_build_arg`
+    dockerfile: str | None = None
+    arch_build_arg: str = ""
+    image_roots: list[str] = field(default_factory=list)  # where that image holds the binaries (closure check)
 
     def to_json(self) -> dict:
         return _as_json(self)
@@ -112,6 +117,7 @@ class Profile:
     user: str | None = None
     model_dir: str | None = None
     health_start_period: str | None = None
+    build_args: dict | None = None  # upstream Dockerfile's ARGs this profile sets (CUDA_VERSION = "13.0.0")
 
     def settings(self) -> dict:
         """The keys this table sets (not its name), as written."""

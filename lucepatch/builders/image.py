@@ -9,6 +9,9 @@ labels     OCI labels + org.lucepatch.*: source, upstream revision, series versi
 checks     runtime closure: `ld.so --list` on every ELF under /app, every NEEDED resolves except
            the driver's (libcuda.so.1, provided by the host at run time)
 
+upstream   a target whose upstream ships its own Dockerfile ([build] dockerfile): that file built on the
+           applied tree with the profile's build_args (builders/dockerfile.py reads its ARGs), nothing rendered
+
 Long: one recipe read four ways — render, context, labels and the closure checks (and the node's
 library check after a build) read the same profile and target fields and the same docker client;
 each is its own section below.
@@ -32,6 +35,7 @@ from pathlib import Path
 import jinja2
 
 from lucepatch import __version__, report
+from lucepatch.builders import dockerfile as dockerfile_recipe
 from lucepatch.builders.probe import resolve_profile
 from lucepatch.builders.standins import make_stand_ins
 from lucepatch.builders.superbuild import plan_for
@@ -293,22 +297,28 @@ class ImageResult:
     saved: str | None = None
     pushed: str | None = None
     node_library: dict | None = None  # node_library_check against a node report, when one was given
+    base_images: list = field(default_factory=list)  # upstream's recipe: what each FROM image was here
+    build_args: dict = field(default_factory=dict)  # upstream's recipe: the ARGs set
 
     def to_json(self) -> dict:
-        return {"tag": self.tag, "image_id": self.image_id, "labels": self.labels, "dockerfile": str(self.dockerfile),
-                "log": str(self.log), "seconds": round(self.seconds, 2), "closure": self.closure,
-                "saved": self.saved, "pushed": self.pushed, "node_library": self.node_library}
+        doc = {"tag": self.tag, "image_id": self.image_id, "labels": self.labels, "dockerfile": str(self.dockerfile),
+               "log": str(self.log), "seconds": round(self.seconds, 2), "closure": self.closure,
+               "saved": self.saved, "pushed": self.pushed, "node_library": self.node_library}
+        if self.base_images:
+            doc.update(base_images=self.base_images, build_args=self.build_args)
+        return doc
 
 
 def docker_build(client, ctx: Path, tag: str, log_path: Path, *, target_stage: str | None = None,
-                 buildargs: dict | None = None, network_mode: str | None = None, nocache: bool = False) -> str:
+                 buildargs: dict | None = None, network_mode: str | None = None, nocache: bool = False,
+                 dockerfile: str = "Dockerfile", labels: dict | None = None) -> str:
     """Build through the SDK's low-level API, streaming the log to log_path; returns the image id."""
     image_id = None
     errors = []
     with open(log_path, "a") as log:
-        stream = client.api.build(path=str(ctx), dockerfile="Dockerfile", tag=tag, rm=True, forcerm=True,
+        stream = client.api.build(path=str(ctx), dockerfile=dockerfile, tag=tag, rm=True, forcerm=True,
                                   decode=True, buildargs=buildargs or {}, target=target_stage,
-                                  network_mode=network_mode, pull=False, nocache=nocache)
+                                  network_mode=network_mode, pull=False, nocache=nocache, labels=labels)
         t0 = time.monotonic()
         for chunk in stream:
             if "stream" in chunk:
@@ -489,12 +499,94 @@ def push_image(client, tag: str) -> str:
     return tag
 
 
+def base_images(client, refs: list[str]) -> list[dict]:
+    """What each FROM image is here: its id, and whether it is a local offline stand-in made by lucepatch
+    (label org.lucepatch.base, tests/fixtures/cudaproj/make_base.sh) rather than the image the name says."""
+    out = []
+    for ref in dict.fromkeys(refs):
+        try:
+            img = client.images.get(ref)
+        except Exception:  # noqa: BLE001 — docker.errors.ImageNotFound and transport errors alike: absent here
+            out.append({"ref": ref, "present": False, "stand_in": None})
+            continue
+        lab = (img.attrs.get("Config") or {}).get("Labels") or {}
+        out.append({"ref": ref, "present": True, "id": img.id, "stand_in": lab.get(f"{LABEL_PREFIX}base")})
+    return out
+
+
+def build_upstream_image(target: Target, source: Path, profile_name: str | None, cache: Path, *,
+                         repo: str | None = None, variant: str = "patched", evidence: dict | None = None,
+                         log_dir: Path | None = None, nocache: bool = False, network_mode: str | None = None,
+                         cuda_archs: str | list[str] | None = None, closure: bool = True) -> ImageResult:
+    """`build --image` for a target whose upstream ships a Dockerfile ([build] dockerfile): that file,
+    as the series leaves it, built on the applied tree with the profile's build arguments and the arch
+    list as [build] arch_build_arg (a name the Dockerfile does not declare is refused: Docker would
+    ignore it). lucepatch renders nothing; its labels are added to the image."""
+    pname, profile = image_profile(target, profile_name)
+    archs = image_cuda_archs(target, profile, cuda_archs)
+    client = docker_client()
+    tag = image_tag(target, pname, repo, archs)
+    ev_sha = hashlib.sha256(json.dumps(evidence, sort_keys=True).encode()).hexdigest() if evidence is not None else "none"
+    t0 = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        tree = prepare_tree(target, source, variant, cache, stack, nested=True)
+        recipe = dockerfile_recipe.read_recipe(tree.root / target.build.dockerfile)
+        args = {k: str(v) for k, v in (profile.get("build_args") or {}).items()}
+        if target.build.arch_build_arg:
+            args[target.build.arch_build_arg] = ";".join(archs or [str(a) for a in profile.get("cuda_archs") or []])
+        dockerfile_recipe.check_build_args(recipe, args)
+        labels = labels_for(target, profile, revision=tree.repos[0]["base"], evidence_sha256=ev_sha, variant=variant,
+                            cuda_archs=archs, runtime_image=recipe.images(args)[-1])
+        labels[f"{LABEL_PREFIX}recipe"] = f"upstream {target.build.dockerfile}"
+        out = (log_dir or cache / "images") / f"{target.name}-{pname}-{target.version}"
+        out.mkdir(parents=True, exist_ok=True)
+        ctx = out / "context"
+        shutil.rmtree(ctx, ignore_errors=True)
+        # the submodules are links in the applied tree: the context holds their files (no .git anywhere)
+        shutil.copytree(tree.root, ctx, symlinks=False, ignore=shutil.ignore_patterns(".git"))
+        (out / "build-args.json").write_text(json.dumps(args, indent=1, sort_keys=True) + "\n")
+        bases = base_images(client, recipe.images(args))
+        for b in bases:
+            what = (f"a local stand-in ({b['stand_in']}), not the image its name says" if b.get("stand_in") else
+                    "present here" if b["present"] else "absent here: the build pulls nothing (pull=False) and fails")
+            report.progress(f"base {b['ref']}: {what}")
+        log = out / "build.log"
+        log.write_text("")
+        report.progress(f"docker build {tag} from upstream's {target.build.dockerfile} (context {ctx}, build args "
+                        f"{', '.join(f'{k}={v}' for k, v in args.items())}, log {log})")
+        image_id = docker_build(client, ctx, tag, log, buildargs=args, network_mode=network_mode, nocache=nocache,
+                                dockerfile=target.build.dockerfile, labels=labels)
+    res = ImageResult(tag, image_id, labels, ctx / target.build.dockerfile, log, seconds=time.monotonic() - t0)
+    res.base_images = bases
+    res.build_args = args
+    if closure and target.build.image_roots:
+        res.closure = closure_check(client, tag, list(target.build.image_roots), cache=cache)
+        if not res.closure["ok"]:
+            bad = next(iter(res.closure["unresolved"].items()), ("(no ELF found)", []))
+            raise CheckFailed(f"runtime closure check of {tag} failed: {bad[0]} needs {', '.join(bad[1]) or 'nothing'} "
+                              f"that does not resolve in the image")
+    return res
+
+
 def build_image(target: Target, source: Path, profile_name: str | None, cache: Path, *, repo: str | None = None,
                 variant: str = "patched", evidence: dict | None = None, builder_image: str | None = None,
                 runtime_image: str | None = None, jobs: int | None = None, ccache_dir: Path | None = None,
                 save: Path | None = None, push: bool = False, closure: bool = True, network_mode: str | None = None,
                 log_dir: Path | None = None, nocache: bool = False,
                 cuda_archs: str | list[str] | None = None) -> ImageResult:
+    if target.build and target.build.dockerfile:  # upstream's own recipe (the old line keeps the template)
+        if builder_image or runtime_image or ccache_dir or jobs:
+            raise UsageError(f"{target.name} builds upstream's {target.build.dockerfile}: --builder-image, "
+                             "--runtime-image, --ccache and --jobs belong to lucepatch's template; set the "
+                             "Dockerfile's ARGs through the profile's build_args instead")
+        res = build_upstream_image(target, source, profile_name, cache, repo=repo, variant=variant, evidence=evidence,
+                                   log_dir=log_dir, nocache=nocache, network_mode=network_mode,
+                                   cuda_archs=cuda_archs, closure=closure)
+        if save:
+            res.saved = save_image(docker_client(), res.tag, save)
+        if push:
+            res.pushed = push_image(docker_client(), res.tag)
+        return res
     pname, profile = image_profile(target, profile_name)
     archs = image_cuda_archs(target, profile, cuda_archs)  # refused before Docker is asked anything
     client = docker_client()
