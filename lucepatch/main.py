@@ -33,6 +33,7 @@ VERBS = {
     "mark": "mark",
     "lint": "lint",
     "doctor": "doctor",
+    "node": "node",
     "ci": "ci",
     "render": "render",
     "deploy": "deploy",
@@ -63,15 +64,16 @@ SUMMARY = {
     "mark": "Set PATCH's Upstream-Status (e.g. after opening its PR).",
     "lint": "Check series files, patch headers, trailers, whitespace and paths.",
     "doctor": "Show which tools lucepatch can use here (git, cmake, nvcc, nvml.h, docker, GPU/driver, valgrind, "
-              "quilt), or with --lib/--image/--pod what a node runs and what may replace it.",
+              "quilt); what a node runs is `lucepatch node`.",
+    "node": "What a node runs (--lib FILE, --image IMAGE, --pod NAME, --pod-root DIR, --node-report FILE) and what "
+            "may replace it, or with --hami-version alone what the line serving that release would drop.",
     "ci": "The gate: lint, check on the pinned base, canary on --upstream-head, build, verify, probes.",
     "render": "Render files lucepatch produces for other tools (Kubernetes manifests, the real-clients table).",
     "deploy": "Roll a proven fix out to a cluster (needs LUCEPATCH_KUBECONFIG unless --dry-run).",
     "cluster": "Inspect what lucepatch put on a cluster (needs LUCEPATCH_KUBECONFIG).",
     "show": "Show what EVIDENCE (from lucepatch verify --evidence) proves: verdicts, what was built from which "
             "commit, the driver and GPU, and every run of both variants.",
-    "inspect": "Print what IMAGE was built from (upstream revision, series version/hash, patch ids, evidence), or "
-               "with --lib what a libvgpu.so is and what it needs of the loader.",
+    "inspect": "Print what IMAGE was built from (upstream revision, series version/hash, patch ids, evidence).",
     "probe": "Compile/link probes proving TARGET's build fixes (minutes, not a full build).",
     "rebase": "Carry TARGET's series from its base to --onto REF, stopping for a human on conflicts.",
     "matrix": "Which patches apply (exact / 3-way / already upstream / conflict) at every commit of A..B.",
@@ -173,10 +175,41 @@ def expand_home(args: list[str]) -> list[str]:
     return out
 
 
+# Old spellings, rewritten before parsing (issue 35: a second job split off into its own verb, a
+# duplicate merged): verb -> (the verb that does it now, the options that mark the old spelling).
+MOVED = {
+    "doctor": ("node", {"--lib", "--image", "--pod", "--pod-root", "--node-report", "--hami-version", "--candidate",
+                        "--namespace", "--container", "--lib-path", "--save", "--save-report", "--context"}),
+    "inspect": ("node", {"--lib"}),
+}
+GLOBAL_WITH_VALUE = ("--workspace", "--cache-dir")
+
+
+def old_spellings(args: list[str]) -> tuple[list[str], str | None]:
+    """(the arguments in today's spelling, the note that says what changed, or None). `verify --quiet`
+    is the global -q (`lucepatch -q verify`): moved silently, quiet is what was asked for."""
+    i = 0
+    while i < len(args) and args[i].startswith("-"):
+        i += 2 if args[i] in GLOBAL_WITH_VALUE else 1
+    if i >= len(args):
+        return args, None
+    verb, rest = args[i], args[i + 1:]
+    if verb == "verify" and "--quiet" in rest:
+        return ["-q", *args[:i + 1], *[a for a in rest if a != "--quiet"]], None
+    new, marks = MOVED.get(verb, (None, ()))
+    used = [a.split("=", 1)[0] for a in rest if a.split("=", 1)[0] in marks]
+    if not used:
+        return args, None
+    return ([*args[:i], new, *rest],
+            f"`lucepatch {verb} {used[0]}` is `lucepatch {new} {used[0]}` now; the old spelling will go")
+
+
 def main(argv=None) -> int:
     signals.install()
     _CACHE[0] = None
-    argv = expand_home(list(sys.argv[1:] if argv is None else argv))
+    argv, moved = old_spellings(expand_home(list(sys.argv[1:] if argv is None else argv)))
+    if moved and not {"-q", "--quiet"} & set(argv[:argv.index("node") if "node" in argv else 0]):
+        click.echo(f"lucepatch: note: {moved}", err=True)
     try:
         rc = cli.main(args=argv, prog_name="lucepatch", standalone_mode=False)
     except LucepatchError as exc:

@@ -1,5 +1,4 @@
-"""What a libvgpu.so is and what may replace it (issue 27 items 1 and 2): `doctor --lib`,
-`inspect --lib`, deploy's identity/symbols/env/loader gates, the routes for a fork.
+"""What a libvgpu.so is and what may replace it (issue 27 items 1 and 2): `node --lib`, deploy's identity/symbols/env/loader gates, the routes for a fork.
 
 Libraries are built here (tests/hamilib.py): the exported names of a real build of a line, with a
 vendor's extra names, hooks under CUDA 12 entry-point names, getenv() of the vendor's variables,
@@ -186,7 +185,7 @@ def test_doctor_and_deploy_give_the_same_answer_for_the_same_pair(libs, capsys):
     ev = libs["dir"] / "ev.json"
     ev.write_text(json.dumps(evidence_doc(baseline=libs["up25"], patched=libs["line25"], target="hami-core-v2.5")))
     for node in ("fork", "up25"):
-        rc, out, err = _cli(capsys, "doctor", "--lib", libs[node], "--candidate", libs["line25"], "--json")
+        rc, out, err = _cli(capsys, "node", "--lib", libs[node], "--candidate", libs["line25"], "--json")
         j = json.loads(out)["node_library"]["judgement"]
         rc2, out2, err2 = _cli(capsys, "deploy", "hami-core", "--lib", libs["line25"], "--evidence", ev,
                                "--installed", libs[node], "--dry-run", "--json")
@@ -212,7 +211,7 @@ def test_deploy_refuses_a_fork_node_by_default(libs, capsys):
     assert rc == 1
     g = {x["name"]: x for x in json.loads(out)["gates"]}
     assert g["identity"]["ok"] is False and "a fork of HAMi-core" in g["identity"]["message"]
-    assert "no flag accepts" in g["identity"]["message"] and f"doctor --lib {libs['fork']}" in g["identity"]["message"]
+    assert "no flag accepts" in g["identity"]["message"] and f"node --lib {libs['fork']}" in g["identity"]["message"]
     assert g["symbols"]["ok"] is False and g["env"]["ok"] is False
     # loader: the fork binds _dl_sym lazily, so it sets no glibc ceiling, and the line build here references
     # GLIBC_2.2.5 only (a fixture): that part passes (test_loader_gate_with_the_pods_glibc has the refusals)
@@ -239,11 +238,11 @@ def test_loader_gate_with_the_pods_glibc(libs):
     assert f.ok and "bound lazily" in f.message
 
 
-# ---- doctor --lib: no drop-in heading for a fork, the routes in order -------------------------------------
+# ---- node --lib: no drop-in heading for a fork, the routes in order -------------------------------------
 
 
 def test_doctor_lib_on_a_fork_lists_the_routes_and_no_drop_in(libs, capsys):
-    rc, out, err = _cli(capsys, "doctor", "--lib", libs["fork"])
+    rc, out, err = _cli(capsys, "node", "--lib", libs["fork"])
     assert rc == 1 and "no drop-in" in err and len(err.strip().splitlines()) == 1
     assert "drop-in  " not in out and "\ndrop-in" not in out
     assert "identity       fork: a fork of HAMi-core" in out
@@ -258,7 +257,7 @@ def test_doctor_lib_on_a_fork_lists_the_routes_and_no_drop_in(libs, capsys):
 
 
 def test_doctor_lib_on_unknown_gets_no_drop_in(libs, capsys):
-    rc, out, err = _cli(capsys, "doctor", "--lib", libs["tiny"])
+    rc, out, err = _cli(capsys, "node", "--lib", libs["tiny"])
     assert rc == 1 and "\ndrop-in" not in out and "identity       unknown" in out and "routes" in out
 
 
@@ -271,17 +270,20 @@ def test_the_hami_profile_route_names_a_real_profile():
     assert "-DGGML_CUDA_NO_VMM=ON" in prof.cmake_args
 
 
-def test_inspect_lib_classifies(libs, capsys):
-    rc, out, err = _cli(capsys, "inspect", "--lib", libs["fork"], "--json")
-    assert rc == 0 and json.loads(out)["identity"]["kind"] == FORK
-    rc, out, err = _cli(capsys, "inspect", "--lib", libs["up"])
-    assert rc == 0 and "identity       upstream" in out
+def test_node_lib_classifies_and_inspect_lib_is_its_old_spelling(libs, capsys):
+    # `inspect --lib` printed a subset of `doctor --lib` (issue 35): both are `node --lib` now
+    rc, out, err = _cli(capsys, "node", "--lib", libs["fork"], "--json")
+    assert rc == 1 and json.loads(out)["node_library"]["identity"]["kind"] == FORK  # a fork: no drop-in
+    rc, out, err = _cli(capsys, "node", "--lib", libs["up"])
+    assert "identity       upstream" in out
+    rc2, out2, err2 = _cli(capsys, "inspect", "--lib", libs["up"])
+    assert (rc2, out2) == (rc, out) and "`lucepatch inspect --lib` is `lucepatch node --lib` now" in err2
     rc, _, err = _cli(capsys, "inspect")
-    assert rc == 2 and "IMAGE or --lib" in err
+    assert rc == 2 and "IMAGE" in err
 
 
 def test_doctor_hami_version_alone_says_what_the_v2_5_line_drops(capsys):
-    rc, out, err = _cli(capsys, "doctor", "--hami-version", "v2.7.0")
+    rc, out, err = _cli(capsys, "node", "--hami-version", "v2.7.0")
     assert rc == 0, err
     assert "HAMi-core 3506e62" in out and "line           hami-core-v2.5" in out
     # what 3506e62 hooks and the line's own build (data/line_builds.toml) does not
@@ -290,7 +292,7 @@ def test_doctor_hami_version_alone_says_what_the_v2_5_line_drops(capsys):
     dropped = sorted(state.hooks - line_hooks)
     assert dropped and all(h in out for h in dropped) and "first-parent commits past" in out
     assert "cuMemImportFromShareableHandle" in dropped
-    rc, out, err = _cli(capsys, "doctor", "--hami-version", "v2.6.8", "--json")
+    rc, out, err = _cli(capsys, "node", "--hami-version", "v2.6.8", "--json")
     d = json.loads(out)["hami_versions"][0]
     assert d["line"] is None and "vendor" in d["why"]
 
@@ -393,7 +395,7 @@ def test_the_real_2025_07_fork_library(capsys, tmp_path):
         assert r.returncode != 0 and "undefined symbol: _dl_sym, version GLIBC_PRIVATE" in r.stderr
     assert "SCHEDULER_WEBSOCKET_URL" in {n for g in i.env_extra for n in g.names}
     assert len(i.renamed) == 10
-    rc, out, err = _cli(capsys, "doctor", "--lib", FORK_LIB)
+    rc, out, err = _cli(capsys, "node", "--lib", FORK_LIB)
     assert rc == 1 and "\ndrop-in" not in out and "1. exclusive mode" in out
     # a C reproducer's first CUDA call precedes any dlsym: the fork's preInit calls _dl_sym, which this glibc
     # lacks - with the bind shim standing in at start, the run ends at that call, as a pod's process would

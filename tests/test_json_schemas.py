@@ -83,6 +83,7 @@ def runs(cli, toy, tmp_path):
     run("export", *w, "export", "toy", "--source", up, "--check")
     run("import", *w, "import", "toy2", toy["tmp"] / "fp", "--base", base, "--upstream", "https://example.invalid/t")
     run("doctor", "doctor", codes=(0, 3))
+    run("node", "node", "--hami-version", "v2.5.1")
     run("ci", *w, "ci", "toy", "--source", up, "--no-probes", codes=(0, 1))
     run("show", "show", EVIDENCE / "async-sched.h200.json")
     run("render", "render", "k8s", "rbac")

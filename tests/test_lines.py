@@ -1,4 +1,4 @@
-"""Which series line fits a node's libvgpu.so (`doctor --lib/--image/--pod`, lucepatch/lines/).
+"""Which series line fits a node's libvgpu.so (`node --lib/--image/--pod`, lucepatch/lines/).
 
 Fixture libraries are small ELF files compiled here with the symbols a HAMi-core build carries
 (shrreg_major/minor_version returning the region version; GIT_HASH_/GIT_BRANCH_ as builds before
@@ -177,7 +177,7 @@ def test_workspace_completes_the_line(tmp_path):
 
 
 def _doctor(capsys, *args):
-    rc = main(["--workspace", str(REPO_ROOT), "doctor", *args])
+    rc = main(["--workspace", str(REPO_ROOT), "node", *args])
     out, err = capsys.readouterr()
     return rc, out, err
 
@@ -219,8 +219,8 @@ def test_doctor_bad_input(tmp_path, capsys):
     junk.write_bytes(b"\x7fELF" + b"\0" * 8)
     rc, _, err = _doctor(capsys, "--lib", str(junk))
     assert rc == 2 and "not a readable ELF file" in err
-    rc, _, err = _doctor(capsys, "--lib", str(junk), "--image", "x")
-    assert rc == 2 and "exactly one library" in err
+    rc, _, err = _doctor(capsys, "--lib", str(junk), "--image", "x")  # one library at a time: the table says so
+    assert rc == 2 and "node --lib does not use --image (used by node --image)" in err
 
 
 # ---- sources ------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""What runs in the pod (issue 27 item 0): `doctor --pod-root DIR` / `--pod NAME` and the node report
+"""What runs in the pod (issue 27 item 0): `node --pod-root DIR` / `--pod NAME` and the node report
 that doctor, deploy, verify and build --image read offline.
 
 Fixture pods are directory trees made here: proc/1/environ (the container's environment, as HAMi's
@@ -88,7 +88,7 @@ def _cli(capsys, *args):
 
 def _report(capsys, root, tmp_path, name="r.json", *extra):
     path = tmp_path / name
-    rc, out, err = _cli(capsys, "doctor", "--pod-root", root, "--save-report", path, *extra)
+    rc, out, err = _cli(capsys, "node", "--pod-root", root, "--save-report", path, *extra)
     import jsonschema
 
     doc = json.loads(path.read_text())
@@ -170,8 +170,8 @@ def test_other_pods(pods, capsys, tmp_path, which, state):
 def test_the_report_read_offline_gives_the_same_answer(pods, capsys, tmp_path):
     for which in ("upstream", "fork"):
         rc, out, err, path, doc = _report(capsys, pods[which], tmp_path, f"{which}.json")
-        rc1, out1, _ = _cli(capsys, "doctor", "--pod-root", pods[which], "--json")
-        rc2, out2, _ = _cli(capsys, "doctor", "--node-report", path, "--json")
+        rc1, out1, _ = _cli(capsys, "node", "--pod-root", pods[which], "--json")
+        rc2, out2, _ = _cli(capsys, "node", "--node-report", path, "--json")
         a, b = json.loads(out1)["node_library"], json.loads(out2)["node_library"]
         assert rc1 == rc2 and a["drop_in"] == b["drop_in"]
         assert a["identity"]["kind"] == b["identity"]["kind"] and a["judgement"] == b["judgement"]
@@ -180,7 +180,7 @@ def test_the_report_read_offline_gives_the_same_answer(pods, capsys, tmp_path):
 
 
 def test_the_exec_path_runs_the_real_script(pods, tmp_path, capsys, monkeypatch):
-    """POD_SCRIPT under sh against the fixture tree (LP_ROOT) is what a pod's exec returns; doctor --pod parses it."""
+    """POD_SCRIPT under sh against the fixture tree (LP_ROOT) is what a pod's exec returns; node --pod parses it."""
     pytest.importorskip("kubernetes")
     import kubernetes.stream
 
@@ -212,7 +212,7 @@ def test_the_exec_path_runs_the_real_script(pods, tmp_path, capsys, monkeypatch)
     monkeypatch.setattr(kclient, "load", lambda **kw: K8s)
     monkeypatch.setattr(kubernetes.stream, "stream", fake_base64)
     path = tmp_path / "exec.json"
-    rc, out, err = _cli(capsys, "doctor", "--pod", "app-0", "--namespace", "ai", "--save-report", path)
+    rc, out, err = _cli(capsys, "node", "--pod", "app-0", "--namespace", "ai", "--save-report", path)
     doc = json.loads(path.read_text())
     import jsonschema
 
@@ -272,7 +272,7 @@ def test_a_hand_written_driver_only_report(tmp_path, capsys):
     p.write_text(json.dumps({"schema_version": 1, "node": "olares-one", "driver_version": "595.84"}))
     rep = load_node_report(p)
     assert not rep.from_doctor and rep.library is None and rep.state == "driver-only"
-    rc, out, err = _cli(capsys, "doctor", "--node-report", p)
+    rc, out, err = _cli(capsys, "node", "--node-report", p)
     assert rc == 1 and "driver 595.84" in out and "carries only the node's driver" in err
 
 
@@ -283,9 +283,9 @@ def test_bad_reports_are_usage_errors(tmp_path, capsys):
         p.write_text(text)
         with pytest.raises(UsageError, match=msg):
             load_node_report(p)
-        rc, _, err = _cli(capsys, "doctor", "--node-report", p)
+        rc, _, err = _cli(capsys, "node", "--node-report", p)
         assert rc == 2 and msg in err
-    rc, _, err = _cli(capsys, "doctor", "--lib", p, "--save-report", tmp_path / "x.json")
+    rc, _, err = _cli(capsys, "node", "--lib", p, "--save-report", tmp_path / "x.json")
     assert rc == 2 and "--save-report" in err
 
 

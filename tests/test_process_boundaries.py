@@ -27,7 +27,7 @@ PROCESS_HELPERS = {
     "lucepatch/native/trace/__init__.py": "traced reproducer runs",
     "lucepatch/verify/record_traces.py": "the trace recorder's driver probe",
     "lucepatch/services/doctor.py": "tool version checks",
-    "lucepatch/lines/pod.py": "nvidia-smi, getconf GNU_LIBC_VERSION (doctor --pod-root / inside a pod)",
+    "lucepatch/lines/pod.py": "nvidia-smi, getconf GNU_LIBC_VERSION (node --pod-root / inside a pod)",
     "lucepatch/upstream/checks.py": "the upstream's own PR checks (cpplint, scripts)",
     "lucepatch/upstream/coverage.py": "gcov (the measured coverage map)",
     "lucepatch/k8s/swap.py": "the node swap script",

@@ -35,7 +35,7 @@
 #   `ggml-build` in the same machine session, or with `lucebox-build` as issue 17 runs it) = `i28-ggml`.
 #   issue 27: `fork-lib` (< 2 min: one cold v2.5-line build, then a few processes): the beclab fork's library
 #   (2025-07, beclab/HAMi v2.5.4, carried git-ignored as .upstream/beclab-v2.5.4-libvgpu.so; FORK_LIB overrides)
-#   is the node's baseline and the v2.5 line's build the candidate, on the real driver: `doctor --lib` on it,
+#   is the node's baseline and the v2.5 line's build the candidate, on the real driver: `node --lib` on it,
 #   the host's glibc, and `verify --baseline-lib <fork> --lib <line build>` with its evidence and page: the C
 #   reproducers, then the workload ones (ctypes-clients, ctypes-meminfo: bound lazily, they run the fork).
 #   issue 29 (1 GPU, one call, < 8 min): first, where PR #188 is, `pr188-bundle` (writes
@@ -474,8 +474,8 @@ print(f'main job x{sys.argv[3]}: {float(sys.argv[2]) - float(sys.argv[1]):.2f} s
       F=${FORK_LIB:-.upstream/beclab-v2.5.4-libvgpu.so}
       if [ ! -f "$F" ]; then echo "fork-lib: $F is missing: carry .upstream/beclab-v2.5.4-libvgpu.so" >&2; continue; fi
       { ldd --version 2>&1 | head -1; sha256sum "$F"; } | tee "$OUT/fork-lib.host.txt"
-      lp doctor --lib "$F" > "$OUT/fork-lib.doctor.txt" 2>&1
-      lp doctor --lib "$F" --json > "$OUT/fork-lib.doctor.json" 2>/dev/null
+      lp node --lib "$F" > "$OUT/fork-lib.doctor.txt" 2>&1
+      lp node --lib "$F" --json > "$OUT/fork-lib.doctor.json" 2>/dev/null
       lp build hami-core-v2.5 --source $SRC --json > "$OUT/fork-lib.build.json" 2> "$OUT/fork-lib.build.log"
       LIB=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["builds"][0]["artifacts"]["libvgpu.so"]["path"])' \
         "$OUT/fork-lib.build.json") || { echo "fork-lib: the v2.5 line did not build (fork-lib.build.log)" >&2; continue; }

@@ -6,7 +6,7 @@ Usage: tools/line_builds.py HAMI_CORE_CHECKOUT [--cache-dir DIR] [--out FILE] [-
 Builds every HAMi-core line of this workspace (lucepatch build LINE --both, its default profile)
 and records the patched build's exported symbols, the names its patches add that upstream never
 defined (lucepatch/data/hami_core_names.toml), the environment variables it reads
-(lucepatch.native.elf.env_names) and the newest glibc version it references. `lucepatch doctor --lib`
+(lucepatch.native.elf.env_names) and the newest glibc version it references. `lucepatch node --lib`
 compares a node's library with these (lucepatch.lines.identity). --check rebuilds and compares
 (exit 1 on a difference); the CUDA headers rename driver entry points, so the file records the
 CUDA version it was made with and --check needs the same.

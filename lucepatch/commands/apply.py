@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from lucepatch import api, report
-from lucepatch.commands._common import cache, json_option, load_checked, print_outcomes, source_option
+from lucepatch.commands._common import cache, fetch_option, json_option, load_checked, print_outcomes, refuse_unused, source_option
 from lucepatch.errors import EXIT_CHECK_FAILED
 
 
@@ -15,7 +15,7 @@ from lucepatch.errors import EXIT_CHECK_FAILED
 @click.option("--partial", is_flag=True, help="Switch to the branch even if some patches conflict.")
 @click.option("--force", is_flag=True, help="Replace an existing lucepatch branch of the same version.")
 @click.option("--stash", is_flag=True, help="Carry uncommitted changes across the switch (git stash push/pop).")
-@click.option("--fetch", is_flag=True, help="Allow a `git fetch` when the base commit is not in the checkout.")
+@fetch_option
 @json_option
 @click.pass_context
 def command(ctx, target, source, partial, force, stash, fetch, as_json):
@@ -23,6 +23,7 @@ def command(ctx, target, source, partial, force, stash, fetch, as_json):
 
     Work happens in a private clone under the cache; the checkout is switched only at the end and
     only when every patch applied (or --partial)."""
+    refuse_unused(ctx, "apply")
     ws, t = load_checked(ctx, target)
     src = api.source(t, source)
     applied = api.apply(t, src, cache(ctx), partial=partial, force=force, stash=stash, fetch=fetch)

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from lucepatch import api, report
-from lucepatch.commands._common import cache, json_option, workspace
+from lucepatch.commands._common import cache, json_option, refuse_unused, workspace
 from lucepatch.errors import CheckFailed, UsageError
 
 
@@ -49,6 +49,7 @@ def _tenants(value: str | None) -> tuple[int, int] | None:
 def command(ctx, lib, workload, modes, sm_limits, tenants, no_tenants, memory_limit, rounds, warmup_rounds, alpha,
             warmup_ms, measure_ms, driver, html_path, out_path, as_json):
     """What the vGPU layer costs a workload on this node, and whether its limits hold."""
+    refuse_unused(ctx, "bench")
     req = api.BenchRequest(lib=Path(lib), workload=workload, modes=tuple(modes) or ("eager", "graph"),
                            sm_limits=tuple(sm_limits) or (50,), tenants=None if no_tenants else _tenants(tenants),
                            memory_limit=memory_limit, rounds=rounds, warmup_rounds=warmup_rounds, alpha=alpha,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import click
 
 from lucepatch import api, report
-from lucepatch.commands._common import cache, json_option, source_option, workspace
+from lucepatch.commands._common import cache, json_option, refuse_unused, source_option, workspace
 
 
 @click.command("bisect")
@@ -34,6 +34,7 @@ from lucepatch.commands._common import cache, json_option, source_option, worksp
 def command(ctx, range_spec, reproducer_name, scenario, target_name, source, driver, runs, record_patch, as_json):
     """Find the first upstream commit in A..B (first parent) where R's scenario flips (fixed or broke),
     judged on unpatched upstream (+ Build-Only patches) built in a private clone."""
+    refuse_unused(ctx, "bisect")
     ws = workspace(ctx)
     b = api.bisect(ws, cache(ctx), range_spec, reproducer_name, scenario=scenario, target=target_name, source=source,
                    driver=driver, runs=runs, record=record_patch, progress=report.progress)

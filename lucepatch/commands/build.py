@@ -9,8 +9,11 @@ from pathlib import Path
 import click
 
 from lucepatch import api, report
-from lucepatch.commands._common import cache, json_option, source_option, workspace
+from lucepatch.commands._common import cache, json_option, refuse_unused, source_option, workspace
 from lucepatch.errors import EXIT_CHECK_FAILED
+
+# the modes build picks from what it reads (lucepatch/data/verb_modes.toml)
+PLUGIN, PROFILES = "build hami-device-plugin", "build (a target built per profile)"
 
 
 @click.command("build")
@@ -31,7 +34,7 @@ from lucepatch.errors import EXIT_CHECK_FAILED
 @click.option("--keep-build", is_flag=True, help="Profile builds: keep the build tree and its sources (a later re-link there).")
 @click.option("--cuda-archs", default=None, metavar="LIST", help="CUDA arch list instead of the profile's (e.g. '120;90'): profile builds and --image (which then tags REPO:<profile>-<version>-sm<archs>).")
 @click.option("--node-driver", default=None, metavar="VER", help="--image: refuse a base whose CUDA the node's NVIDIA driver (e.g. 595.84) cannot start.")
-@click.option("--node-report", default=None, type=click.Path(dir_okay=False), help="--image: the node report JSON (doctor --pod --save-report): the base's CUDA against its driver_version, the image's glibc against the library it found in the node's pods.")
+@click.option("--node-report", default=None, type=click.Path(dir_okay=False), help="--image: the node report JSON (node --pod --save-report): the base's CUDA against its driver_version, the image's glibc against the library it found in the node's pods.")
 @click.option("--summary", type=click.Path(dir_okay=False), default=None, help="Profile builds: write the build summary JSON here.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="With --dry-run: write the rendered files here.")
 @click.option("--from", "from_image", default=None, metavar="IMAGE",
@@ -50,9 +53,8 @@ def command(ctx, target, source, baseline, both, jobs, as_image, profile, repo, 
     `build hami-device-plugin --from IMAGE` rebuilds HAMi's device-plugin image with the patched
     libvgpu.so, so a plugin restart re-installs the fix instead of the upstream library."""
     ws = workspace(ctx)
-    if (node_driver or node_report) and not as_image:
-        raise click.UsageError("--node-driver / --node-report gate an image: use them with --image")
     if target == "hami-device-plugin":
+        refuse_unused(ctx, "build", chosen=PLUGIN)
         res = api.build_device_plugin(ws, cache(ctx), from_image=from_image, source=source, lib=lib,
                                           evidence_path=evidence_path, repo=repo, save=save)
         if as_json:
@@ -64,9 +66,10 @@ def command(ctx, target, source, baseline, both, jobs, as_image, profile, repo, 
                         f"(replaced {res.replaced_sha256[:16]}); Helm values above")
         return 0
     t = api.target(ws, target)
+    refuse_unused(ctx, "build", chosen=PROFILES if not as_image and api.builds_per_profile(t) else None)
     if dry_run:
         r = api.render_image(t, profile, repo=repo, builder_image=builder_image, runtime_image=runtime_image,
-                                 jobs=jobs, out_dir=out_dir, cuda_archs=cuda_archs, node_report=node_report)
+                             jobs=jobs, out_dir=out_dir, cuda_archs=cuda_archs, node_report=node_report)
         if as_json:
             report.emit_json("build", {"workspace": ws.to_json(), "target": t.name, "version": t.version,
                                         "image": {"tag": r.tag, "dry_run": True, "profile": r.profile["name"],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from lucepatch import api, report
-from lucepatch.commands._common import cache, json_option, load_checked, print_outcomes, source_option
+from lucepatch.commands._common import cache, fetch_option, json_option, load_checked, print_outcomes, refuse_unused, source_option
 from lucepatch.errors import EXIT_CHECK_FAILED
 
 
@@ -13,11 +13,12 @@ from lucepatch.errors import EXIT_CHECK_FAILED
 @click.argument("target", required=False)
 @source_option
 @click.option("--onto", default=None, help="Check against this upstream ref instead of the pinned base.")
-@click.option("--fetch", is_flag=True, help="Allow a `git fetch` when the base commit is not in the checkout.")
+@fetch_option
 @json_option
 @click.pass_context
 def command(ctx, target, source, onto, fetch, as_json):
     """Report, patch by patch, whether TARGET's series applies; the checkout is not touched."""
+    refuse_unused(ctx, "check")
     ws, t = load_checked(ctx, target)
     src = api.source(t, source)
     result = api.check(t, src, cache(ctx), onto=onto, fetch=fetch)

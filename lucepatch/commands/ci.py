@@ -23,7 +23,7 @@ from pathlib import Path
 import click
 
 from lucepatch import api, report
-from lucepatch.commands._common import json_option, workspace
+from lucepatch.commands._common import json_option, refuse_unused, workspace
 
 
 @click.command("ci")
@@ -46,6 +46,7 @@ from lucepatch.commands._common import json_option, workspace
 def command(ctx, target, all_targets, source, upstream_head, strict, driver, runs, no_cache, no_probes, junit_path,
             md_path, evidence_dir, as_json):
     """The gate: lint, check on the pinned base, canary on --upstream-head, build, verify, probes."""
+    refuse_unused(ctx, "ci")
     ws = workspace(ctx)
     cache_dir = ctx.obj.get("cache_dir") if ctx.obj else None  # resolved by the gate once the arguments are checked
     names, results, code = api.gate_all(ws, target, cache_dir, all_targets=all_targets, source=source, strict=strict,

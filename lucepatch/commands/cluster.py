@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from lucepatch import api, report
-from lucepatch.commands._common import json_option
+from lucepatch.commands._common import json_option, refuse_unused
 
 
 @click.group("cluster")
@@ -20,6 +20,7 @@ def command():
 @json_option
 def status(namespace, name, context, as_json):
     """Per node: current library sha256 vs the expected one (drift = overwritten, e.g. by a HAMi update)."""
+    refuse_unused(click.get_current_context(), "cluster status")
     expected, rows = api.cluster_status(namespace, name, context)
     if as_json:
         report.emit_json("cluster", {"expected_sha256": expected, "nodes": rows})

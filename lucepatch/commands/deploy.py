@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from lucepatch import api, report as out
-from lucepatch.commands._common import json_option
+from lucepatch.commands._common import json_option, refuse_unused
 from lucepatch.errors import CheckFailed
 
 
@@ -22,7 +22,7 @@ def command():
 @click.option("--installed", type=click.Path(dir_okay=False), default=None,
               help="A copy of a node's current libvgpu.so, for the symbol, shared-region and line gates.")
 @click.option("--node-report", type=click.Path(dir_okay=False), default=None,
-              help="A node report (doctor --pod NAME --save-report FILE): the nodes' library, its pods' glibc.")
+              help="A node report (node --pod NAME --save-report FILE): the nodes' library, its pods' glibc.")
 @click.option("--hami-version", "hami_versions", multiple=True, help="HAMi version of the nodes (e.g. v2.8.3); repeatable.")
 @click.option("--values", "values_file", type=click.Path(dir_okay=False), default=None, help="Values for the DaemonSet.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override one DaemonSet value.")
@@ -35,6 +35,7 @@ def command():
 def hami_core(lib, evidence, lib_image, lib_path, installed, node_report, hami_versions, values_file, sets, rollback,
               reassert, dry_run, context, as_json):
     """Install (or --rollback) a patched libvgpu.so on every HAMi node through a privileged DaemonSet."""
+    refuse_unused(click.get_current_context(), "deploy hami-core")
     # the gates are progress on stderr as they run; with --dry-run they are also the result: on
     # stdout, in the JSON document or (printed once, not twice) as comments above the manifests
     seen = []

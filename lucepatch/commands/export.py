@@ -8,7 +8,7 @@ from __future__ import annotations
 import click
 
 from lucepatch import api, report
-from lucepatch.commands._common import cache, json_option, source_option, workspace
+from lucepatch.commands._common import cache, json_option, refuse_unused, source_option, workspace
 from lucepatch.errors import EXIT_CHECK_FAILED
 
 
@@ -21,6 +21,7 @@ from lucepatch.errors import EXIT_CHECK_FAILED
 @click.pass_context
 def command(ctx, target, source, branch, check_only, as_json):
     """Write TARGET's patch files from the commits of its lucepatch branch (base..branch)."""
+    refuse_unused(ctx, "export")
     ws = workspace(ctx)
     t, res = api.export(ws, target, source, cache(ctx), branch=branch, write=not check_only)
     plan, removed = res.plan, res.removed

@@ -18,7 +18,7 @@ from __future__ import annotations
 import click
 
 from lucepatch import api, report
-from lucepatch.commands._common import cache, json_option, source_option, workspace
+from lucepatch.commands._common import cache, json_option, refuse_unused, source_option, workspace
 
 
 @click.command("import")
@@ -33,6 +33,7 @@ from lucepatch.commands._common import cache, json_option, source_option, worksp
 @click.pass_context
 def command(ctx, target, from_path, from_branch, source, base, upstream_url, replace, as_json):
     """Import patches into TARGET from a quilt folder, a format-patch/mbox folder or file, or a branch."""
+    refuse_unused(ctx, "import")
     ws = workspace(ctx)
     res = api.import_patches(ws, target, cache(ctx), from_path=from_path, from_branch=from_branch, source=source,
                               base=base, upstream_url=upstream_url, replace=replace)

@@ -1,28 +1,23 @@
-"""`lucepatch inspect IMAGE`: provenance from an image's labels (series, patches, evidence).
-`lucepatch inspect --lib FILE`: what a libvgpu.so is (lucepatch/lines/identity.py): upstream HAMi-core
-at a line (the commits it can be, and how that was decided), a build of a line, a vendor's fork
-(its extra names and the environment it reads, grouped), or unknown; and its loader needs."""
+"""`lucepatch inspect IMAGE`: provenance from an image's labels (series, patches, evidence). What a
+libvgpu.so is, is `lucepatch node --lib FILE` (`inspect --lib` was a subset of it: main.py rewrites
+that spelling, with a note)."""
 
 from __future__ import annotations
 
 import click
 
 from lucepatch import api, report
-from lucepatch.commands._common import json_option
-from lucepatch.errors import EXIT_CHECK_FAILED, UsageError
+from lucepatch.commands._common import json_option, refuse_unused
+from lucepatch.errors import EXIT_CHECK_FAILED
 
 
 @click.command("inspect")
-@click.argument("image", required=False)
-@click.option("--lib", "lib", type=click.Path(dir_okay=False), default=None, help="Classify this libvgpu.so instead.")
+@click.argument("image")
 @json_option
-def command(image, lib, as_json):
-    """Print what IMAGE was built from (upstream revision, series version/hash, patch ids, evidence),
-    or with --lib what a libvgpu.so is and what it needs of the loader."""
-    if bool(image) == bool(lib):
-        raise UsageError("inspect takes an IMAGE or --lib FILE (one of them)")
-    if lib:
-        return _lib(lib, as_json)
+@click.pass_context
+def command(ctx, image, as_json):
+    """Print what IMAGE was built from (upstream revision, series version/hash, patch ids, evidence)."""
+    refuse_unused(ctx, "inspect")
     info = api.image_provenance(image)
     if as_json:
         report.emit_json("inspect", {"image": image, "id": info["id"], "tags": info["tags"], "labels": info["labels"],
@@ -35,16 +30,4 @@ def command(image, lib, as_json):
     if not info["lucepatch"]:
         report.progress(f"{image} carries no lucepatch labels: not built by lucepatch build --image")
         return EXIT_CHECK_FAILED
-    return 0
-
-
-def _lib(lib: str, as_json: bool) -> int:
-    ident = api.identify_library(lib)
-    if as_json:
-        report.emit_json("inspect", {"lib": lib, "identity": ident.to_json(with_names=False)})
-    else:
-        click.echo(f"library        {lib}")
-        click.echo(f"               sha256 {ident.sha256[:16]}…, {ident.size} bytes, {len(ident.exports)} exported symbols")
-        for line in api.identity_lines(ident):
-            click.echo(line)
     return 0

@@ -12,7 +12,7 @@ from __future__ import annotations
 import click
 
 from lucepatch import api, report
-from lucepatch.commands._common import json_option, workspace
+from lucepatch.commands._common import json_option, refuse_unused, workspace
 from lucepatch.errors import EXIT_CHECK_FAILED
 
 
@@ -25,6 +25,7 @@ from lucepatch.errors import EXIT_CHECK_FAILED
 @click.pass_context
 def command(ctx, target, pending_days, strict, as_json):
     """Check series files, patch headers, trailers, whitespace and paths."""
+    refuse_unused(ctx, "lint")
     ws = workspace(ctx)
     findings = api.lint(ws, target, pending_days=pending_days)
     names = findings.targets

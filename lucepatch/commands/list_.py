@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from lucepatch import api, report
-from lucepatch.commands._common import json_option, workspace
+from lucepatch.commands._common import json_option, refuse_unused, workspace
 
 
 @click.command("list")
@@ -13,6 +13,7 @@ from lucepatch.commands._common import json_option, workspace
 @click.pass_context
 def command(ctx, as_json):
     """List targets, their series and patches, and the reproducers."""
+    refuse_unused(ctx, "list")
     ws = workspace(ctx)
     targets, repros = api.listing(ws)
     if as_json:

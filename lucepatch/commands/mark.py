@@ -9,7 +9,7 @@ from __future__ import annotations
 import click
 
 from lucepatch import api, report
-from lucepatch.commands._common import json_option, workspace
+from lucepatch.commands._common import json_option, refuse_unused, workspace
 
 
 @click.command("mark")
@@ -22,6 +22,7 @@ from lucepatch.commands._common import json_option, workspace
 @click.pass_context
 def command(ctx, target, patch, submitted, status, as_json):
     """Set PATCH's Upstream-Status (e.g. after opening its PR)."""
+    refuse_unused(ctx, "mark")
     ws = workspace(ctx)
     m = api.mark(ws, target, patch, submitted=submitted, status=status)
     t, p, before, status = m.target, m.patch, m.before, m.after

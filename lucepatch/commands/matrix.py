@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from lucepatch import api, report
-from lucepatch.commands._common import cache, json_option, load_checked, source_option
+from lucepatch.commands._common import cache, json_option, load_checked, refuse_unused, source_option
 
 
 @click.command("matrix")
@@ -20,6 +20,7 @@ from lucepatch.commands._common import cache, json_option, load_checked, source_
 @click.pass_context
 def command(ctx, target, source, rev_range, independent, first_parent, jobs, newest_compatible, as_json):
     """Which patches apply (exact / 3-way / already upstream / conflict) at every commit of A..B."""
+    refuse_unused(ctx, "matrix")
     ws, t = load_checked(ctx, target)
     src = api.source(t, source)
     res, subs, elapsed = api.matrix(t, src, cache(ctx), rev_range, independent=independent, first_parent=first_parent,

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from lucepatch import api, report
-from lucepatch.commands._common import cache, json_option, source_option, workspace
+from lucepatch.commands._common import cache, json_option, refuse_unused, source_option, workspace
 
 
 @click.command("pr")
@@ -45,6 +45,7 @@ def command(ctx, target, source, out_dir, evidence_paths, no_evidence, real_clie
     upstream that takes no generated commit messages (HAMi) lucepatch writes none: each commit carries
     a placeholder until --messages DIR gives yours, and a placeholder is never pushed.
     """
+    refuse_unused(ctx, "pr")
     ws = workspace(ctx)
     t = api.target(ws, target)
     src = api.source(t, source)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from lucepatch import api, report
-from lucepatch.commands._common import cache, json_option, source_option, workspace
+from lucepatch.commands._common import cache, json_option, refuse_unused, source_option, workspace
 from lucepatch.errors import EXIT_CHECK_FAILED
 
 
@@ -20,6 +20,7 @@ from lucepatch.errors import EXIT_CHECK_FAILED
 @click.pass_context
 def command(ctx, target, source, profile, baseline, both, only, as_json):
     """Compile/link probes proving TARGET's build fixes (minutes, not a full build)."""
+    refuse_unused(ctx, "probe")
     ws = workspace(ctx)
     t = api.target(ws, target)
     src = api.source(t, source)

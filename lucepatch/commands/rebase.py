@@ -9,7 +9,7 @@ import sys
 import click
 
 from lucepatch import api, report
-from lucepatch.commands._common import cache, json_option, source_option, workspace
+from lucepatch.commands._common import cache, fetch_option, json_option, refuse_unused, source_option, workspace
 from lucepatch.errors import UsageError
 
 
@@ -30,7 +30,7 @@ from lucepatch.errors import UsageError
               help="Move patches judged superseded (behaviour and a code signal that upstream has the code, by a "
                    "verify --retire report under that rule) to absorbed/; a retire-candidate is never moved.")
 @click.option("--dry-run", is_flag=True, help="Walk the whole series and report; no session, nothing written.")
-@click.option("--fetch", is_flag=True, help="Allow a `git fetch` when the base commit is not in the checkout.")
+@fetch_option
 @json_option
 @click.pass_context
 def command(ctx, target, source, onto, show, cont, skip, abort, line, backport, build_only, no_interactive,
@@ -40,8 +40,7 @@ def command(ctx, target, source, onto, show, cont, skip, abort, line, backport, 
     if len(modes) != 1:
         raise UsageError("rebase needs exactly one of --onto REF, --status, --continue, --skip PATCH, --abort"
                          + (f" (got {', '.join(modes)})" if modes else ""))
-    if not onto and (line or backport or build_only):
-        raise UsageError("--line, --backport and --build-only start a session: use them with --onto REF")
+    refuse_unused(ctx, "rebase")  # e.g. --line, --backport, --build-only, --dry-run start a session: --onto only
     ws, c = workspace(ctx), cache(ctx)
     if show:
         return _emit(as_json, api.rebase_status(ws, c, target))

@@ -10,7 +10,7 @@ import json
 import click
 
 from lucepatch import api, report
-from lucepatch.commands._common import json_option, workspace
+from lucepatch.commands._common import json_option, refuse_unused, workspace
 
 
 @click.group("render")
@@ -26,6 +26,7 @@ def command():
 @click.pass_context
 def real_clients(ctx, paths, target_name, as_json):
     """Print the "Real clients" markdown table (what PyTorch, NCCL and vLLM's patterns did) from evidence."""
+    refuse_unused(ctx, "render real-clients")
     ws = workspace(ctx)
     t = api.real_clients(ws, list(paths), target_name)
     if as_json:
@@ -52,6 +53,7 @@ def real_clients(ctx, paths, target_name, as_json):
               help="lucebox: the node report JSON (driver_version) to check image_cuda against.")
 def k8s(manifest_set, values_file, sets, out, show_values, validate_versions, as_json, node_driver, node_report):
     """Render SET: lucebox | rbac | verify-job (both variants) | hami-core-swap (alias daemonset)."""
+    refuse_unused(click.get_current_context(), "render k8s")
     name = api.K8S_SET_ALIASES.get(manifest_set, manifest_set)
     if show_values:
         rows = api.set_values(name)
@@ -103,6 +105,7 @@ def helm(app, out, values_file, sets, node_driver, node_report, as_json):
 
     It renders the objects `render k8s lucebox` renders for the same values: `helm template lucebox
     OUT/lucebox --set port=9000` = `lucepatch render k8s lucebox --set port=9000`."""
+    refuse_unused(click.get_current_context(), "render helm")
     w = api.render_helm(out, values_file=values_file, sets=sets, node_driver=node_driver, node_report=node_report)
     _emit("helm", "Helm chart", w.path, w.files, as_json)
 
@@ -115,8 +118,8 @@ def olares(app, out, values_file, sets, node_driver, node_report, as_json):
     OlaresManifest 0.12.0, apiVersion v3, Olares >= 1.12.6, one nvidia accelerator; checked against
     Olares' app lint rules before it is written. The image's CUDA is gated against the oldest driver
     Olares ships (lucepatch/data/cuda_drivers.toml) unless --node-driver / --node-report name the node."""
-    pkg = api.render_olares(out, values_file=values_file, sets=sets, node_driver=node_driver,
-                                node_report=node_report)
+    refuse_unused(click.get_current_context(), "render olares")
+    pkg = api.render_olares(out, values_file=values_file, sets=sets, node_driver=node_driver, node_report=node_report)
     report.progress(f"the chart renders with what Olares injects at install: helm lint --strict {pkg.path} "
                     f"-f {pkg.injected}")
     _emit("olares", "Olares app", pkg.path, pkg.files, as_json,

@@ -6,8 +6,9 @@ from __future__ import annotations
 import click
 
 from lucepatch import api, report
-from lucepatch.commands._common import json_option, workspace
-from lucepatch.errors import UsageError
+from lucepatch.commands._common import json_option, refuse_unused, workspace
+
+REPORT = "show (a retirement report or a coverage map)"  # the mode a document's kind picks (verb_modes.toml)
 
 
 @click.command("show")
@@ -26,11 +27,12 @@ def command(ctx, evidence, html_path, wide, recipe_of, artifact_of, as_json):
     """Show what EVIDENCE (from lucepatch verify --evidence) proves: verdicts, what was built from
     which commit, the driver and GPU, and every run of both variants."""
     found = api.read_document(evidence)
+    refuse_unused(ctx, "show", chosen=None if found.kind == api.EVIDENCE else REPORT)
     if recipe_of or artifact_of:
         click.echo(api.one_field(found, evidence, recipe_of, artifact_of), nl=False)
         return 0
     if found.kind != api.EVIDENCE:
-        return _report(found, evidence, html_path, as_json)
+        return _report(found, evidence, as_json)
     view = api.evidence_view(found, evidence, workspace(ctx))
     if html_path:
         api.write_html(view, html_path)
@@ -45,10 +47,9 @@ def command(ctx, evidence, html_path, wide, recipe_of, artifact_of, as_json):
     return 0
 
 
-def _report(found, path: str, html_path, as_json: bool) -> int:
-    """A retirement report or a coverage map: the table `verify --retire` / `--coverage-map` printed."""
-    if html_path:
-        raise UsageError(f"--html writes the page of evidence; {path} is a {found.kind} document")
+def _report(found, path: str, as_json: bool) -> int:
+    """A retirement report or a coverage map: the table `verify --retire` / `--coverage-map` printed
+    (--html, --wide, --recipe, --artifact read evidence: the mode's table refuses them)."""
     title, columns, rows = api.report_table(found)
     if as_json:
         report.emit_json("show", {"evidence_path": path, "kind": found.kind, "document": found.doc})

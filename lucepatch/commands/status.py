@@ -7,7 +7,7 @@ from __future__ import annotations
 import click
 
 from lucepatch import api, report
-from lucepatch.commands._common import cache, json_option, load_checked, source_option
+from lucepatch.commands._common import cache, fetch_option, json_option, load_checked, refuse_unused, source_option
 from lucepatch.errors import EXIT_CHECK_FAILED
 
 # how a not-applied patch would go on (the engine's words are its outcome names, which read as
@@ -18,7 +18,7 @@ WOULD = {"applied": "exactly", "applied-3way": "with a 3-way merge"}
 @click.command("status")
 @click.argument("target", required=False)
 @source_option
-@click.option("--fetch", is_flag=True, help="Allow a `git fetch` when the base commit is not in the checkout.")
+@fetch_option
 @click.option("--behaviour", is_flag=True,
               help="Also judge each patch by behaviour at HEAD with the retirement rule of `verify --retire` "
                    "(builds and runs the reproducers, or reads the report verify --retire HEAD saved); a patch reads "
@@ -28,6 +28,7 @@ WOULD = {"applied": "exactly", "applied-3way": "with a 3-way merge"}
 @click.pass_context
 def command(ctx, target, source, fetch, behaviour, as_json):
     """Per patch at the checkout's HEAD: applied / not-applied / already-upstream (signal) / conflicts."""
+    refuse_unused(ctx, "status")
     ws, t = load_checked(ctx, target)
     src = api.source(t, source)
     doc = api.status(t, src, cache(ctx), ws, fetch=fetch, behaviour=behaviour)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from lucepatch import api, report
-from lucepatch.commands._common import cache, json_option, source_option, workspace
+from lucepatch.commands._common import cache, json_option, refuse_unused, source_option, workspace
 from lucepatch.errors import EXIT_CHECK_FAILED
 
 
@@ -50,18 +50,16 @@ from lucepatch.errors import EXIT_CHECK_FAILED
 @click.option("--save-logs", type=click.Path(file_okay=False), default=None, help="Keep the fetched pod logs here.")
 @click.option("--evidence", "evidence_path", type=click.Path(dir_okay=False), default=None, help="Write the evidence JSON here.")
 @click.option("--node-report", type=click.Path(dir_okay=False), default=None,
-              help="What a node runs (doctor --pod ... --save-report): --baseline-lib must be its library's bytes; "
+              help="What a node runs (node --pod ... --save-report): --baseline-lib must be its library's bytes; "
                    "the evidence records the node.")
 @click.option("--wide", is_flag=True, help="Full verdict reasons under the table (the evidence always has them).")
-@click.option("--quiet", is_flag=True, help="No progress on stderr: only the table (or --json) and the verdict line.")
 @json_option
 @click.pass_context
 def command(ctx, reproducer_names, run_all, scenarios, target_name, source, driver, runs, fixed, lib, baseline_lib,
             baseline_ref, patched_ref, jobs, retire_ref, coverage_map, in_cluster, kubeconfig, kube_context, namespace, node,
-            gpu_mem, image, from_logs, save_logs, evidence_path, node_report, wide, quiet, as_json):
+            gpu_mem, image, from_logs, save_logs, evidence_path, node_report, wide, as_json):
     """Run reproducers against the baseline and the patched build and decide whether the fix is proven."""
-    if quiet:
-        report.set_quiet(True)
+    refuse_unused(ctx, "verify")
     ws = workspace(ctx)
     if retire_ref or coverage_map:
         j = api.retire_or_map(ws, cache(ctx), target=target_name, source=source, ref=retire_ref, driver=driver,

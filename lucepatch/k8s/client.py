@@ -115,7 +115,7 @@ def swap_status_rows(expected_sha: str | None, logs: dict[str, str]) -> list[dic
 def pod_exec(pod: str, *, namespace: str = "default", container: str | None = None, command: list[str],
              context: str | None = None, kubeconfig: str | None = None) -> str:
     """The output (stdout and stderr) of `command` run in a running pod through the exec API
-    (doctor --pod runs lucepatch/lines/pod.py's script this way; lines sits a floor below and gets
+    (node --pod runs lucepatch/lines/pod.py's script this way; lines sits a floor below and gets
     this function from the caller)."""
     k8s = load(context=context, kubeconfig=kubeconfig)
     from kubernetes.client.rest import ApiException  # optional: the k8s extra

@@ -22,7 +22,7 @@ Gates, in order (each -> ok True / False / None = not determinable here, with th
   line's build may be replaced; a vendor's fork only by a library that keeps all of the vendor's
   names (never by a flag); an unknown library is not replaced live.
 - ``symbols``/``env``/``loader`` with a reference (``--installed`` or ``--node-report``): the
-  verdict of lucepatch.lines.replace.judge — the one `doctor --lib NODE --candidate LIB` prints —
+  verdict of lucepatch.lines.replace.judge — the one `node --lib NODE --candidate LIB` prints —
   on what --lib would take away (symbols grouped, the vendor's machinery never accepted),
   the environment variables the nodes' library reads and --lib ignores, and whether --lib can
   load in the pods (their glibc from the node report, else against where the nodes' library loads).
@@ -106,14 +106,14 @@ def line_gate(evidence: Evidence, installed: str | None, hami_versions, node_fac
 
 
 def replacement_gates(lib: str, ref: str | None, ref_desc: str, report=None) -> list[Gate]:
-    """identity, symbols, env and loader from replace.judge (the judge `doctor --lib --candidate` calls)."""
+    """identity, symbols, env and loader from replace.judge (the judge `node --lib --candidate` calls)."""
     if ref is not None:
         node = identify(ref)
     elif report is not None and report.library is not None:
         node = Identity.from_json(report.library.identity)
         ref_desc = f"the node report's library {report.library.path} (sha256 {report.library.sha256[:12]})"
     else:
-        why = ("the nodes' library is unknown: pass --installed (a copy of it) or --node-report (lucepatch doctor "
+        why = ("the nodes' library is unknown: pass --installed (a copy of it) or --node-report (lucepatch node "
                "--pod NAME --save-report FILE)")
         if report is not None:
             why = f"the node report names no libvgpu.so ({report.state}): {report.what_runs}"
@@ -128,7 +128,7 @@ def replacement_gates(lib: str, ref: str | None, ref_desc: str, report=None) -> 
         ident = Gate("identity", not j.vendor_loss,
                      f"the nodes run {node.summary}: "
                      + ("--lib keeps every vendor name" if not j.vendor_loss else
-                        "replacing it drops the vendor's machinery, which no flag accepts; the routes: lucepatch doctor "
+                        "replacing it drops the vendor's machinery, which no flag accepts; the routes: lucepatch node "
                         + (f"--lib {ref}" if ref else "--node-report FILE")))
     else:
         ident = Gate("identity", None, f"the nodes' library is not known: {node.summary}")

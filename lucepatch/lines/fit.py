@@ -162,7 +162,7 @@ def fit_node(facts: LibFacts | None, lines: list[Line], *, hami_versions=(), dat
                 fit.why = (f"HAMi {', '.join(releases)} is no upstream release: "
                            + "; ".join(f"{v['distribution']} {', '.join(v.get('versions', []))} ships {v['hami']} "
                                        f"({v['source']})" for v in vendor)
-                           + ": the vendor's own library, which no line serves (read it: doctor --pod / --lib)")
+                           + ": the vendor's own library, which no line serves (read it: node --pod / --lib)")
         return fit
     if region is None:
         fit.why = ("neither the library's shared-region version nor the node's HAMi release is known: pass "

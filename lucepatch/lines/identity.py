@@ -1,5 +1,5 @@
 """What a libvgpu.so is: upstream HAMi-core at a line, a build of a line of the series, a vendor's
-fork of a line, or unknown — and what it needs of the loader (`doctor --lib`, `inspect --lib`).
+fork of a line, or unknown — and what it needs of the loader (`node --lib`).
 
 How it is decided, from the bytes alone (pyelftools; nothing is loaded or run):
 - foreign names: exported symbols no upstream HAMi-core commit ever defined (data/hami_core_names.toml,

@@ -2,10 +2,10 @@
 driver the pod can see and the limits HAMi applies — the node report (lucepatch/node/report.py).
 
 Two ways in, one reading:
-- a root directory (`doctor --pod-root /` inside a pod; tests give a fixture tree): files are read
+- a root directory (`node --pod-root /` inside a pod; tests give a fixture tree): files are read
   under it (proc/1/environ, etc/ld.so.preload, proc/driver/nvidia/version, the preloaded
   libraries, lib*/libc.so.6); commands (nvidia-smi, getconf) run only when the root is "/";
-- a running pod (`doctor --pod NAME`, kubernetes client exec): POD_SCRIPT runs once in the
+- a running pod (`node --pod NAME`, kubernetes client exec): POD_SCRIPT runs once in the
   container and prints the same files base64-framed (the exec channel is text), plus the
   commands' output; `parse_script_output` turns that into the same Snapshot.
 `report_of(snapshot)` decides from a Snapshot alone, so both ways give the same answer.
@@ -180,7 +180,7 @@ def parse_script_output(text: str, source: str) -> Snapshot:
     if not ended:
         first = next((l for l in text.splitlines() if l.strip()), "no output")
         raise CheckFailed(f"{source}: the pod did not finish reporting ({first[:160]}); the container needs sh, tr, "
-                          "sed and base64 (or read only the library: doctor --pod NAME --lib-path /usr/local/vgpu/libvgpu.so)")
+                          "sed and base64 (or read only the library: node --pod NAME --lib-path /usr/local/vgpu/libvgpu.so)")
     return snap
 
 

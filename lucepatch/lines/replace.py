@@ -1,4 +1,4 @@
-"""May this library replace the node's? The one judge `doctor --lib` and deploy's gates both call,
+"""May this library replace the node's? The one judge `node --lib` and deploy's gates both call,
 so the two verbs cannot disagree about the same pair of libraries.
 
 `judge(node, candidate)` compares what a replacement would take away and whether it can load where
@@ -213,7 +213,7 @@ def routes(node: Identity, *, node_lib: str = "<the node's libvgpu.so>", line: s
               "(beclab/Olares#3135), so none of HAMi-core's hooks, the fork's or a fix's, are in the app's process "
               "(Olares: Settings > GPU > mode 'App exclusive'; the device plugin sets CUDA_DEVICE_GPU_MODE_0=0); "
               "costs GPU sharing on that card",
-              ["lucepatch doctor --pod <app pod> --save-report node.json   # then: injection not-injected-exclusive"]),
+              ["lucepatch node --pod <app pod> --save-report node.json   # then: injection not-injected-exclusive"]),
         Route("the -hami Lucebox image",
               f"profile {HAMI_PROFILE} builds llama.cpp with GGML_CUDA_NO_VMM=ON: it never calls cuMemCreate/cuMemMap, "
               "so the fork's VMM hooks (where #169/#187 crash) are never exercised, whatever library the node has",

@@ -1,7 +1,7 @@
 """THE node report: what lucepatch knows about one GPU node, read by every gate that needs a node's facts.
 
 Two forms, one reader (`load_node_report`, `parse_node_report`), schema_version 1:
-- written by `lucepatch doctor --pod NAME | --pod-root DIR --save-report FILE` (lucepatch/lines/pod.py),
+- written by `lucepatch node --pod NAME | --pod-root DIR --save-report FILE` (lucepatch/lines/pod.py),
   `"kind": "lucepatch-node-report"`: what runs in a GPU pod of the node — the injection state, the
   preloaded library (path, sha256 and its identity as lucepatch/lines/identity.py wrote it, exported
   names, environment names and loader needs included, so the gates run on a report as on the file),
@@ -29,7 +29,7 @@ from lucepatch.node.driver import DriverVersion
 SCHEMA_VERSION = 1
 KIND = "lucepatch-node-report"
 
-# injection states (doctor --pod)
+# injection states (node --pod)
 INJECTED = "injected"  # a libvgpu.so is preloaded (LD_PRELOAD or /etc/ld.so.preload) and present
 NOT_INJECTED = "not-injected"  # nothing preloaded
 EXCLUSIVE = "not-injected-exclusive"  # nothing preloaded, and the container's only GPU(s) are exclusive
@@ -74,7 +74,7 @@ class NodeReport:
     node: str | None = None
     source: str = ""  # the file it was read from
     extra: dict[str, Any] = field(default_factory=dict)
-    # what doctor --pod found (None / empty in a hand-written report)
+    # what node --pod found (None / empty in a hand-written report)
     collected_from: str = ""  # "pod NS/NAME", "this container", "root DIR"
     collected_at: str = ""
     tool: str = ""
@@ -100,10 +100,10 @@ class NodeReport:
 
     @property
     def what_runs(self) -> str:
-        """One line: what the pod runs, as doctor --pod found it."""
+        """One line: what the pod runs, as node --pod found it."""
         if self.injection is None:
             return (f"{self.source or 'the report'} carries only the node's driver (written by hand); lucepatch "
-                    "doctor --pod NAME --save-report FILE writes what the pod runs")
+                    "node --pod NAME --save-report FILE writes what the pod runs")
         return self.injection.message
 
     @property
@@ -126,7 +126,7 @@ class NodeReport:
 def _fact(d, where: str) -> Fact:
     if not isinstance(d, dict) or "source" not in d:
         raise UsageError(f"{where}: malformed node report (a fact without its source); write it again with "
-                         "lucepatch doctor --pod")
+                         "lucepatch node --pod")
     return Fact(d.get("value"), d["source"], d.get("note", ""))
 
 
@@ -135,7 +135,7 @@ def parse_node_report(doc: Any, source: str = "node report") -> NodeReport:
         raise UsageError(f"{source}: a node report is a JSON object (schema_version {SCHEMA_VERSION})")
     kind = doc.get("kind")
     if kind is not None and kind != KIND:
-        raise UsageError(f"{source}: not a lucepatch node report (kind {kind!r}; write one with `lucepatch doctor "
+        raise UsageError(f"{source}: not a lucepatch node report (kind {kind!r}; write one with `lucepatch node "
                          "--pod NAME --save-report FILE`)")
     ver = doc.get("schema_version")
     if ver != SCHEMA_VERSION:
@@ -161,18 +161,18 @@ def parse_node_report(doc: Any, source: str = "node report") -> NodeReport:
         rep.gpus, rep.notes = list(doc.get("gpus") or []), list(doc.get("notes") or [])
     except (KeyError, TypeError, ValueError) as exc:
         raise UsageError(f"{source}: malformed node report ({type(exc).__name__}: {exc}); write it again with "
-                         "lucepatch doctor --pod")
+                         "lucepatch node --pod")
     return rep
 
 
 def load_node_report(path: str | Path) -> NodeReport:
-    """A node report (`doctor --pod NAME --save-report FILE`; `~` expanded): `.injection`, `.library`,
+    """A node report (`node --pod NAME --save-report FILE`; `~` expanded): `.injection`, `.library`,
     `.driver_version`, `.pod_glibc`, `.hami_version`, `.limits`."""
     p = Path(path).expanduser()
     try:
         doc = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise UsageError(f"node report {p} not found (lucepatch doctor --pod writes one)")
+        raise UsageError(f"node report {p} not found (lucepatch node --pod writes one)")
     except OSError as exc:
         raise UsageError(f"node report {p}: {exc.strerror or exc}")
     except json.JSONDecodeError as e:

@@ -243,7 +243,7 @@ def lint_compat_data(data: dict) -> list[Finding]:
             add(row, "no unknown list: a vendor's library is not public; say what is not known about it")
         if "hami_core" in v:
             add(row, "a vendor row names no upstream HAMi-core commit: its library is the vendor's build "
-                     "(read what a node has with lucepatch doctor --pod)")
+                     "(read what a node has with lucepatch node --pod)")
     for name, ser in (data.get("series") or {}).items():
         for tag in ser.get("compatible") or []:
             if tag not in upstream:

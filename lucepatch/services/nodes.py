@@ -1,9 +1,9 @@
-"""`doctor --lib/--image/--pod/--pod-root/--node-report` and `inspect --lib` as a service: read the
+"""`node --lib/--image/--pod/--pod-root/--node-report` as a service: read the
 node's library, say what it is (identity), whether the line's build (or --candidate) may replace
 it (replace.judge, the same judge deploy's gates call), and then either the commands that build
 the drop-in or, for a fork or an unknown library, the routes.
 
-`what_a_line_drops(release)` answers `doctor --hami-version V` alone: what the line that serves V
+`what_a_line_drops(release)` answers `node --hami-version V` alone: what the line that serves V
 would take away from a node that runs V's own HAMi-core.
 """
 
@@ -150,7 +150,7 @@ def _from_report(report: NodeReport, source: str, lines, hami_versions, candidat
         return NodeLibrary(source=source, facts=None, fit=fit, report=report)
     ident = Identity.from_json(report.library.identity)
     if ident.facts is None:
-        raise UsageError(f"{source}: the report's library has no facts; write it again with lucepatch doctor --pod")
+        raise UsageError(f"{source}: the report's library has no facts; write it again with lucepatch node --pod")
     facts = ident.facts
     fit = fit_node(facts, lines, hami_versions=releases)
     node = NodeLibrary(source=source, facts=facts, fit=fit, identity=ident, report=report)
@@ -168,7 +168,7 @@ def _conclude(node: NodeLibrary, candidate, *, installed, image) -> None:
         fit.commands = drop_in_commands(fit.line, installed=installed, releases=fit.releases, image=image)
 
 
-# ----------------------------------------------------------------------------------- doctor --hami-version alone
+# ----------------------------------------------------------------------------------- node --hami-version alone
 @dataclass
 class Drops:
     release: str
@@ -199,7 +199,7 @@ def what_a_line_drops(release: str, ws=None) -> Drops:
         out.why = (f"HAMi {release} is no upstream release in lucepatch/data/compatible_hami.toml"
                    + ("".join(f"; {v['distribution']} {', '.join(v.get('versions', []))} ships {v['hami']}, a vendor's "
                               f"own library ({v['source']})" for v in vendor) if vendor else " (a vendor's tag?)")
-                   + ": read the node's library instead (doctor --pod / --lib)")
+                   + ": read the node's library instead (node --pod / --lib)")
         return out
     if fit.line is None:
         return out
@@ -346,7 +346,7 @@ def drops_lines(d: Drops) -> list[str]:
 
 
 def identify_library(path: str | Path) -> Identity:
-    """What a libvgpu.so is (`doctor --lib`, `inspect --lib`; lines/identity.py): `.kind` upstream /
+    """What a libvgpu.so is (`node --lib`; lines/identity.py): `.kind` upstream /
     line-build / fork / unknown, `.line`, `.commits`, `.decided_by`, `.foreign` (a fork's extra names,
     grouped), `.env_extra`, `.loader` (GLIBC_PRIVATE needs, newest GLIBC, NEEDED) and `.cannot_run`;
     UsageError when `path` (`~` expanded) is no file."""

@@ -325,7 +325,7 @@ def build_view(ev: Evidence, workspace=None, reproducers: dict | None = None) ->
         base = f"on {info['base'][:12]}" if info["base"] else (f"ref {info['ref']}" if info["ref"] else "")
         patches = f"+ {len(info['patches'])} patch(es)" if info["patches"] else ""
         prov.append((v, " ".join(x for x in (what + ":", built, base, patches) if x)))
-        # whole: `deploy --lib` and `doctor --lib` take the path, a reviewer compares the sha256
+        # whole: `deploy --lib` and `node --lib` take the path, a reviewer compares the sha256
         prov.append((f"{v} artifact", info["artifact"] + (f" (build key {info['build_key']})" if info["build_key"] else "")))
         prov.append((f"{v} sha256", info["sha256"] or "unknown"))
     prov += [

@@ -25,7 +25,7 @@ def node_section(report: NodeReport, *, baseline_lib: Path | None, lib: Path | N
         if got != lib_rec.sha256:
             raise UsageError(f"--baseline-lib {baseline_lib} (sha256 {got[:12]}) is not the library {where} found in "
                              f"{report.collected_from} ({lib_rec.path}, sha256 {lib_rec.sha256[:12]}): pass the node's "
-                             "own copy (doctor --pod NAME --save FILE)")
+                             "own copy (node --pod NAME --save FILE)")
     if lib_rec is None:
         notes.append(f"{where}: no libvgpu.so in the report ({report.what_runs}); the verification does not "
                      "describe that node's apps")
