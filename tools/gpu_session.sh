@@ -522,7 +522,7 @@ print(f'main job x{sys.argv[3]}: {float(sys.argv[2]) - float(sys.argv[1]):.2f} s
       s0=$(now)
       LUCEPATCH_CARRIED_TREES=$V/trees.json python3 tools/lucebox_native_build.py --source $WV --target lucebox-vendored \
         --build-dir $B/build --json "$OUT/commit/native-build.62880e2.$TAG.json" --build-arg "DFLASH_CUDA_ARCHES=${LUCEBOX_CUDA_ARCHS:-90;120}" \
-        --cmake-arg -DDFLASH27B_FA_ALL_QUANTS=OFF --add-target backend_ipc_daemon --jobs ${LUCEBOX_JOBS:-14} 2>&1 \
+        --cmake-arg=-DDFLASH27B_FA_ALL_QUANTS=OFF --add-target backend_ipc_daemon --jobs ${LUCEBOX_JOBS:-14} 2>&1 \
         | tee "$OUT/commit/native-build.62880e2.$TAG.log" | tail -12
       python3 -c "import sys; print(f'native build wall: {float(sys.argv[2]) - float(sys.argv[1]):.1f} s')" "$s0" "$(now)" \
         | tee -a "$OUT/commit/native-build.62880e2.$TAG.log"
