@@ -44,6 +44,7 @@ SERVICES: dict[str, str] = {
     "lucepatch.services.pr": "write_pr PrResult",
     "lucepatch.services.gate": "gate=gate_target gate_all write_gate_reports=write_reports junit_xml GATE_WARN=WARN",
     "lucepatch.services.doctor": "diagnose blocking DOCTOR_VERBS=VERBS",
+    "lucepatch.services.line_fit": "which_line family_of_checkout",
     "lucepatch.services.nodes": "identify_library node_report=load_node_report inspect_node_library what_a_line_drops "
                                 "report_lines drops_lines identity_lines Identity NodeReport",
     "lucepatch.services.cluster": "render_set render_helm render_olares set_values real_clients deploy_hami_core "

@@ -433,3 +433,8 @@ def test_which_line_fits_a_checkout(world, tmp_path):
         assert doc["fits"] == want, doc
         other = next(x for x in doc["lines"] if x["target"] != want)
         assert not other["fits"] and other["why"]
+        # the verb: its remote is the upstream's path, not super's URL, so the family is named
+        r = lp(ws, "doctor", "--checkout", src, cache=tmp_path / "c")
+        assert r.returncode == 2 and "pass --family NAME" in r.stderr, r.stderr
+        r = lp(ws, "doctor", "--checkout", src, "--family", "super", cache=tmp_path / "c")
+        assert r.returncode == 0 and f"{want} fits {world['c'][at][:12]}" in r.stdout, r.stdout + r.stderr

@@ -34,10 +34,19 @@ def load_checked(ctx, target):
     return ws, t
 
 
+def _where(st, r) -> str:
+    """A sub-target's table title: where the commit it was applied on holds it (engine/layout.py)."""
+    pl = getattr(r, "place", None)
+    if pl is None or pl.kind == "submodule":
+        return f"submodule {pl.path if pl else st.path} ({st.label})" + (f", moved from {pl.declared}" if pl and pl.moved else "")
+    if pl.kind == "folder":
+        return f"folder {pl.path}/ ({st.label}, in the superproject)"
+    return f"{st.label}: not in the superproject ({pl.declared} absent)"
+
+
 def print_outcomes(title: str, result, *, as_json: bool = False) -> None:
     """One table per sub-target: the target's, then each submodule's (result.subs)."""
-    for head, r in [(title, result)] + [(f"  submodule {st.path} ({st.label}) onto {r.base[:12]}", r)
-                                        for st, r in result.subs]:
+    for head, r in [(title, result)] + [(f"  {_where(st, r)} onto {r.base[:12]}", r) for st, r in result.subs]:
         report.table(head, ["#", "patch", "status", "commit", "detail"],
                      [[i, o.patch.name, o.status + (" (after conflict)" if o.after_conflict and o.status != api.CONFLICT else ""),
                        (o.commit or "")[:12], o.detail] for i, o in enumerate(r.outcomes, 1)], as_json=as_json)

@@ -54,14 +54,16 @@ def command(ctx, target, source, rev_range, independent, first_parent, jobs, new
                  ["commits", "cells", "last subject"], rows, as_json=as_json)
     for m in subs:
         spans: list[list] = []
-        for c, link, cells in zip(m.commits, m.links, m.cells):
+        for c, link, cells, pl in zip(m.commits, m.links, m.cells, m.places or [None] * len(m.commits)):
+            link = link or (f"folder {pl.path}/" if pl is not None and pl.kind == "folder" else link)
             if spans and spans[-1][1] == link:
                 spans[-1][0][1], spans[-1][3] = c, spans[-1][3] + 1
             else:
                 spans.append([[c, c], link, cells, 1])
-        report.table(f"  submodule {m.sub.path} ({m.sub.label}) at the commit each superproject commit pins "
-                     "(- = not in that checkout)", ["commits", "submodule at", "cells"],
-                     [[a[:10] + (f"..{b[:10]} ({n})" if n > 1 else ""), (link or "-")[:10],
+        report.table(f"  sub-target {m.sub.label} ({m.sub.path}) where each superproject commit holds it: the "
+                     "submodule commit it pins, or its folder (- = absent, or not in that checkout)",
+                     ["commits", "submodule at", "cells"],
+                     [[a[:10] + (f"..{b[:10]} ({n})" if n > 1 else ""), (link or "-") if (link or "").startswith("folder") else (link or "-")[:10],
                        " ".join(api.MATRIX_SYMBOL[x] for x in cells) if cells else "-"] for (a, b), link, cells, n in spans], as_json=as_json)
     report.result(f"newest compatible: {newest or 'none'}", as_json=as_json)
     return 0

@@ -49,7 +49,7 @@ def command(ctx, target, source, onto, show, cont, skip, abort, line, backport, 
     else:
         t, src = api.rebase_prepare(ws, target, source, dry_run=dry_run)
         opts = api.RebaseOptions(drop_superseded, no_behaviour, line, tuple(backport), tuple(build_only))
-        sess = api.rebase_start(c, t, src, onto, opts, dry_run=dry_run, fetch=fetch, quiet_subs=as_json)
+        sess = api.rebase_start(c, t, src, onto, opts, dry_run=dry_run, fetch=fetch)
         if isinstance(sess, api.RebaseOutcome):  # a dry run: reported, nothing kept
             return _emit(as_json, sess)
     interactive = not no_interactive and sys.stdin.isatty() and not as_json

@@ -37,7 +37,10 @@ def command(ctx, target, source, fetch, behaviour, as_json):
                                      "line_of": t.line_of, **doc})
     line = f", line {t.line} of {t.line_of}" if t.line_of else ""
     for d in [doc, *doc.get("submodules", [])]:
-        where = f"submodule {d['path']} " if "path" in d else ""
+        pl = d.get("place") or {}
+        where = ("" if "path" not in d else f"folder {pl['at']}/ ({d['name']}, in the superproject) "
+                 if pl.get("layout") == "folder" else f"{d['name']} (absent: {pl['declared']}) "
+                 if pl.get("layout") == "absent" else f"submodule {pl.get('at', d['path'])} ")
         report.table(f"status {where}{t.name} {t.version} at {d['head'][:12]} (base {d['base'][:12]}{line})",
                      ["#", "patch", "status", "signal / would apply", "commit", "detail"],
                      [[i, r["name"], r["status"], r["signal"] or WOULD.get(r["would"], r["would"] or ""),

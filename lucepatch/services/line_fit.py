@@ -18,7 +18,7 @@ from pathlib import Path
 
 from lucepatch import git
 from lucepatch.engine.subtargets import check_all, placed
-from lucepatch.errors import LucepatchError
+from lucepatch.errors import LucepatchError, UsageError
 from lucepatch.target import Target, list_targets, load_target
 from lucepatch.workspace import Workspace
 
@@ -81,6 +81,25 @@ def fit_line(t: Target, source: Path, head: str, cache: Path) -> LineFit:
     return fit
 
 
+def family_of_checkout(ws: Workspace, source: Path, family: str | None = None) -> str:
+    """`family` when given (checked), else the family whose upstream (or a former name) is a remote of
+    the checkout; one line naming the families when none or several match."""
+    targets = [load_target(ws, n) for n in list_targets(ws)]
+    families = sorted({t.family for t in targets})
+    if family is not None:
+        if family not in families:
+            raise UsageError(f"--family {family}: not a series family of this workspace ({', '.join(families)})")
+        return family
+    with git.repo_at(source) as repo:
+        urls = [u for r in repo.remotes for u in r.urls]
+    hits = sorted({t.family for t in targets for u in urls for up in t.upstream_urls if git._same_repo(u, up)})
+    if len(hits) != 1:
+        raise UsageError(f"cannot tell which series family {source} is a checkout of ("
+                         f"{'its remotes match ' + ', '.join(hits) if hits else 'no remote names an upstream of'} "
+                         f"{', '.join(families) if not hits else ''}); pass --family NAME".replace(" )", ")"))
+    return hits[0]
+
+
 def which_line(ws: Workspace, family: str, source: Path, cache: Path) -> dict:
     """Every line of `family` judged at `source`'s HEAD, and the one that fits (None when none does)."""
     head = git.resolve_commit(source, "HEAD", what="HEAD", remedy="the checkout has no commits")
@@ -94,4 +113,4 @@ def which_line(ws: Workspace, family: str, source: Path, cache: Path) -> dict:
                         f"no line of {family} fits {head[:12]}: " + "; ".join(f"{f.target}: {f.why}" for f in fits))}
 
 
-__all__ = ["LineFit", "fit_line", "which_line"]
+__all__ = ["LineFit", "fit_line", "which_line", "family_of_checkout"]

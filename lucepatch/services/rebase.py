@@ -75,7 +75,7 @@ def prepare(ws: Workspace, name: str | None, source: str | None, *, dry_run: boo
 
 
 def start(cache: Path, t: Target, src: Path, onto: str, opts: Options, *, dry_run: bool = False,
-          fetch: bool = False, quiet_subs: bool = False) -> Session | Outcome:
+          fetch: bool = False) -> Session | Outcome:
     """`rebase --onto REF`: a new session, locked (or, with `dry_run`, the whole walk's Outcome,
     nothing kept). [[submodule]]s whose place moves in `onto` are carried in the same session
     (their rows `<name>/<patch>`); each sub-target is reported in `submodules` (a dry run).
@@ -104,7 +104,7 @@ def rebase(t: Target, src: Path, cache: Path, onto: str, *, dry_run: bool = Fals
     judge). Returns the document `lucepatch rebase --json` prints (rows, conflicts, new version).
     With [[submodule]]s: refused (UsageError) when `onto` moves one; `dry_run` reports each
     sub-target at its pin there (`submodules`)."""
-    started = start(cache, t, src, onto, Options(**options), dry_run=dry_run, fetch=fetch, quiet_subs=True)
+    started = start(cache, t, src, onto, Options(**options), dry_run=dry_run, fetch=fetch)
     out = started if isinstance(started, Outcome) else run(started)
     return out.doc
 
