@@ -438,3 +438,32 @@ def test_which_line_fits_a_checkout(world, tmp_path):
         assert r.returncode == 2 and "pass --family NAME" in r.stderr, r.stderr
         r = lp(ws, "doctor", "--checkout", src, "--family", "super", cache=tmp_path / "c")
         assert r.returncode == 0 and f"{want} fits {world['c'][at][:12]}" in r.stdout, r.stdout + r.stderr
+
+
+def test_bisect_record_judges_a_sub_target_patch_where_the_found_commit_holds_it(world, tmp_path):
+    """`bisect --record lib/fix-lib.patch`: the code signal at the found commit is read where that commit
+    holds lib — V2 (a folder that took the fix): patch-id of V2, written into lib's own patch file;
+    V1 (a folder without it): refused, nothing written; a commit where lib is a submodule: in its checkout."""
+    from lucepatch.errors import CheckFailed, UsageError
+    from lucepatch.target import load_target_dir
+    from lucepatch.upstream import bisect
+
+    ws = workspace(world, tmp_path)
+    t = load_target_dir(ws / "patches/super")
+    patch = bisect.find_patch(t, "lib/fix-lib.patch")
+    assert patch.path == ws / "patches/super/submodules/lib/fix-lib.patch"
+
+    def doc(at):
+        return {"result": bisect.FOUND, "direction": "fixed", "first": {"commit": world["c"][at], "subject": at},
+                "scenarios": ["demo:fixed"], "range": {"spec": "S0..line"}}
+    before = patch.path.read_bytes()
+    for at in ("V1", "S1"):  # folder without the fix; submodule at L0 (the checkout's commit): no code there
+        with pytest.raises(CheckFailed, match="has none of the patch's code"):
+            bisect.record_applied_upstream(patch, doc(at), target=t, source=world["src"], cache=tmp_path / "c")
+        assert patch.path.read_bytes() == before
+    rec = bisect.record_applied_upstream(patch, doc("V2"), target=t, source=world["src"], cache=tmp_path / "c")
+    assert rec["code_signal"]["signal"] == "patch-id" and rec["code_signal"]["commit"] == world["c"]["V2"]
+    text = patch.path.read_text()
+    assert f"Applied-Upstream: {world['c']['V2']}" in text and "diff --git a/lib.c b/lib.c" in text
+    with pytest.raises(UsageError, match="no sub-target nope"):
+        bisect.find_patch(t, "nope/x.patch")

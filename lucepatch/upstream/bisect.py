@@ -26,9 +26,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 from lucepatch import git, report, trailers
-from lucepatch.engine import retirement
+from lucepatch.engine import layout, retirement
 from lucepatch.errors import CheckFailed, UsageError
 from lucepatch import series
 from lucepatch.series import Patch
@@ -276,7 +277,37 @@ def set_trailers(raw: bytes, values: list[tuple[str, str]]) -> bytes:
 
 
 def find_patch(target: Target, name: str) -> Patch:
-    return series.find_patch(target.patches, name, where=f"{target.name}'s series", flag="--record")
+    """A patch of the target's series, or of a sub-target's as `<sub-target>/<file>` (its own file)."""
+    label, _, file = name.partition("/") if "/" in name else (None, "", name)
+    if label is None:
+        return series.find_patch(target.patches, name, where=f"{target.name}'s series", flag="--record")
+    sub = next((st for st in target.sub_targets() if st.name == f"{target.name}.{label}"), None)
+    if sub is None:
+        raise UsageError(f"--record {name}: {target.name} has no sub-target {label} "
+                         f"({', '.join(s.label for s in target.submodules) or 'none'})")
+    return series.find_patch(sub.patches, file, where=f"sub-target {label}'s series", flag="--record")
+
+
+def _code_signal(target: Target, source: Path, patch: Patch, commit: str, cache: Path) -> dict | None:
+    """The code signal at upstream `commit`, for a patch of the superproject or of a sub-target wherever
+    `commit` holds it (engine/layout.py): a folder's patches re-rooted into the superproject, a submodule's
+    in its checkout at the gitlink."""
+    owner = next(((sub, st) for sub, st in zip(target.submodules, target.sub_targets())
+                  if any(p.path == patch.path for p in st.patches)), None)
+    if owner is None:
+        return retirement.code_signal_at(target, source, patch, commit, cache)
+    sub, st = owner
+    pl = layout.place(Path(source), commit, sub)
+    if pl.kind == layout.SUBMODULE:
+        checkout = layout.checkout_of(Path(source), sub, pl)
+        if checkout is None:
+            raise UsageError(f"submodule {pl.path} is not initialised in {source}: git -C {source} submodule update "
+                             f"--init {sub.path}")
+        return retirement.code_signals(st, checkout, git.try_resolve(checkout, st.base) or st.base, pl.commit,
+                                       cache).get(patch.name)
+    view = SimpleNamespace(name=f"{st.name}-rerooted", patches=[layout.reroot(p, "", pl.path) for p in st.patches])
+    base = git.try_resolve(Path(source), target.base) or target.base
+    return retirement.code_signals(view, source, base, commit, cache).get(patch.name)
 
 
 def record_applied_upstream(patch: Patch, doc: dict, *, target: Target, source: Path, cache: Path) -> dict:
@@ -288,7 +319,7 @@ def record_applied_upstream(patch: Patch, doc: dict, *, target: Target, source: 
         raise CheckFailed(f"nothing recorded in {patch.name}: the bisect found no commit that fixed the behaviour "
                           f"({doc['reason']})")
     commit = doc["first"]["commit"]
-    code = retirement.code_signal_at(target, source, patch, commit, cache)
+    code = _code_signal(target, source, patch, commit, cache)
     if not retirement.is_code_signal(code):
         raise CheckFailed(
             f"nothing recorded in {patch.name}: {'+'.join(doc['scenarios'])} behaves fixed from {commit[:12]} on, but "
