@@ -239,6 +239,8 @@ def _with_key_after(doc, prev: str, key: str, value):
     away in tomlkit 0.15.3 (a fresh venv's newest tomlkit failed every line-making rebase on it)."""
     out = tomlkit.document()
     for k, item in doc.body:
+        if isinstance(item, tomlkit.items.Null):
+            continue  # what tomlkit leaves where a removed key was (`remove=`): nothing to write
         if k is None:
             out.add(item)  # a comment or whitespace between items
             continue

@@ -38,6 +38,24 @@ def test_update_target_toml_keeps_comments_and_order(tmp_path):
     assert (t.base, t.version) == ("0123456789abcdef0123456789abcdef01234567", "2.0.0")
 
 
+def test_update_target_toml_removes_a_key_then_places_new_ones(tmp_path):
+    """What `rebase --line` does to the family's first target (as_line): the main line's target.toml
+    has `line = "main"`; removing it left a tomlkit Null in the document, which the rewrite placing
+    line_of after `name` could not re-add (ValueError, exit 70, the line never made)."""
+    tdir = tmp_path / "hami-core-v2.9"  # the session's copy is named as the line it becomes
+    tdir.mkdir()
+    before = 'name = "hami-core"\nupstream = "u"\nbase = "%s"\nline = "main"\nversion = "1.3.0"\n' \
+             '# a comment\n\n[build]\nsystem = "cmake"\n' % ("0" * 40)
+    (tdir / "target.toml").write_text(before)
+    update_target_toml(tdir / "target.toml", remove=("line", "line_of"), after="name",
+                       name="hami-core-v2.9", line_of="hami-core", line="v2.9", version="1.0.0")
+    after = (tdir / "target.toml").read_text()
+    assert after.splitlines()[:3] == ['name = "hami-core-v2.9"', 'line_of = "hami-core"', 'line = "v2.9"']
+    assert after.count("line = ") == 1 and "# a comment" in after
+    t = load_target_dir(tdir)
+    assert (t.name, t.line_of, t.line, t.version) == ("hami-core-v2.9", "hami-core", "v2.9", "1.0.0")
+
+
 def test_update_target_toml_refuses_a_bad_value_and_leaves_the_file(tmp_path):
     tdir = tmp_path / "hami-core"
     tdir.mkdir()
