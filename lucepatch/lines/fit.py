@@ -154,7 +154,7 @@ def fit_node(facts: LibFacts | None, lines: list[Line], *, hami_versions=(), dat
         elif len(serving) > 1:
             fit.why = f"several lines serve HAMi {', '.join(releases)}: {', '.join(l.target for l in serving)}"
         else:
-            known = ", ".join(f"{l.target} ({', '.join(l.compatible)})" for l in lines) or "none"
+            known = ", ".join(f"{l.target} ({', '.join(l.compatible) or 'no HAMi release'})" for l in lines) or "none"
             fit.why = (f"no line serves HAMi {', '.join(releases)}" + (f" (shared region {region})" if region else "")
                        + f"; lines and the releases they serve: {known}")
             vendor = vendor_rows(releases, data)
