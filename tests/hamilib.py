@@ -13,6 +13,7 @@ import subprocess
 import textwrap
 from pathlib import Path
 
+from lucepatch.lines.fit import compat_data
 from lucepatch.lines.identity import line_builds
 
 # What the beclab v2.5.4 library adds, a few of each group (the real library has 138)
@@ -94,15 +95,18 @@ def build(tmp: Path, name: str, names, *, minor: int = 2, env: list[str] = (), d
     return out
 
 
+def _region_minor(line: str) -> int:
+    """The shared-region MINOR of `line`'s base (lucepatch/data/compatible_hami.toml [series.<line>])."""
+    return int(compat_data()["series"][line]["shrreg"].split(".")[1])
+
+
 def upstream_like(tmp: Path, name: str, line: str = "hami-core", **kw) -> Path:
     """The exported names of `line`'s base, unpatched (what an upstream build at that base exports)."""
-    minor = 2 if line == "hami-core" else 1
-    return build(tmp, name, line_names(line), minor=kw.pop("minor", minor), **kw)
+    return build(tmp, name, line_names(line), minor=kw.pop("minor", _region_minor(line)), **kw)
 
 
 def line_build_like(tmp: Path, name: str, line: str = "hami-core", **kw) -> Path:
-    minor = 2 if line == "hami-core" else 1
-    return build(tmp, name, line_names(line, with_adds=True), minor=kw.pop("minor", minor), **kw)
+    return build(tmp, name, line_names(line, with_adds=True), minor=kw.pop("minor", _region_minor(line)), **kw)
 
 
 def fork_like(tmp: Path, name: str, line: str = "hami-core-v2.5", *, dl_sym: bool | str = True, renamed: bool = True,

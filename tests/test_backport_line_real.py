@@ -35,8 +35,10 @@ ISSUE28 = ("fix-memory-cumemgetinfo-v2-writes-only-the-outputs-it-is-given.patch
            "fix-memory-cupointergetattributes-reports-what-the-driver-reports.patch",
            "backport-allocator-account-vmm-allocations.patch",
            "fix-memory-keep-vmm-memory-charged-until-its-last-mapping-is-unmapped.patch")
+# 1.5.0 (issue 36): the stream-capture fix, added to the line's series and carried by a session on 54b1305
+ISSUE36 = ("fix-allocator-never-break-a-stream-capture-to-charge.patch",)
 LATER = ("build-link-with-gcc-10-fp1-is-defined-in-a-header.patch",
-         "fix-allocator-track-and-charge-pool-allocations-to-the-pools-device.patch", ACCOUNTING, *ISSUE28)
+         "fix-allocator-track-and-charge-pool-allocations-to-the-pools-device.patch", ACCOUNTING, *ISSUE28, *ISSUE36)
 
 pytestmark = pytest.mark.skipif(not all(_has(r) for r in [BASE + "^{commit}", *(b + "^{commit}" for b in BACKPORTS)]),
                                 reason="no-upstream: set LUCEPATCH_SRC_HAMI_CORE to a HAMi-core checkout with 54b1305 "

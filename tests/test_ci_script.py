@@ -342,11 +342,12 @@ def test_ci_run_clones_the_bundle_and_gates_the_upstream_skips(tmp_path):
     assert os.access(mj, os.X_OK) and subprocess.run(["bash", "-n", str(mj)]).returncode == 0
     text = mj.read_text()
     for needle in ('--block "The main job: prove the HAMi-core fix"', 'python3 -m venv "$WORK/venv"', "env -i",
-                   '"url.$BUNDLE.insteadOf" https://github.com/Project-HAMi/HAMi-core', '"verdict"] == "proven"'):
+                   '"url.$SRC.insteadOf" https://github.com/Project-HAMi/HAMi-core', '"verdict"] == "proven"'):
         assert needle in text, f".ci/main-job lost {needle!r}"
     up = REPO / ".ci" / "upstream"
     assert os.access(up, os.X_OK) and subprocess.run(["bash", "-n", str(up)]).returncode == 0
     assert '"$REPO/../shared/upstream/hami-core.bundle"' in up.read_text()
+    assert '$REPO/../shared/upstream/hami-core-main-2026-07-23.bundle' in up.read_text()
     # no bundle: exit 3 and nothing cloned
     env = {**os.environ, "LUCEPATCH_HAMI_CORE_BUNDLE": str(tmp_path / "none.bundle")}
     r = subprocess.run(["bash", str(up), str(tmp_path / "clone")], capture_output=True, text=True, env=env)
@@ -360,13 +361,25 @@ def _bundle() -> Path | None:
     return None
 
 
-@pytest.mark.skipif(_bundle() is None, reason="no-upstream: ../shared/upstream/hami-core.bundle is not beside the checkout")
+def _main_bundle() -> Path | None:
+    for cand in (os.environ.get("LUCEPATCH_HAMI_CORE_MAIN_BUNDLE"),
+                 REPO.parent / "shared" / "upstream" / "hami-core-main-2026-07-23.bundle"):
+        if cand and Path(cand).is_file():
+            return Path(cand)
+    return None
+
+
+@pytest.mark.skipif(_bundle() is None or _main_bundle() is None,
+                    reason="no-upstream: ../shared/upstream/hami-core.bundle and hami-core-main-2026-07-23.bundle are "
+                           "not beside the checkout")
 def test_ci_upstream_clone_has_every_base_and_the_pr_heads(tmp_path):
-    env = {**os.environ, "LUCEPATCH_HAMI_CORE_BUNDLE": str(_bundle())}
+    env = {**os.environ, "LUCEPATCH_HAMI_CORE_BUNDLE": str(_bundle()), "LUCEPATCH_HAMI_CORE_MAIN_BUNDLE": str(_main_bundle())}
     r = subprocess.run(["bash", str(REPO / ".ci" / "upstream"), str(tmp_path / "hc")], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == str(tmp_path / "hc")
-    assert "hami-core base 8f3a89c67b03 present" in r.stdout and "hami-core-v2.5 base 54b130550325 present" in r.stdout
+    assert "hami-core base 52f33fc7fa1f present" in r.stdout and "hami-core-v2.5 base 54b130550325 present" in r.stdout
+    assert "hami-core-v2.9 base 8f3a89c67b03 present" in r.stdout
     rev = lambda ref: subprocess.run(["git", "-C", str(tmp_path / "hc"), "rev-parse", "-q", "--verify", ref],  # noqa: E731
                                      capture_output=True, text=True).stdout.strip()
-    assert rev("refs/pull/188/head") and rev("HEAD").startswith("8f3a89c")
+    # the clone's main is upstream main of 2026-07-23 (the main line's base), as a clone of GitHub gave then
+    assert rev("refs/pull/188/head") and rev("HEAD").startswith("52f33fc") and rev("8f3a89c^{commit}")

@@ -112,7 +112,9 @@ def test_deploy_dry_run_json_matches_its_schema(cli, tmp_path):
 
     base, patched = _lib(tmp_path, "baseline"), _lib(tmp_path, "patched", extra="int cuMemFreeAsync(void) { return 0; }")
     ev = tmp_path / "evidence.json"
-    ev.write_text(json.dumps(evidence_doc(baseline=base, patched=patched, gpu="H200", schema_version=1)))
+    # a v2.9.0 node: the line that serves it (the main line, on upstream main, serves no release)
+    ev.write_text(json.dumps(evidence_doc(baseline=base, patched=patched, gpu="H200", schema_version=1,
+                                          target="hami-core-v2.9")))
     r = cli("deploy", "hami-core", "--lib", patched, "--evidence", ev, "--hami-version", "v2.9.0", "--dry-run", "--json")
     assert r.code == 0, r.err
     check("deploy", r.json)

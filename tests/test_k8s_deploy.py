@@ -39,11 +39,12 @@ def _sha(p):
 
 @pytest.fixture
 def kit(tmp_path):
-    # the names of an upstream build at the main line's base, and of the line's own build
-    base = hamilib.upstream_like(tmp_path, "baseline")
-    patched = hamilib.line_build_like(tmp_path, "patched")
+    # a HAMi v2.8.x / v2.9.0 node's line (8f3a89c, region 1.2): the names of an upstream build at its base, and
+    # of the line's own build (the main line, on upstream main 52f33fc, serves no release: see the line tests)
+    base = hamilib.upstream_like(tmp_path, "baseline", line="hami-core-v2.9")
+    patched = hamilib.line_build_like(tmp_path, "patched", line="hami-core-v2.9")
     # schema 1, as the committed H200 evidence is: the deploy gate reads it through the v1 reader
-    ev = evidence_doc(baseline=base, patched=patched, gpu="H200", schema_version=1)
+    ev = evidence_doc(baseline=base, patched=patched, gpu="H200", schema_version=1, target="hami-core-v2.9")
     evp = tmp_path / "evidence.json"
     evp.write_text(json.dumps(ev))
     return {"tmp": tmp_path, "base": base, "patched": patched, "ev": ev, "evp": evp}
@@ -132,9 +133,25 @@ def test_line_gate_refuses_a_library_of_another_line_and_names_the_right_one(kit
     gl = gates.run_gates(str(kit["patched"]), str(kit["evp"]), installed=str(node), hami_versions=["v2.5.1"])
     line = next(x for x in gl if x.name == "line")
     assert line.ok is False
-    assert "--lib is from line hami-core (base 8f3a89c, shared region 1.2)" in line.message
+    assert "--lib is from line hami-core-v2.9 (base 8f3a89c, shared region 1.2)" in line.message
     assert "the nodes need line hami-core-v2.5 (base 54b1305, shared region 1.1)" in line.message
     assert "lucepatch build hami-core-v2.5 --source" in line.message
+
+
+def test_line_gate_sends_a_v2_9_node_to_the_v2_9_line(kit, capsys):
+    """The main line (hami-core on upstream main 52f33fc, region 1.2 like v2.9.0's) serves no HAMi release: its
+    library is refused on a v2.9.0 node, and the refusal names the line that serves it (issue 36)."""
+    main_lib = hamilib.line_build_like(kit["tmp"], "main", line="hami-core")
+    ev = evidence_doc(baseline=hamilib.upstream_like(kit["tmp"], "main-base"), patched=main_lib, gpu="H200",
+                      schema_version=1, target="hami-core")
+    evp = kit["tmp"] / "main-evidence.json"
+    evp.write_text(json.dumps(ev))
+    gl = {x.name: x for x in gates.run_gates(str(main_lib), str(evp), hami_versions=["v2.9.0"])}
+    assert gl["shrreg"].ok is True and gl["line"].ok is False and gl["compatible_hami"].ok is False
+    assert "hami-core-v2.9" in gl["line"].message and "v2.9.0" in gl["line"].message
+    # the v2.9 line's own evidence and library pass the same node
+    ok = {x.name: x.ok for x in gates.run_gates(str(kit["patched"]), str(kit["evp"]), hami_versions=["v2.9.0"])}
+    assert ok["line"] is True and ok["compatible_hami"] is True
 
 
 def test_line_gate_unknown_evidence_target(kit):

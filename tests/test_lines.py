@@ -109,10 +109,14 @@ def test_not_an_elf_is_a_usage_error(tmp_path):
 # ---- which line ----------------------------------------------------------------------------------------
 
 
-def test_region_1_2_is_the_main_line(tmp_path):
+def test_region_1_2_is_the_v2_9_line(tmp_path):
+    """Region 1.2 nodes run HAMi v2.8.2 .. v2.9.0, whose HAMi-core is an ancestor of 8f3a89c: the v2.9 line.
+    The main line (upstream main, 52f33fc) has region 1.2 too but serves no release, so it is no node's answer."""
     fit = fit_node(read_lib(_lib(tmp_path, "l12")), load_lines())
-    assert fit.line is not None and fit.line.target == "hami-core"
+    assert fit.line is not None and fit.line.target == "hami-core-v2.9"
     assert "shared region 1.2" in fit.why and "--hami-version" in fit.why
+    main = next(l for l in load_lines() if l.target == "hami-core")
+    assert main.shrreg == "1.2" and main.compatible == [] and main not in fit.candidates
 
 
 def test_region_1_1_names_the_v2_5_line_when_there_is_one(tmp_path):
@@ -148,7 +152,7 @@ def test_stripped_library_needs_the_release(tmp_path):
     fit = fit_node(facts, load_lines())
     assert fit.line is None and "--hami-version" in fit.why
     fit = fit_node(facts, load_lines(), hami_versions=["v2.9.0"])
-    assert fit.line.target == "hami-core" and "v2.9.0" in fit.why
+    assert fit.line.target == "hami-core-v2.9" and "v2.9.0" in fit.why
 
 
 def test_not_hami_core(tmp_path):
@@ -183,16 +187,30 @@ def _doctor(capsys, *args):
 
 
 def test_doctor_lib_names_the_line_and_the_commands(tmp_path, capsys):
-    lib = hamilib.upstream_like(tmp_path, "node", flags=["-g"])
+    """A HAMi v2.8.x/v2.9.0 node (upstream names at 8f3a89c's state, region 1.2): the v2.9 line replaces it."""
+    lib = hamilib.upstream_like(tmp_path, "node", flags=["-g"], line="hami-core-v2.9")
     rc, out, err = _doctor(capsys, "--lib", str(lib))
     assert rc == 0, err
     assert "shared region  1.2 (from .dynsym)" in out
-    assert "line           hami-core " in out and "profile        default (" in out
-    assert "lucepatch build hami-core --source ~/src/HAMi-core" in out
+    assert "line           hami-core-v2.9 " in out and "profile        default (" in out
+    assert "lucepatch build hami-core-v2.9 --source ~/src/HAMi-core" in out
     rc, out, err = _doctor(capsys, "--lib", str(lib), "--hami-version", "v2.8.3", "--json")
     doc = json.loads(out)
-    assert rc == 0 and doc["ok"] and doc["node_library"]["fit"]["line"]["target"] == "hami-core"
+    assert rc == 0 and doc["ok"] and doc["node_library"]["fit"]["line"]["target"] == "hami-core-v2.9"
     assert doc["node_library"]["library"]["shrreg"] == "1.2"
+
+
+def test_doctor_lib_at_upstream_main_names_the_main_line(tmp_path, capsys):
+    """A build of upstream main 52f33fc (no HAMi release vendors it; region 1.2 like v2.9's): its names put it
+    at the main line's base, so the main line replaces it although it serves no release, and with a release
+    named the release decides (v2.9.0: the v2.9 line, whose build then lacks 52f33fc's names)."""
+    lib = hamilib.upstream_like(tmp_path, "main", flags=["-g"])
+    rc, out, err = _doctor(capsys, "--lib", str(lib))
+    assert rc == 0, err
+    assert "line           hami-core " in out and "which holds line hami-core's base 52f33fc" in out
+    assert "lucepatch build hami-core --source ~/src/HAMi-core" in out
+    rc, out, err = _doctor(capsys, "--lib", str(lib), "--hami-version", "v2.9.0")
+    assert rc == 1 and "line           hami-core-v2.9 " in out and "add_chunk_from_pool_async" in out
 
 
 def test_doctor_lib_names_the_v2_5_line_for_an_upstream_v2_5_1_node(tmp_path, capsys):

@@ -27,7 +27,7 @@ from lucepatch.upstream import retire as rt
 from lucepatch.workspace import resolve_workspace
 
 SRC = os.environ.get("LUCEPATCH_SRC_HAMI_CORE")
-PIN = "8f3a89c67b037d8fdfe6c4cd4d8c4f0cd6504811"
+PIN = "52f33fc7fa1fbb3f08148ab076d0e7447bec7f2a"  # the main line's base (upstream main 2026-07-23, issue 36)
 SELECTED = ["async-sched", "ctypes-meminfo", "ggml-client"]
 WORKLOADS = {"ctypes-clients", "ctypes-meminfo", "torch-clients", "ggml-client", "ggml-vmm-pool"}
 

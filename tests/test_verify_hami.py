@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import tomlkit
 
 from conftest import FIXTURES, REPO_ROOT
 
@@ -30,8 +31,20 @@ def _verify(cli, cache, *args, workspace=REPO_ROOT):
     return res, (res.json["evidence"] if res.out.strip() else None)
 
 
+def _as_main_on_the_pin(tdir: Path) -> None:
+    """tdir (patches/hami-core of a scratch workspace) gets the v2.9 line's target.toml and Build-Only patch as
+    the family's main target on 8f3a89c: the base the PR fixtures were written against."""
+    doc = tomlkit.parse((REPO_ROOT / "patches" / "hami-core-v2.9" / "target.toml").read_text())
+    for key in ("line_of",):
+        del doc[key]
+    doc["name"], doc["line"] = "hami-core", "main"
+    (tdir / "target.toml").write_text(tomlkit.dumps(doc))
+    shutil.copy(REPO_ROOT / "patches" / "hami-core-v2.9" / "build-accept-cmake-4.patch", tdir)
+
+
 def test_all_reproducers_proven_on_the_pin(cli, cache):
-    res, doc = _verify(cli, cache, "--all", "--target", "hami-core", "--runs", "5")
+    """The 8f3a89c line (the main line's base until issue 36): every fix proven."""
+    res, doc = _verify(cli, cache, "--all", "--target", "hami-core-v2.9", "--runs", "5")
     assert res.code == 0, res.err
     assert doc["verdict"] == "proven"
     names = {r["name"] for r in doc["reproducers"]}
@@ -47,6 +60,24 @@ def test_all_reproducers_proven_on_the_pin(cli, cache):
     assert v["llama-vmm:host-numa-create"] == "guarded"
 
 
+def test_main_line_on_upstream_main(cli, cache):
+    """The main line on 52f33fc (issue 36): the series' fixes proven there too; what #217 fixed upstream
+    (pool-charged, over-limit) passes on both sides; what #217 made worse (a context-less pool allocation:
+    uncharged at 8f3a89c, a crash at 52f33fc) is the baseline's crash the series fixes; graph capture proven."""
+    res, doc = _verify(cli, cache, "--all", "--target", "hami-core", "--runs", "5")
+    assert doc["upstream"]["base"].startswith("52f33fc"), doc["upstream"]
+    sc = {s["scenario"]: s for s in doc["scenarios"]}
+    for key in ("async-sched:ctxless-async-alloc", "multi-device:stream-device", "zero-limit:zero-means-unlimited",
+                "shared-region:ctxless-free-other-process", "pool-alloc:ctxless-pool-alloc", "pool-alloc:default-pool",
+                "pool-alloc:cross-device", "untracked-free:async-free-sync-alloc", "graph-capture:capture-global",
+                "graph-capture:other-thread-global", "llama-vmm:device-create"):
+        assert sc[key]["verdict"] == "proven", (key, sc[key]["verdict"])
+    assert sc["pool-alloc:ctxless-pool-alloc"]["baseline"]["outcomes"].get("crash", 0) >= 1
+    for key in ("pool-alloc:pool-charged", "pool-alloc:over-limit"):  # upstream's #217: fixed on both sides
+        assert (sc[key]["baseline"]["failures"], sc[key]["patched"]["failures"]) == (0, 0), key
+        assert sc[key]["fixed_upstream"] == "9e1b0c3", key
+
+
 
 def test_async_accounting_is_guarded_on_the_pin(cli, cache):
     """740f9ef/111bf4d are upstream at the pin: a stream-ordered allocation is charged by its size and
@@ -60,8 +91,10 @@ def test_async_accounting_is_guarded_on_the_pin(cli, cache):
         assert (v[key]["baseline"]["failures"], v[key]["patched"]["failures"]) == (0, 0), key
 
 def test_llama_vmm_crash_fixed_upstream_between_refs(cli, cache):
-    res, doc = _verify(cli, cache, "--reproducer", "llama-vmm", "--baseline-ref", "e3c3477", "--patched-ref",
-                       "8f3a89c", "--runs", "5", "--scenario", "host-numa-create", "--scenario", "ctxless-device")
+    # the v2.9 line (8f3a89c): its Build-Only patch is the one written for CMakeLists' 2.8.11 of that era
+    res, doc = _verify(cli, cache, "--reproducer", "llama-vmm", "--target", "hami-core-v2.9", "--baseline-ref", "e3c3477",
+                       "--patched-ref", "8f3a89c", "--runs", "5", "--scenario", "host-numa-create",
+                       "--scenario", "ctxless-device")
     assert res.code == 0, res.err
     s = {x["scenario"]: x for x in doc["scenarios"]}
     assert s["llama-vmm:host-numa-create"]["verdict"] == "proven"
@@ -82,8 +115,7 @@ def test_pr188_style_patch_is_rejected_on_hami_core(cli, cache, tmp_path):
     tdir.mkdir(parents=True)
     shutil.copy(REPO_ROOT / "lucepatch.toml", ws / "lucepatch.toml")
     shutil.copytree(REPO_ROOT / "reproducers", ws / "reproducers")
-    shutil.copy(REPO_ROOT / "patches" / "hami-core" / "target.toml", tdir)
-    shutil.copy(REPO_ROOT / "patches" / "hami-core" / "build-accept-cmake-4.patch", tdir)
+    _as_main_on_the_pin(tdir)
     pr188 = next((FIXTURES / "pr188").glob("*.patch"))
     shutil.copy(pr188, tdir)
     (tdir / "series").write_text(f"build-accept-cmake-4.patch\n{pr188.name}\n")
@@ -104,8 +136,7 @@ def test_pr217_style_pool_tracking_is_rejected(cli, cache, tmp_path):
     tdir.mkdir(parents=True)
     shutil.copy(REPO_ROOT / "lucepatch.toml", ws / "lucepatch.toml")
     shutil.copytree(REPO_ROOT / "reproducers", ws / "reproducers")
-    shutil.copy(REPO_ROOT / "patches" / "hami-core" / "target.toml", tdir)
-    shutil.copy(REPO_ROOT / "patches" / "hami-core" / "build-accept-cmake-4.patch", tdir)
+    _as_main_on_the_pin(tdir)
     pr217 = next((FIXTURES / "pr217").glob("*.patch"))
     shutil.copy(pr217, tdir)
     (tdir / "series").write_text(f"build-accept-cmake-4.patch\n{pr217.name}\n")

@@ -46,6 +46,14 @@
 #   see the step); the 86 of every reproducer today did not finish in 300 s (docs/evidence/hami-core-pr188-all.cut.h200.log).
 #   Measured 2026-12-03: 242.6 s, then 264.3 s on another H200 at x6; 222.4 s with PR188_JOBS=8 there (hami-core-pr188-old50*);
 #   verify's default is x8 since, where workload reproducers run (PR188_JOBS unset: the default).
+#   issue 36 (graph capture, the main line on upstream main 52f33fc; 1 GPU): carry .whl, .upstream/hami-core and
+#   .upstream/hami-core-main-2026-07-23.bundle (18 KB, a copy of ../shared/upstream's: the steps fetch 52f33fc
+#   from it into $SRC when missing). Call 1 (~7 min) = `env i36-traces i36-capture`: the capture fix on the
+#   three lines (hami-core on 52f33fc, hami-core-v2.9 on 8f3a89c, hami-core-v2.5), graph-capture (C) +
+#   torch-clients:cuda-graph-async (PyTorch backend:cudaMallocAsync under torch.cuda.graph); call 2 (~7 min) = `i36-main`: the new main line
+#   (hami-core 2.0.0 on 52f33fc) proven, every reproducer one GPU runs (torch-clients included; 2-GPU and
+#   ggml scenarios report skipped); call 3 (~5 min) = `i36-refs`: ref-vs-ref 8f3a89c -> 52f33fc, every
+#   reproducer (what #217 fixed, what it made worse). Evidence under $OUT/commit/ (docs/evidence/ names).
 # verify runs in parallel (private mount namespace + tmpfs /tmp/vgpulock per run) when root and
 # unshare(1) works, serially otherwise; the evidence's execution.mode says which.
 # Everything it writes goes under $OUT (or ./gpu-out when OUT is unset).
@@ -119,6 +127,13 @@ i28_verify() {  # $1 = target, $2 = evidence name; one verify per target: the C 
 TORCH_GUARDS="--scenario threadpool-default-alloc --scenario nccl-allreduce-default --scenario nccl-allreduce-expandable \
   --scenario nccl-allreduce-async --scenario main-thread-alloc --scenario vllm-async-output --scenario expandable-segments \
   --scenario cuda-graph --scenario cuda-graph-async --scenario two-rank-threads-async --scenario two-rank-threads-default"
+# issue 36: the main line's base (upstream main 2026-07-23) from the carried bundle, when $SRC lacks it
+need_52f33fc() {
+  git -C $SRC cat-file -e 52f33fc7fa1fbb3f08148ab076d0e7447bec7f2a^{commit} 2>/dev/null && return 0
+  B=${MAIN_BUNDLE:-.upstream/hami-core-main-2026-07-23.bundle}
+  [ -f "$B" ] || { echo "gpu_session: $SRC lacks 52f33fc and $B is missing: carry it" >&2; return 3; }
+  git -C $SRC fetch -q "$(cd "$(dirname "$B")" && pwd)/$(basename "$B")" main-2026-07-23:main-2026-07-23
+}
 for step in "$@"; do
   echo "=== $step $(date -u +%T)"
   case $step in
@@ -465,6 +480,50 @@ print(f'main job x{sys.argv[3]}: {float(sys.argv[2]) - float(sys.argv[1]):.2f} s
           --evidence "$OUT/commit/i28-ggml-$t.$TAG.json" 2>&1 | tee "$OUT/verify-i28-ggml-$t.log"
       done
       python3 -c "import sys; print(f'i28-ggml wall: {float(sys.argv[2]) - float(sys.argv[1]):.1f} s')" "$s0" "$(now)" | tee -a "$OUT/i28-timing.log" ;;
+    i36-traces)
+      # issue 36: the bare driver's answers (no HAMi) to the capture probe (which calls a capture forbids, per mode
+      # and thread; graph memory nodes) and to every graph-capture scenario; commit $OUT/traces-i36/*.jsonl under
+      # tests/fakecuda/traces/ (named .h200.jsonl: the label the replay test reads) and drop their
+      # [awaiting-trace] entries in known-differences.toml (< 1 min)
+      rm -rf "$OUT/traces-i36"
+      python3 -m lucepatch.verify.record_traces --out "$OUT/traces-i36" --driver $DRIVER --label h200 \
+        --program driver-semantics.capture --program graph-capture 2>&1 | tee "$OUT/traces-i36.log" ;;
+    i36-capture)
+      # issue 36 item 1 on a GPU: the stream-capture fix on every line (base vs line): the driver-API reproducer
+      # (7 scenarios; on the main line with async-sched, the evidence `pr` takes for the async + capture PR) and
+      # PyTorch's cuda-graph-async (+ the two torch controls); 6 builds + ~330 C and ~105 torch processes
+      # (~6-7 min; a torch run is ~5-10 s). RUNS=10: the sequential rule's 5 + 10 per fix.
+      need_52f33fc || continue
+      mkdir -p "$OUT/commit"; s0=$(now)
+      for t in hami-core hami-core-v2.9 hami-core-v2.5; do
+        extra=""; [ $t = hami-core ] && extra="--reproducer async-sched"
+        lp verify --target $t --reproducer graph-capture $extra --source $SRC --driver $DRIVER --runs ${RUNS:-10} \
+          --jobs $JOBS --evidence "$OUT/commit/i36-graph-capture-$t.$TAG.json" 2>&1 | tee "$OUT/verify-i36-graph-capture-$t.log"
+        lp verify --target $t --reproducer torch-clients --scenario cuda-graph-async --source $SRC --driver $DRIVER \
+          --runs ${RUNS:-10} --jobs $JOBS --evidence "$OUT/commit/i36-torch-graph-$t.$TAG.json" 2>&1 \
+          | tee "$OUT/verify-i36-torch-graph-$t.log"
+      done
+      python3 -c "import sys; print(f'i36-capture wall: {float(sys.argv[2]) - float(sys.argv[1]):.1f} s')" "$s0" "$(now)" | tee -a "$OUT/i36-timing.log" ;;
+    i36-main)
+      # issue 36 item 6: the new main line proven (52f33fc + Build-Only vs hami-core 2.0.0), every reproducer one GPU
+      # runs, C and workloads in one verify (sequential rule, --runs 10); 2 builds + ~900 processes (~6-7 min at x8)
+      need_52f33fc || continue
+      mkdir -p "$OUT/commit"; s0=$(now)
+      lp verify --all --target hami-core --source $SRC --driver $DRIVER --runs ${RUNS:-10} --jobs $JOBS \
+        --evidence "$OUT/commit/i36-hami-core-52f33fc.$TAG.json" 2>&1 | tee "$OUT/verify-i36-main.log"
+      lp show "$OUT/commit/i36-hami-core-52f33fc.$TAG.json" --html "$OUT/i36-hami-core-52f33fc.$TAG.html" > /dev/null
+      python3 -c "import sys; print(f'i36-main wall: {float(sys.argv[2]) - float(sys.argv[1]):.1f} s')" "$s0" "$(now)" | tee -a "$OUT/i36-timing.log" ;;
+    i36-refs)
+      # issue 36 item 6: ref-vs-ref 8f3a89c -> 52f33fc (no series), every reproducer: what upstream's move fixed
+      # (pool-charged, over-limit) and made worse (ctxless-pool-alloc: uncharged -> SIGSEGV). Building the refs as
+      # shipped needs CMake < 4 or issue 36 item 2 (REF with its build flags / Build-Only carried): with CMake 4
+      # and neither, the builds fail and the step says so. 2 builds + ~900 processes (~5 min)
+      need_52f33fc || continue
+      mkdir -p "$OUT/commit"; s0=$(now)
+      lp verify --all --target hami-core --source $SRC --driver $DRIVER --runs ${RUNS:-10} --jobs $JOBS \
+        --baseline-ref 8f3a89c --patched-ref 52f33fc \
+        --evidence "$OUT/commit/i36-refs-8f3a89c-52f33fc.$TAG.json" 2>&1 | tee "$OUT/verify-i36-refs.log"
+      python3 -c "import sys; print(f'i36-refs wall: {float(sys.argv[2]) - float(sys.argv[1]):.1f} s')" "$s0" "$(now)" | tee -a "$OUT/i36-timing.log" ;;
     fork-lib)
       # the black-box check of a vendor's library (README "Olares"): which scenarios does the node's own library
       # fail? The fork binds _dl_sym@GLIBC_PRIVATE lazily and its preInit calls it when the first CUDA call

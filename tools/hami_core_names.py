@@ -3,7 +3,7 @@
 
 Usage: tools/hami_core_names.py HAMI_CORE_CHECKOUT [REF] [--out FILE] [--check]
 
-REF (default 8f3a89c, the main line's base): every commit of its first-parent history, the
+REF (default 52f33fc, the main line's base since issue 36; 8f3a89c, the v2.9 line's, is on its first-parent history): every commit of its first-parent history, the
 sources scanned where src/ changed. --check compares with the packaged file instead of writing and exits 1 when
 they differ (tests/test_identity.py runs it under LUCEPATCH_SRC_HAMI_CORE).
 """
@@ -35,7 +35,7 @@ HEADER = """\
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("checkout")
-    ap.add_argument("ref", nargs="?", default="8f3a89c67b037d8fdfe6c4cd4d8c4f0cd6504811")
+    ap.add_argument("ref", nargs="?", default="52f33fc7fa1fbb3f08148ab076d0e7447bec7f2a")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "lucepatch" / "data" / history.DATA_NAME))
     ap.add_argument("--check", action="store_true")
     a = ap.parse_args(argv)

@@ -117,9 +117,13 @@ def release_shrreg(release: str, data: dict | None = None) -> str | None:
     return None
 
 
-def fit_node(facts: LibFacts | None, lines: list[Line], *, hami_versions=(), data: dict | None = None) -> Fit:
+def fit_node(facts: LibFacts | None, lines: list[Line], *, hami_versions=(), data: dict | None = None,
+             identified: tuple[str, str] | None = None) -> Fit:
     """The line whose build is a drop-in for the node described by ``facts`` (its current
-    library) and/or ``hami_versions`` (its HAMi release, e.g. the device-plugin image tag)."""
+    library) and/or ``hami_versions`` (its HAMi release, e.g. the device-plugin image tag).
+    ``identified``: (line, why) when the library's names place it at a line's upstream base or make it
+    that line's build (lines/identity.py): with no release known, that line replaces it, even one that
+    serves no HAMi release (the main line on an upstream commit no release vendors)."""
     data = compat_data() if data is None else data
     releases = [norm_release(v) for v in hami_versions]
     source = "--hami-version" if releases else ""
@@ -133,7 +137,9 @@ def fit_node(facts: LibFacts | None, lines: list[Line], *, hami_versions=(), dat
     if region is None and releases:
         regions = {release_shrreg(r, data) for r in releases}
         region = regions.pop() if len(regions) == 1 else None
-    candidates = [l for l in lines if region is None or l.shrreg == region]
+    # a line that serves no HAMi release (the main line on an upstream commit no release vendors) replaces
+    # no node's library: it is never the answer for a node, however its region matches
+    candidates = [l for l in lines if l.compatible and (region is None or l.shrreg == region)]
     fit = Fit(line=None, why="", releases=releases, releases_from=source, candidates=candidates, base_of=base_of)
 
     if facts is not None and not facts.is_hami_core:
@@ -163,6 +169,13 @@ def fit_node(facts: LibFacts | None, lines: list[Line], *, hami_versions=(), dat
                            + "; ".join(f"{v['distribution']} {', '.join(v.get('versions', []))} ships {v['hami']} "
                                        f"({v['source']})" for v in vendor)
                            + ": the vendor's own library, which no line serves (read it: node --pod / --lib)")
+        return fit
+    own = next((l for l in lines if identified and l.target == identified[0] and (region is None or l.shrreg == region)),
+               None)
+    if own is not None:
+        fit.line = own
+        fit.why = (f"{identified[1]}: line {own.target} (base {own.base[:7]}, shared region {own.shrreg}); the HAMi "
+                   "release is not in the library, pass --hami-version to check it against the line's compatible list")
         return fit
     if region is None:
         fit.why = ("neither the library's shared-region version nor the node's HAMi release is known: pass "

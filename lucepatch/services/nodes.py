@@ -19,7 +19,7 @@ from lucepatch.k8s.client import pod_exec
 from lucepatch.lines import pod as podmod
 from lucepatch.lines.fit import Fit, compat_data, drop_in_commands, fit_node, load_lines, norm_release, vendor_rows
 from lucepatch.lines.history import family, is_hook, load_history
-from lucepatch.lines.identity import FORK, UNKNOWN, Identity, identify, line_builds
+from lucepatch.lines.identity import FORK, LINE_BUILD, UNKNOWN, UPSTREAM, Identity, identify, line_builds
 from lucepatch.lines.replace import DROP_IN, Judgement, Route, Side, judge, routes
 from lucepatch.native.libfacts import LibFacts, read_lib
 from lucepatch.node.report import NodeReport, load_node_report, save_node_report
@@ -125,8 +125,8 @@ def inspect_node_library(*, lib: str | None = None, image: str | None = None, po
     try:
         facts = read_lib(path)
         releases = hami_versions or _report_releases(report)
-        fit = fit_node(facts, lines, hami_versions=releases)
         ident = identify(path, lines=lines, hami_versions=releases)
+        fit = fit_node(facts, lines, hami_versions=releases, identified=_identified(ident))
     finally:
         if tmp_to_remove:
             os.unlink(tmp_to_remove)
@@ -135,6 +135,14 @@ def inspect_node_library(*, lib: str | None = None, image: str | None = None, po
     node = NodeLibrary(source=where, facts=facts, fit=fit, identity=ident, report=report)
     _conclude(node, candidate, installed=save or lib, image=image)
     return node
+
+
+def _identified(ident) -> tuple[str, str] | None:
+    """(line, why) when the library's names tie it to a line: upstream HAMi-core at the line's base, or the
+    line's own build (lines/fit.py fit_node prefers that line when no release is known)."""
+    if ident is not None and ident.kind in (UPSTREAM, LINE_BUILD) and ident.line:
+        return ident.line, ident.summary
+    return None
 
 
 def _report_releases(report) -> list[str]:
@@ -152,7 +160,7 @@ def _from_report(report: NodeReport, source: str, lines, hami_versions, candidat
     if ident.facts is None:
         raise UsageError(f"{source}: the report's library has no facts; write it again with lucepatch node --pod")
     facts = ident.facts
-    fit = fit_node(facts, lines, hami_versions=releases)
+    fit = fit_node(facts, lines, hami_versions=releases, identified=_identified(ident))
     node = NodeLibrary(source=source, facts=facts, fit=fit, identity=ident, report=report)
     _conclude(node, candidate, installed=None, image=None)
     return node
