@@ -47,8 +47,8 @@
 #   Measured 2026-12-03: 242.6 s, then 264.3 s on another H200 at x6; 222.4 s with PR188_JOBS=8 there (hami-core-pr188-old50*);
 #   verify's default is x8 since, where workload reproducers run (PR188_JOBS unset: the default).
 #   issue 36 (graph capture, the main line on upstream main 52f33fc; 1 GPU): carry .whl, .upstream/hami-core and
-#   .upstream/hami-core-main-2026-07-23.bundle (18 KB, a copy of ../shared/upstream's: the steps fetch 52f33fc
-#   from it into $SRC when missing). Call 1 (~7 min) = `env i36-traces i36-capture`: the capture fix on the
+#   .upstream/hami-core-main-2026-07-23.bundle (18 KB, the upstream test data's bundle of upstream main
+#   8f3a89c..52f33fc: the steps fetch 52f33fc from it into $SRC when missing). Call 1 (~7 min) = `env i36-traces i36-capture`: the capture fix on the
 #   three lines (hami-core on 52f33fc, hami-core-v2.9 on 8f3a89c, hami-core-v2.5), graph-capture (C) +
 #   torch-clients:cuda-graph-async (PyTorch backend:cudaMallocAsync under torch.cuda.graph); call 2 (~7 min) = `i36-main`: the new main line
 #   (hami-core 2.0.0 on 52f33fc) proven, every reproducer one GPU runs (torch-clients included; 2-GPU and
@@ -515,13 +515,19 @@ print(f'main job x{sys.argv[3]}: {float(sys.argv[2]) - float(sys.argv[1]):.2f} s
       python3 -c "import sys; print(f'i36-main wall: {float(sys.argv[2]) - float(sys.argv[1]):.1f} s')" "$s0" "$(now)" | tee -a "$OUT/i36-timing.log" ;;
     i36-refs)
       # issue 36 item 6: ref-vs-ref 8f3a89c -> 52f33fc (no series), every reproducer: what upstream's move fixed
-      # (pool-charged, over-limit) and made worse (ctxless-pool-alloc: uncharged -> SIGSEGV). Building the refs as
-      # shipped needs CMake < 4 or issue 36 item 2 (REF with its build flags / Build-Only carried): with CMake 4
-      # and neither, the builds fail and the step says so. 2 builds + ~900 processes (~5 min)
+      # (pool-charged, over-limit) and made worse (ctxless-pool-alloc: uncharged -> SIGSEGV). Each ref is built
+      # with its own era's Build-Only patch (the v2.9 line's baseline = 8f3a89c, the main line's = 52f33fc;
+      # `--baseline-ref 8f3a89c` refuses while the main line's Build-Only patch is 52f33fc's), then compared as
+      # --baseline-lib / --lib. 2 builds (cached after i36-capture) + ~900 processes (~5 min)
       need_52f33fc || continue
       mkdir -p "$OUT/commit"; s0=$(now)
-      lp verify --all --target hami-core --source $SRC --driver $DRIVER --runs ${RUNS:-10} --jobs $JOBS \
-        --baseline-ref 8f3a89c --patched-ref 52f33fc \
+      for t in hami-core-v2.9 hami-core; do
+        lp build $t --baseline --source $SRC --json > "$OUT/i36-refs-build-$t.json" 2> "$OUT/i36-refs-build-$t.log" || {
+          echo "i36-refs: $t's baseline did not build ($OUT/i36-refs-build-$t.log)" >&2; continue 2; }
+      done
+      libof() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["builds"][0]["artifacts"]["libvgpu.so"]["path"])' "$1"; }
+      lp verify --all --target hami-core --driver $DRIVER --runs ${RUNS:-10} --jobs $JOBS \
+        --baseline-lib "$(libof "$OUT/i36-refs-build-hami-core-v2.9.json")" --lib "$(libof "$OUT/i36-refs-build-hami-core.json")" \
         --evidence "$OUT/commit/i36-refs-8f3a89c-52f33fc.$TAG.json" 2>&1 | tee "$OUT/verify-i36-refs.log"
       python3 -c "import sys; print(f'i36-refs wall: {float(sys.argv[2]) - float(sys.argv[1]):.1f} s')" "$s0" "$(now)" | tee -a "$OUT/i36-timing.log" ;;
     fork-lib)
