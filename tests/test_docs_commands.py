@@ -26,6 +26,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import click
@@ -221,8 +222,10 @@ def session(tmp_path_factory):
     if not src or not Path(src, ".git").exists():
         pytest.skip("no-upstream: set LUCEPATCH_SRC_HAMI_CORE to a HAMi-core checkout (the docs clone it as "
                     f"{HAMI_URL}; CI: the clone of ../shared/upstream/hami-core.bundle)")
-    if subprocess.run(["git", "-C", src, "cat-file", "-e", "8f3a89c67b037d8fdfe6c4cd4d8c4f0cd6504811^{commit}"]).returncode:
-        pytest.skip("no-upstream: the HAMi-core checkout in LUCEPATCH_SRC_HAMI_CORE lacks the pinned base 8f3a89c")
+    base = tomllib.loads((REPO_ROOT / "patches" / "hami-core" / "target.toml").read_text())["base"]  # the README's pin
+    if subprocess.run(["git", "-C", src, "cat-file", "-e", f"{base}^{{commit}}"]).returncode:
+        pytest.skip(f"no-upstream: the HAMi-core checkout in LUCEPATCH_SRC_HAMI_CORE lacks the pinned base {base[:7]} "
+                    "(git fetch ../shared/upstream/hami-core-main-2026-07-23.bundle main-2026-07-23:main-2026-07-23)")
     return Session(tmp_path_factory.mktemp("docs"), Path(src).resolve())
 
 
