@@ -28,14 +28,14 @@ def test_update_target_toml_keeps_comments_and_order(tmp_path):
     tdir.mkdir()
     before = (REPO_ROOT / "patches" / "hami-core" / "target.toml").read_text()
     (tdir / "target.toml").write_text(before)
-    update_target_toml(tdir / "target.toml", base="0123456789abcdef0123456789abcdef01234567", version="2.0.0")
+    update_target_toml(tdir / "target.toml", base="0123456789abcdef0123456789abcdef01234567", version="9.9.0")
     after = (tdir / "target.toml").read_text()
     changed = [(a, b) for a, b in zip(before.splitlines(), after.splitlines()) if a != b]
     assert len(before.splitlines()) == len(after.splitlines())
-    assert [b for _, b in changed] == ['base = "0123456789abcdef0123456789abcdef01234567"', 'version = "2.0.0"']
+    assert [b for _, b in changed] == ['base = "0123456789abcdef0123456789abcdef01234567"', 'version = "9.9.0"']
     assert "# HAMi-core's CMakeLists writes" in after  # comments survive
     t = load_target_dir(tdir)
-    assert (t.base, t.version) == ("0123456789abcdef0123456789abcdef01234567", "2.0.0")
+    assert (t.base, t.version) == ("0123456789abcdef0123456789abcdef01234567", "9.9.0")
 
 
 def test_update_target_toml_removes_a_key_then_places_new_ones(tmp_path):
