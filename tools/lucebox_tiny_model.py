@@ -121,6 +121,22 @@ def main(argv: list[str]) -> int:
     if a.gguf_py:
         sys.path.insert(0, str(a.gguf_py))
     try:
+        import yaml  # noqa: F401  # lazy: only to know whether the machine has PyYAML, 20 ms
+    except ImportError:
+        # gguf/metadata.py imports yaml at module level but only model-card reading calls it; the writer
+        # never does. Without PyYAML (the GPU machine's Python may lack it; carry its wheel in .whl to avoid
+        # this) a module that refuses any use stands in, and the JSON says so.
+        import types  # lazy: only without PyYAML, 0 ms
+
+        stub = types.ModuleType("yaml")
+
+        def _refuse(*_a, **_k):
+            raise RuntimeError("PyYAML is not installed: lucebox_tiny_model's stand-in refuses YAML")
+        stub.safe_load = stub.load = stub.dump = stub.safe_dump = _refuse
+        sys.modules["yaml"] = stub
+        print("lucebox_tiny_model: PyYAML absent: a refusing stand-in for `yaml` (the writer never calls it)",
+              file=sys.stderr)
+    try:
         import gguf  # noqa: F401  # lazy: only to say what is missing, 150 ms
     except ImportError as exc:
         print(f"lucebox_tiny_model: cannot import gguf ({exc}): carry a PyYAML/numpy wheel or pass --gguf-py", file=sys.stderr)
@@ -128,6 +144,8 @@ def main(argv: list[str]) -> int:
     t0 = time.monotonic()
     doc = write(a.out, layers=a.layers, embd=a.embd)
     doc["seconds"] = round(time.monotonic() - t0, 2)
+    doc["yaml"] = "stand-in (PyYAML absent)" if getattr(sys.modules.get("yaml"), "safe_load", None) and \
+        sys.modules["yaml"].__dict__.get("__file__") is None else "PyYAML"
     text = json.dumps(doc, indent=1)
     if a.json:
         a.json.write_text(text + "\n")
