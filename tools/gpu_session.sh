@@ -48,7 +48,8 @@
 #   verify's default is x8 since, where workload reproducers run (PR188_JOBS unset: the default).
 #   issue 36 (graph capture, the main line on upstream main 52f33fc; 1 GPU): carry .whl, .upstream/hami-core and
 #   .upstream/hami-core-main-2026-07-23.bundle (18 KB, the upstream test data's bundle of upstream main
-#   8f3a89c..52f33fc: the steps fetch 52f33fc from it into $SRC when missing). Call 1 (~7 min) = `env i36-traces i36-capture`: the capture fix on the
+#   8f3a89c..52f33fc: the steps fetch 52f33fc from it into $SRC when missing). Call 1 (~7 min) =
+#   `env i36-traces i36-capture i36-pr`: the capture fix on the
 #   three lines (hami-core on 52f33fc, hami-core-v2.9 on 8f3a89c, hami-core-v2.5), graph-capture (C) +
 #   torch-clients:cuda-graph-async (PyTorch backend:cudaMallocAsync under torch.cuda.graph); call 2 (~7 min) = `i36-main`: the new main line
 #   (hami-core 2.0.0 on 52f33fc) proven, every reproducer one GPU runs (torch-clients included; 2-GPU and
@@ -504,6 +505,17 @@ print(f'main job x{sys.argv[3]}: {float(sys.argv[2]) - float(sys.argv[1]):.2f} s
           | tee "$OUT/verify-i36-torch-graph-$t.log"
       done
       python3 -c "import sys; print(f'i36-capture wall: {float(sys.argv[2]) - float(sys.argv[1]):.1f} s')" "$s0" "$(now)" | tee -a "$OUT/i36-timing.log" ;;
+    i36-pr)
+      # issue 36: the upstream PR of the stream-ordered paths + the capture fix, on 52f33fc, from i36-capture's
+      # main-line evidence (graph-capture + async-sched, and torch cuda-graph-async): the async follow-up the
+      # maintainers asked for after #290 (device from the stream / the pool, frees to the recorded device, free on
+      # failure: #306) and never breaking a capture. Nothing is pushed; commit messages stay TODO(submitter).
+      need_52f33fc || continue
+      rm -rf "$OUT/pr-hami-core-capture"
+      rc_ev=(); [ "$DRIVER" = real ] && rc_ev=(--real-clients "$OUT/commit/i36-torch-graph-hami-core.$TAG.json")  # hardware only
+      lp pr hami-core --source $SRC --out "$OUT/pr-hami-core-capture" \
+        --patches fix-allocator-charge-stream-ordered-allocations-to-the-streams-device.patch,fix-allocator-release-async-frees-against-the-recorded-device.patch,fix-allocator-track-and-charge-pool-allocations-to-the-pools-device.patch,fix-allocator-never-break-a-stream-capture-to-charge.patch \
+        --evidence "$OUT/commit/i36-graph-capture-hami-core.$TAG.json" "${rc_ev[@]}" 2>&1 | tee "$OUT/i36-pr.log" ;;
     i36-main)
       # issue 36 item 6: the new main line proven (52f33fc + Build-Only vs hami-core 2.0.0), every reproducer one GPU
       # runs, C and workloads in one verify (sequential rule, --runs 10); 2 builds + ~900 processes (~6-7 min at x8)
