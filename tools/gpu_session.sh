@@ -63,9 +63,10 @@
 # build it on any machine with PyPI access:
 #   python3 -m pip download --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
 #     -d .whl "GitPython>=3.1.40" "unidiff>=0.7.5" "Jinja2>=3.1" "click>=8.1" "rich>=13.0" "jsonschema>=4.17" \
-#     "nvidia-nvml-dev>=12.0"
+#     "nvidia-nvml-dev>=12.0" "PyYAML>=6"
 # (jsonschema brings attrs, referencing, rpds-py (cp312 manylinux), jsonschema-specifications, typing-extensions;
-# nvidia-nvml-dev is nvml.h for the HAMi-core build where the toolkit has none).
+# nvidia-nvml-dev is nvml.h for the HAMi-core build where the toolkit has none; PyYAML for gguf-py, which the
+# lucebox-today step writes its model with: without it tools/lucebox_tiny_model.py stands a refusing module in).
 # Workload reproducers (torch-clients) do not see /tmp/site: lucepatch gives them their own PYTHONPATH,
 # so the carried wheels never shadow the machine's PyTorch and its dependencies.
 # DRIVER=fake runs the same steps on lucepatch's simulated driver (proving a step without a GPU:
