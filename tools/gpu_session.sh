@@ -485,10 +485,10 @@ print(f'main job x{sys.argv[3]}: {float(sys.argv[2]) - float(sys.argv[1]):.2f} s
     i36-traces)
       # issue 36: the bare driver's answers (no HAMi) to the capture probe (which calls a capture forbids, per mode
       # and thread; graph memory nodes) and to every graph-capture scenario; commit $OUT/traces-i36/*.jsonl under
-      # tests/fakecuda/traces/ (named .h200.jsonl: the label the replay test reads) and drop their
+      # tests/fakecuda/traces/ (.h200.jsonl: the label the replay test reads; an H100 run says so in the commit) and drop their
       # [awaiting-trace] entries in known-differences.toml (< 1 min)
       rm -rf "$OUT/traces-i36"
-      python3 -m lucepatch.verify.record_traces --out "$OUT/traces-i36" --driver $DRIVER --label h200 \
+      python3 -m lucepatch.verify.record_traces --out "$OUT/traces-i36" --driver $DRIVER --label $TAG \
         --program driver-semantics.capture --program graph-capture 2>&1 | tee "$OUT/traces-i36.log" ;;
     i36-capture)
       # issue 36 item 1 on a GPU: the stream-capture fix on every line (base vs line): the driver-API reproducer
