@@ -55,6 +55,11 @@ class Target:
         """The upstream's URL, then its former ones (what fetch hints match a checkout's remotes against)."""
         return (self.upstream, *self.upstream_aliases)
 
+    # reproducer:scenario -> what upstream fixed at this base (issue 36): verify runs it as a
+    # regression guard here (both sides pass: `guarded`, not "not-proven"), e.g. a line on a newer
+    # upstream that fixed what the series' patch fixed at the older base
+    regression_guard: dict = field(default_factory=dict)
+
     @property
     def family(self) -> str:
         return self.line_of or self.name
@@ -162,7 +167,8 @@ def load_target_dir(tdir: Path) -> Target:
         base=data["base"], version=data["version"], description=data.get("description", ""),
         raw=data, **parse_sections(data, str(toml_path)),
         line=data.get("line", "main"), line_of=data.get("line_of"), serves=_serves(toml_path, data.get("serves", {})),
-        not_applicable=_not_applicable(toml_path, data.get("not_applicable", {})),
+        not_applicable=_reasons(toml_path, "not_applicable", data.get("not_applicable", {})),
+        regression_guard=_reasons(toml_path, "regression_guard", data.get("regression_guard", {})),
         upstream_aliases=_aliases(toml_path, data.get("upstream_aliases", [])),
     )
 
@@ -187,12 +193,13 @@ def _serves(toml_path: Path, table) -> dict:
     return dict(table)
 
 
-def _not_applicable(toml_path: Path, table) -> dict:
+def _reasons(toml_path: Path, name: str, table) -> dict:
+    """[not_applicable] / [regression_guard]: key -> the reason, a non-empty string."""
     if not isinstance(table, dict):
-        raise UsageError(f"{toml_path}: [not_applicable] must be a table")
+        raise UsageError(f"{toml_path}: [{name}] must be a table")
     for k, v in table.items():
         if not isinstance(v, str) or not v.strip():
-            raise UsageError(f"{toml_path}: [not_applicable] {k!r} needs the reason as a string")
+            raise UsageError(f"{toml_path}: [{name}] {k!r} needs the reason as a string")
     return dict(table)
 
 

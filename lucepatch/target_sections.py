@@ -94,9 +94,17 @@ class BuildConfig:
     dockerfile: str | None = None
     arch_build_arg: str = ""
     image_roots: list[str] = field(default_factory=list)  # where that image holds the binaries (closure check)
+    # [build.instead_of]: Build-Only patch -> the configure arguments that build upstream as it ships
+    # where that patch no longer applies (builders/build_only.py). Not part of a build's key: the
+    # arguments enter the recipe (and so the key) of the builds that use them.
+    instead_of: dict[str, list[str]] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return _as_json(self)
+
+    def key_json(self) -> dict:
+        """What of [build] a build's key hashes: all but `instead_of` (builders/native.py)."""
+        return {k: v for k, v in self.to_json().items() if k != "instead_of"}
 
 
 @dataclass

@@ -885,3 +885,165 @@ def test_the_coverage_map_says_whose_hunks_a_scenario_ran_and_skipped_scenarios_
     rows = format_coverage_map(m)[2]
     assert ["(skipped)", "", "w:needs-gpu", "needs the real CUDA driver"] in rows
     assert ["(incomplete)", "", "r:crashed", "no coverage written"] in rows
+
+
+# ---- issue 36: REF measured as it is, or nothing said about it --------------------------------------
+
+UNBUILT = OnBuild("ref-bare", "r:s", built=False, why="hami-core aaaaaaaaaaaa+build-only: aaaaaaaaaaaa does not build here")
+
+
+def test_a_conflicting_patch_is_never_said_to_behave_at_ref_when_ref_was_not_built():
+    """issue 36: REF + Build-Only not built (0 runs) used to give `conflict`, "without it REF already
+    behaves as it did with it at the base" — a statement nothing measured."""
+    v = conflict(UNBUILT, [(PASS, 10)])
+    assert v.status == rt.INCONCLUSIVE and v.scenario == "r:s"
+    assert "already behaves" not in v.reason and "not measured at aaaaaaaaaaaa without it: r:s: ref-bare: not built" in v.reason
+    # a failing control on REF + Build-Only measures nothing either
+    lab = lab_of({("base-bare", "s"): FIXED_AT_BASE[0], ("base-bare+p", "s"): FIXED_AT_BASE[1],
+                  ("ref-bare", "s"): [(PASS, 10)], ("ref-series", "s"): [(PASS, 10)]}, failing_controls={"ref-bare"})
+    ref = cx("a", full=B("ref-series", ["q"]), bare=B("ref-bare"), conflicts=["p"])
+    basecx = cx("b", add=(B("base-bare"), B("base-bare+p")))
+    v = rt.judge_conflict(lab, P, ["r:s"], ref, basecx, rt.make_blame(lab, basecx.commit, ref.commit))
+    assert v.status == rt.INCONCLUSIVE and "control r:control on ref-bare" in v.reason
+
+
+def _commit_of(name):
+    return ("a" if name.startswith("ref") else "b") * 40
+
+
+def doc_of(lab, rows, still=()):
+    """A retire report as _doc writes it, from a stand-in Lab (what check_reasons reads)."""
+    names = sorted({ob.build for ob in lab.results.values()} | {b.name for b in lab.builds.values()})
+    return {"upstream": {"commit": "a" * 40, "base": "b" * 40},
+            "builds": [{"name": n, "ref": _commit_of(n), "commit": _commit_of(n), "build_key": n, "built": True}
+                       for n in names],
+            "measured": [{"build_key": k, "scenario": s, **ob.to_json()} for (k, s), ob in lab.results.items()],
+            "patches": rows, "still_failing": list(still)}
+
+
+def _row_of(v, judged=("r:s",)):
+    return {"name": "p", "status": v.status, "reason": v.reason, "judged": list(judged), "scenarios": v.details}
+
+
+OUTCOMES = {"pass": [(PASS, 10)], "crash": [(CRASH, 10)], "err": [(ERR, 10)], "mixed": [(CRASH, 5), (PASS, 5)],
+            "unbuilt": None}
+
+
+@pytest.mark.parametrize("bare", sorted(OUTCOMES))
+@pytest.mark.parametrize("full", ["pass", "crash", "unbuilt"])
+@pytest.mark.parametrize("at_base", ["fixed", "same"])
+def test_every_conflict_reason_names_runs_the_report_holds(bare, full, at_base):
+    """The invariant (issue 36): whatever REF did — or was never built to do —, the reason of a
+    patch that does not apply names only runs that exist in the report."""
+    def ob(kind, name):
+        return OnBuild(name, "r:s", built=False, why="not built: does not build here") if kind == "unbuilt" \
+            else OUTCOMES[kind]
+    base = FIXED_AT_BASE if at_base == "fixed" else ([(PASS, 10)], [(PASS, 10)])
+    lab = lab_of({("base-bare", "s"): base[0], ("base-bare+p", "s"): base[1], ("ref-bare", "s"): ob(bare, "ref-bare"),
+                  ("ref-series", "s"): ob(full, "ref-series")})
+    ref = cx("a", full=B("ref-series", ["q"]), bare=B("ref-bare"), conflicts=["p"])
+    basecx = cx("b", add=(B("base-bare"), B("base-bare+p")))
+    v = rt.judge_conflict(lab, P, ["r:s"], ref, basecx, rt.make_blame(lab, basecx.commit, ref.commit), Cov({"r:s": ["q"]}))
+    assert retire_report.check_reasons(doc_of(lab, [_row_of(v)])) == [], v.reason
+    if bare == "unbuilt":
+        assert v.status in (rt.INCONCLUSIVE, rt.CONFLICT) and "behaves" not in v.reason
+
+
+@pytest.mark.parametrize("ref_add", ["pass", "crash", "mixed", "unbuilt"])
+@pytest.mark.parametrize("base_add", ["fixed", "same", "unbuilt"])
+def test_every_judged_reason_names_runs_the_report_holds(ref_add, base_add):
+    def pair(kind):
+        if kind == "unbuilt":
+            return (OnBuild("x", "r:s", built=False, why="not built"), [(PASS, 10)])
+        if kind == "fixed":
+            return FIXED_AT_BASE
+        if kind == "same":
+            return ([(PASS, 10)], [(PASS, 10)])
+        return (OUTCOMES[kind], [(PASS, 10)])
+    names = ["ref-bare", "ref-bare+p", "ref-series-p", "ref-series", "base-bare", "base-bare+p", "base-series-p",
+             "base-series"]
+    vals = [*pair(ref_add), *pair(ref_add), *pair(base_add), *pair(base_add)]
+    table = {}
+    for n, v in zip(names, vals):
+        table[(n, "s")] = OnBuild(n, "r:s", built=False, why="not built") if isinstance(v, OnBuild) else v
+    lab = lab_of(table)
+    b = {n: B(n) for n in names}
+    ref = cx("a", add=(b["ref-bare"], b["ref-bare+p"]), loo=(b["ref-series-p"], b["ref-series"]))
+    basecx = cx("b", add=(b["base-bare"], b["base-bare+p"]), loo=(b["base-series-p"], b["base-series"]))
+    v = rt.judge_patch(lab, P, ["r:s"], ref, basecx, [], rt.make_blame(lab, basecx.commit, ref.commit))
+    assert retire_report.check_reasons(doc_of(lab, [_row_of(v)])) == [], v.reason
+
+
+def test_the_invariant_check_names_a_reason_without_runs():
+    """check_reasons catches what issue 36 found: a statement about REF with REF never built."""
+    lab = lab_of({("base-bare", "s"): FIXED_AT_BASE[0], ("base-bare+p", "s"): FIXED_AT_BASE[1], ("ref-bare", "s"): UNBUILT,
+                  ("ref-series", "s"): [(PASS, 10)]})
+    bad = {"name": "p", "status": rt.CONFLICT, "judged": ["r:s"], "scenarios": [],
+           "reason": "does not apply at aaaaaaaaaaaa; without it REF already behaves as it did with it at the base on "
+                     "r:t — rebase it to judge add-one and leave-one-out"}
+    lab.results.pop(("ref-series", "r:s"))
+    found = retire_report.check_reasons(doc_of(lab, [bad]))
+    assert found and "r:t, which never ran" in found[0]
+    bad["reason"] = bad["reason"].replace("r:t", "r:s")
+    found = retire_report.check_reasons(doc_of(lab, [bad]))
+    assert found == ["p: says how aaaaaaaaaaaa behaves on r:s with no run of it there: 'without it REF already behaves "
+                     "as it did with it at the base on r:s'"]
+    # a build named without runs, a bisect commit without probes, a still-failing line without runs
+    bad["reason"] = "add-one at aaaaaaaaaaaa: r:s: pass on ref-bare -> crash on ghost"
+    doc = doc_of(lab, [bad])
+    doc["builds"].append({"name": "ghost", "ref": "a" * 40, "commit": "a" * 40, "build_key": None, "built": False})
+    assert any("names build ghost" in f for f in retire_report.check_reasons(doc))
+    bad["reason"] = "identical with and without it on r:s; upstream fixed it in 0123456789ab (a subject)"
+    assert any("0123456789ab" in f for f in retire_report.check_reasons(doc_of(lab, [bad])))
+    bad["applied_upstream"] = {"commit": "0123456789ab" * 3, "probes": [{"commit": "0123456789ab" * 3,
+                                                                        "scenarios": {"s": {"behaviour": "pass"}}}]}
+    assert retire_report.check_reasons(doc_of(lab, [bad])) == []
+    assert retire_report.check_reasons(doc_of(lab, [], still=[{"scenario": "r:s", "build": "ref-series"}])) == \
+        ["still failing r:s on ref-series: no runs of it in the report"]
+    # what was not measured is said, not checked
+    bad["reason"] = "not measured: REF does not build: hami-core aaaaaaaaaaaa+build-only: …"
+    assert retire_report.check_reasons(doc_of(lab, [bad])) == []
+
+
+# ---- issue 36: an upstream that made a bug worse ------------------------------------------------
+
+WRONG = ("accounting mismatch", (("charged", "67108864", "0"),))
+
+
+def test_a_conflicting_patch_whose_bug_upstream_made_worse_says_so_with_both_sides():
+    """At the base, without the patch: a wrong value (uncharged); at REF without it: SIGSEGV."""
+    v = conflict([(CRASH, 10)], [(CRASH, 10)], base=([(WRONG, 10)], [(PASS, 10)]))
+    assert v.status == rt.WORSE_UPSTREAM and retire_report.NEEDED[v.status] == "still-needed"
+    assert ("upstream made r:s worse: without it, base-bare: accounting mismatch: charged: expected 67108864, got 0 "
+            "(10/10) at the base, ref-bare: crash (SIGSEGV) (10/10) at aaaaaaaaaaaa") in v.reason
+    # a crash at the base too: still needed, not "made worse"
+    assert conflict([(CRASH, 10)], [(CRASH, 10)]).status == rt.STILL_NEEDED
+
+
+def test_a_patch_whose_bug_upstream_made_worse_at_ref_says_so():
+    v = judged(([(CRASH, 10)], [(PASS, 10)]), ([(CRASH, 10)], [(PASS, 10)]), ([(WRONG, 10)], [(PASS, 10)]),
+               ([(WRONG, 10)], [(PASS, 10)]))
+    assert v.status == rt.WORSE_UPSTREAM
+    assert "upstream made it worse: without it, base-bare: accounting mismatch" in v.reason
+    assert "ref-bare: crash (SIGSEGV) (10/10) at aaaaaaaaaaaa" in v.reason
+    lab, ref, base = world(([(CRASH, 10)], [(PASS, 10)]), ([(CRASH, 10)], [(PASS, 10)]), ([(WRONG, 10)], [(PASS, 10)]),
+                           ([(WRONG, 10)], [(PASS, 10)]))
+    assert retire_report.check_reasons(doc_of(lab, [_row_of(v)])) == []
+    # the same failure at both: needed, as before
+    assert judged(([(CRASH, 10)], [(PASS, 10)]), ([(CRASH, 10)], [(PASS, 10)]), FIXED_AT_BASE,
+                  FIXED_AT_BASE).status == rt.STILL_NEEDED
+
+
+def test_the_report_lists_what_upstream_made_worse_and_the_table_shows_it():
+    lab = lab_of({("base-bare", "s"): [(WRONG, 10)], ("ref-bare", "s"): [(CRASH, 10)],
+                  ("base-bare", "t"): [(WRONG, 10)], ("ref-bare", "t"): [(WRONG, 10)],
+                  ("base-bare", "u"): [(PASS, 10)], ("ref-bare", "u"): [(CRASH, 10)]})
+    got = retire_report.made_worse_of(lab, {"base": B("base-bare"), "ref": B("ref-bare")})
+    assert [(w["scenario"], w["base"]["summary"], w["ref"]["summary"]) for w in got] == [
+        ("r:s", "accounting mismatch: charged: expected 67108864, got 0 (10/10)", "crash (SIGSEGV) (10/10)")]
+    doc = {"upstream": {"ref": "REF", "commit": "a" * 40, "base": "b" * 40}, "target": "t", "driver": {"kind": "fake"},
+           "simulated": True, "runs": 10, "patches": [], "made_worse": got}
+    _, _, rows = retire_report.format_retire_table(doc)
+    assert rows == [["(upstream)", "made worse", "r:s", "accounting mismatch: charged: expected 67108864, got 0 (10/10) "
+                                                         "on base-bare -> crash (SIGSEGV) (10/10) on ref-bare"]]
+    assert retire_report.SHOWN[rt.WORSE_UPSTREAM] == "still-needed (upstream made it worse)"

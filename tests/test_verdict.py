@@ -267,3 +267,50 @@ def test_a_scenario_the_rule_stopped_before_any_run_is_not_skipped():
     they run: no run at all is no evidence of "cannot run here" — the verdict is invalid."""
     v, why, _ = judge(T(), T(), control=False, control_ok=False)
     assert (v, why) == ("invalid", "a control scenario failed")
+
+
+# ---- worse (issue 36): a crash where the baseline gave a wrong value ------------------------------
+
+def W(outcomes: dict, first_error=""):
+    n = sum(outcomes.values())
+    fails = sum(v for k, v in outcomes.items() if k != "pass")
+    return Tally(runs=n, passed=outcomes.get("pass", 0), failures=fails, outcomes=dict(outcomes), first_error=first_error)
+
+
+def test_a_crash_where_the_baseline_gave_a_wrong_value_is_worse_with_both_signatures():
+    """52f33fc against 8f3a89c (ref-vs-ref): the context-less pool allocation crashes after
+    `Illegal device id` where 8f3a89c left it uncharged. Before: "not-proven — the patched build
+    still fails"."""
+    base = W({"fail": 1}, "check charged: expected 67108864, got 0")
+    pat = W({"crash": 6}, "Illegal device id: 2139062143")
+    v, why, _ = judge(base, pat, control=False, control_ok=True)
+    assert v == "worse"
+    assert why == ("worse on the patched build: crash 6/6 (first error: Illegal device id: 2139062143), where the "
+                   "baseline gave a wrong value: fail 1/1 (first error: check charged: expected 67108864, got 0)")
+    assert judge(W({"fail-log": 2, "pass": 3}), W({"timeout": 1, "fail": 5}), control=False, control_ok=True)[0] == "worse"
+    # the same failure on both sides, a crash on both, or a milder patched side: not worse
+    for b, p in ((W({"fail": 1}), W({"fail": 6})), (W({"crash": 1}), W({"crash": 6})), (W({"crash": 1}), W({"fail": 6})),
+                 (W({"crash": 1, "fail": 1}), W({"crash": 6}))):
+        assert judge(b, p, control=False, control_ok=True)[0] == "not-proven"
+    # a baseline that never failed: a regression, as before
+    assert judge(W({"pass": 5}), W({"crash": 6}), control=False, control_ok=True)[0] == "regression"
+
+
+def test_worse_fails_the_overall_verdict_like_a_regression():
+    assert overall([{"control": False, "verdict": "proven"}, {"control": False, "verdict": "worse"}]) == "worse"
+    assert overall([{"control": False, "verdict": "worse"}, {"control": True, "verdict": "invalid"}]) == "invalid"
+    assert overall([{"control": False, "verdict": "not-proven"}, {"control": False, "verdict": "worse"}]) == "worse"
+
+
+def test_a_declared_regression_guard_runs_as_a_guard():
+    """target.toml [regression_guard] (issue 36): what upstream fixed at a line's base is guarded there,
+    so a PR's evidence on that line is not "not-proven" for it."""
+    from lucepatch.verify.verdict import with_declared_guards
+    [r] = with_declared_guards([REPRO], {"r:bug": "upstream fixed it in 9ce21cc (#217)"})
+    bug = r.scenario("bug")
+    assert bug.regression_guard and bug.fixed_upstream == "upstream fixed it in 9ce21cc (#217)"
+    assert not r.scenario("control").regression_guard and not REPRO.scenario("bug").regression_guard
+    assert r.hash == REPRO.hash and with_declared_guards([REPRO], {}) == [REPRO]
+    # a control cannot be declared a guard: it stays a control
+    [c] = with_declared_guards([REPRO], {"r:control": "x"})
+    assert not c.scenario("control").regression_guard

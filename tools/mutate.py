@@ -63,12 +63,14 @@ FILES = {
 }
 # functions left out: they build, run or bisect (minutes per test run); the fixture tests cover them
 SKIP = {
-    "lucepatch/upstream/retire.py": {"retire_report", "Judge.__init__", "Judge.conflicts", "Judge.applicable",
+    "lucepatch/upstream/retire.py": {"retire_report", "not_built_doc", "Judge.bare", "Judge.moved", "Judge._apply",
+                                     "Judge.__init__", "Judge.conflicts", "Judge.applicable",
                                      "Judge.ordered", "Judge.context", "_name_upstream_commits", "behaviour_hook",
                                      "behaviour_hook.row_of", "behaviour_hook.behaviour_fixed_upstream",
                                      "behaviour_hook.code_signal", "_register", "_short", "_patch", "_is_control"},
     "lucepatch/upstream/retire_report.py": {"reproducers_dir", "target_reproducers", "_doc", "_row"},
-    "lucepatch/upstream/behaviour.py": {"Lab.__init__", "Lab.build", "Lab.measure", "Lab.measure_point", "Lab._on_build",
+    "lucepatch/upstream/behaviour.py": {"Lab.__init__", "Lab.build", "Lab.measure", "Lab.measure_point",
+                                        "Lab._on_build",
                                         "Lab.driver_doc", "Build.key", "Build.to_json", "measure_behaviour",
                                         "resolve_driver", "Behaviour.to_json"},
     "lucepatch/verify/verdict.py": {"split_not_applicable"},

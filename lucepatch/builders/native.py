@@ -23,8 +23,10 @@ from functools import partial
 from pathlib import Path
 
 from lucepatch import children, git, report
+from lucepatch.builders import build_only
 from lucepatch.builders.reproducible import check_stamps, recipe_for
 from lucepatch.engine.apply import WorkArea, apply_series
+from lucepatch.engine.core import APPLIED
 from lucepatch.errors import CheckFailed, UsageError
 from lucepatch.faults import pause
 from lucepatch.files import sha256_file
@@ -47,20 +49,26 @@ class BuildResult:
     recipe: dict = field(default_factory=dict)  # Recipe.to_json(): how to rebuild the same bytes
     label: str = ""  # the name it was built and logged under
     coverage: dict | None = None  # coverage builds: {"build_dir": .gcno tree, "strip": GCOV_PREFIX_STRIP}
+    carried: dict = field(default_factory=dict)  # Build-Only patch -> how it is carried here (build_only.py)
 
     def to_json(self) -> dict:
         return {
             "variant": self.variant, "target": self.target, "base": self.base, "commit": self.commit,
             "tree": self.tree, "patches": self.patches, "key": self.key, "cached": self.cached, "recipe": self.recipe,
             "artifacts": {n: {"path": str(p), "sha256": self.sha256[n]} for n, p in self.artifacts.items()},
+            **({"carried": self.carried} if self.carried else {}),
         }
 
 
 def _first_error(log: str) -> str:
-    for line in log.splitlines():
+    lines = log.splitlines()
+    for i, line in enumerate(lines):
         low = line.lower()
         if "error" in low and "-werror" not in low and "warning" not in low:
-            return line.strip()[:240]
+            # CMake says where on one line and what on the next ("CMake Error at CMakeLists.txt:1
+            # (cmake_minimum_required):" / "  Compatibility with CMake < 3.5 has been removed ...")
+            what = next((x.strip() for x in lines[i + 1:i + 3] if x.strip()), "") if line.rstrip().endswith(":") else ""
+            return f"{line.strip()} {what}".strip()[:240]
     tail = [l for l in log.splitlines() if l.strip()]
     return tail[-1][:240] if tail else "no output"
 
@@ -75,7 +83,10 @@ def build_variant(target: Target, source: Path, variant: str, cache: Path, *, jo
     patches: build exactly these patches instead of the variant's (retirement's add-one and
     leave-one-out builds); label: the name the build is logged under (default: the variant);
     coverage: compile and link with gcc --coverage and keep the build folder (the .gcno files) next
-    to the artifacts; the manifest's "coverage" says how a run redirects its .gcda files there."""
+    to the artifacts; the manifest's "coverage" says how a run redirects its .gcda files there.
+    A Build-Only patch that does not apply exactly at `base` is carried the ways
+    builders/build_only.py lists (declared flags, 3-way, a line's resolution), each tried only when
+    the one before could not be built; the result records the way (`carried`)."""
     cfg = target.build
     if cfg is None:
         raise UsageError(f"target {target.name} has no [build] table in {target.toml_path}; it cannot be built natively")
@@ -85,13 +96,46 @@ def build_variant(target: Target, source: Path, variant: str, cache: Path, *, jo
         raise UsageError(f"target {target.name}: [build.artifacts] is empty in {target.toml_path}")
     toolchain.require("cmake", "install cmake (apt-get install cmake)")
     toolchain.require("cc", "install a C compiler (apt-get install gcc)")
-    needs = list(cfg.needs)
     patches = target.variant_patches(variant) if patches is None else list(patches)
-    label = label or variant
-    stubs = build_fakecuda(cache / "fakecuda")
+    job = _Job(target, Path(source), variant, Path(cache), label or variant, coverage, jobs,
+               build_fakecuda(cache / "fakecuda"))
+    try:
+        return _build_once(job, patches, base, strict=True)
+    except build_only.Moved as moved:
+        tried = [moved.describe()]
+        for way in build_only.ways(target, moved, patches):
+            try:
+                return _build_once(job, list(way.patches), base, way=way)
+            except CheckFailed as exc:
+                tried.append(f"{way.name} ({way.describe()}): {exc}")
+        raise CheckFailed(f"{target.name} {job.label}: {moved.base[:12]} does not build here: " + "; ".join(tried))
 
+
+@dataclass(frozen=True)
+class _Job:
+    """What every attempt of one build_variant call shares."""
+    target: Target
+    source: Path
+    variant: str
+    cache: Path
+    label: str
+    coverage: bool
+    jobs: int | None
+    stubs: Path
+
+
+def _build_once(job: _Job, patches: list, base: str | None, *, strict: bool = False,
+                way: build_only.Way | None = None) -> BuildResult:
+    """One build of `patches` at `base`. strict: raise build_only.Moved, before building, when a
+    Build-Only patch does not apply exactly; way: how the Build-Only patches are carried (its
+    configure arguments follow the target's and enter the recipe and the key)."""
+    target, cache, cfg, label, variant, coverage = job.target, job.cache, job.target.build, job.label, job.variant, job.coverage
+    needs = list(cfg.needs)
+    stubs = job.stubs
     with WorkArea(cache, f"build-{target.name}-{variant}") as work:
-        series = apply_series(target, source, patches, work, base=base)
+        series = apply_series(target, job.source, patches, work, base=base)
+        if strict and any(o.patch.build_only and o.status != APPLIED for o in series.outcomes):
+            raise build_only.Moved(series.base, series.outcomes)
         if series.conflicts:
             names = ", ".join(o.patch.name for o in series.conflicts)
             raise CheckFailed(f"{target.name} {label}: patch(es) {names} do not apply on {series.base[:12]}; run lucepatch check")
@@ -104,21 +148,23 @@ def build_variant(target: Target, source: Path, variant: str, cache: Path, *, jo
         recipe = recipe_for(cfg, c_flags=c_flags + (["--coverage"] if coverage else []),
                             link_dirs=[str(stubs)], ld_flags=["--coverage"] if coverage else [],
                             env={"CUDA_HOME": cuda, "SOURCE_DATE_EPOCH": git.commit_time(work.repo, series.base)},
-                            toolchain_maps=maps)
+                            toolchain_maps=maps, extra_configure=list(way.configure_args) if way else [])
         key_doc = {
             # the stubs enter by content (their folder name is their hash), not by where the cache is
-            "target": target.name, "tree": series.tree, "build": cfg.to_json(),
+            "target": target.name, "tree": series.tree, "build": cfg.key_json(),
             "recipe": dataclasses.replace(recipe, link_dirs=["$STUBS"]).to_json(),
             "toolchain": toolchain.fingerprint(needs), "stubs": stubs.name,
         }
         key = hashlib.sha256(json.dumps(key_doc, sort_keys=True).encode()).hexdigest()[:24]
         out = cache / "builds" / key
+        carried = dict(way.how) if way else {}
         result = partial(BuildResult, variant, target.name, series.base, series.head, series.tree,
-                         [p.name for p in patches], key=key, recipe=recipe.to_json(), label=label)
+                         [p.name for p in patches], key=key, recipe=recipe.to_json(), label=label, carried=carried)
         cached = _cached(out)
         if cached is not None:
             return result(*cached, cached=True, coverage=_coverage_of(out))
-        report.progress(f"building {target.name} {label} (tree {series.tree[:12]}) in {out}")
+        report.progress(f"building {target.name} {label} (tree {series.tree[:12]}) in {out}"
+                        + (f"; {way.describe()}" if way else ""))
         # a private staging folder per build (never shared by two concurrent builds, even threads
         # of one process); the finished one is renamed into place. An interrupted build removes its
         # own (finally below); one killed outright is swept by the next build of the key (its pid is gone).
@@ -134,7 +180,7 @@ def build_variant(target: Target, source: Path, variant: str, cache: Path, *, jo
             log_path = staging / "build.log"
             pause("build-steps")  # test-only (lucepatch.faults): cmake is about to start
             with open(log_path, "w") as log:
-                steps = [recipe.configure(str(work.repo), str(bdir)), recipe.build(str(bdir), jobs or os.cpu_count() or 2)]
+                steps = [recipe.configure(str(work.repo), str(bdir)), recipe.build(str(bdir), job.jobs or os.cpu_count() or 2)]
                 for n, cmd in enumerate(steps):
                     log.write("$ " + " ".join(cmd) + "\n")
                     log.flush()

@@ -101,9 +101,12 @@ def shell_from_json(doc: dict) -> str:
 
 
 def recipe_for(build_cfg: BuildConfig, *, c_flags: list[str], link_dirs: list[str], env: dict[str, str],
-               ld_flags: list[str] | None = None, toolchain_maps: dict[str, str] | None = None) -> Recipe:
+               ld_flags: list[str] | None = None, toolchain_maps: dict[str, str] | None = None,
+               extra_configure: list[str] | None = None) -> Recipe:
+    """extra_configure: after the target's own arguments (a Build-Only patch's [build.instead_of])."""
     rep = build_cfg.reproducible
-    return Recipe(configure_args=[*build_cfg.configure_args, *rep.configure_args], c_flags=c_flags,
+    return Recipe(configure_args=[*build_cfg.configure_args, *(extra_configure or []), *rep.configure_args],
+                  c_flags=c_flags,
                   link_dirs=link_dirs, targets=list(build_cfg.targets), env=env, unset_env=list(rep.unset_env),
                   ld_flags=list(ld_flags or []), toolchain_maps=dict(toolchain_maps or {}))
 

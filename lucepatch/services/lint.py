@@ -143,6 +143,14 @@ def lint_target(ws, name: str, *, pending_days: int, now: float) -> list[Finding
         except LucepatchError as exc:
             add(ERROR, "-", "parse", str(exc))
     found += [Finding(level, t.name, "target.toml", "line", msg) for level, msg in lint_line(ws, t)]
+    by = {p.name: p for _, p in good}
+    for name in (t.build.instead_of if t.build else {}):
+        if name not in by:
+            found.append(Finding(ERROR, t.name, "target.toml", "build", f"[build.instead_of] {name!r} is no patch of "
+                                 "the series"))
+        elif not by[name].build_only:
+            found.append(Finding(ERROR, t.name, "target.toml", "build", f"[build.instead_of] {name!r} is not Build-Only: "
+                                 "only a patch that makes upstream build can be replaced by configure arguments"))
     return found
 
 
@@ -175,6 +183,17 @@ def lint_line(ws, t: Target) -> list[tuple[str, str]]:
             out.append((ERROR, f"[not_applicable] {key!r}: {name} has no scenario {scen!r}"))
         elif scen and repros[name].scenario(scen).control:
             out.append((ERROR, f"[not_applicable] {key!r} is a control: declare the whole reproducer {name!r}"))
+    for key in t.regression_guard:
+        name, _, scen = key.partition(":")
+        if name not in repros or not scen:
+            out.append((ERROR, f"[regression_guard] {key!r}: name a scenario of a reproducer of {t.family} "
+                               "(reproducer:scenario)"))
+        elif scen not in [s.name for s in repros[name].scenarios]:
+            out.append((ERROR, f"[regression_guard] {key!r}: {name} has no scenario {scen!r}"))
+        elif repros[name].scenario(scen).control:
+            out.append((ERROR, f"[regression_guard] {key!r} is a control: it passes on both builds by definition"))
+        elif key in t.not_applicable or name in t.not_applicable:
+            out.append((ERROR, f"[regression_guard] {key!r} is also [not_applicable]: a scenario is run or it is not"))
     serves = t.serves or {}
     if serves.get("hami") or serves.get("shrreg"):
 

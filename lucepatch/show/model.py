@@ -230,6 +230,8 @@ def short_reason(s: ScenarioResult) -> str:
         return "a control failed"
     if v == "regression":
         return "patched fails, baseline passes"
+    if v == "worse":  # the two sides' outcomes print whole in the reason under the table
+        return "crash where baseline: wrong value" if p.outcomes.get("crash") else "hang where baseline: wrong value"
     if v == "not-proven":
         if p.failures:
             return f"patched still fails {p.failures}/{p.runs}"

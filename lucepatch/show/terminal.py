@@ -16,7 +16,7 @@ from lucepatch.report import _BREAKS, _wrap_text, wrap
 from lucepatch.show.model import GLYPHS, VARIANTS, View
 
 VERDICT_STYLE = {"proven": "bold green", "pass": "green", "guarded": "cyan", "not-proven": "yellow",
-                 "regression": "bold red", "invalid": "bold red", "skipped": "dim"}
+                 "regression": "bold red", "worse": "bold red", "invalid": "bold red", "skipped": "dim"}
 
 
 NAME_MIN, WHY_MIN = 20, 14  # below these the p column gives its room to them (its value moves into "why")

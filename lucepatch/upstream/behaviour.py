@@ -56,6 +56,16 @@ def outcome_class(rec: RunRecord) -> str:
     return rec.outcome  # invalid / skipped
 
 
+def severe_class(cls: str) -> bool:
+    """A crash (any signal) or a hang: worse than a wrong value (issue 36, "made worse")."""
+    return cls.startswith("crash") or cls == "hang"
+
+
+def made_worse(before: "OnBuild", after: "OnBuild") -> bool:
+    """`after` crashes or hangs where `before` only gave a wrong value (both measured)."""
+    return before.wrong_value_only and after.state in (B_FAIL, B_MIXED) and after.severe > 0
+
+
 def signature(rec: RunRecord) -> tuple:
     return (outcome_class(rec), tuple((str(c.get("name")), str(c.get("expected")), str(c.get("got")))
                                       for c in rec.checks))
@@ -104,6 +114,17 @@ class OnBuild:
     @property
     def passes(self) -> bool:
         return self.state == B_PASS
+
+    @property
+    def severe(self) -> int:
+        """Runs that crashed or hung (worse than any wrong value)."""
+        return sum(n for sig, n in self.signatures.items() if severe_class(sig[0]))
+
+    @property
+    def wrong_value_only(self) -> bool:
+        """Every run measured failed, none by crashing or hanging: a wrong value, a clean error, a
+        logged error."""
+        return self.state == B_FAIL and not self.severe
 
     def describe(self) -> str:
         st = self.state
@@ -169,6 +190,8 @@ class Build:
         return {"name": self.name, "ref": self.ref, "patches": list(self.patches), "built": self.variant is not None,
                 "commit": p.get("commit"), "tree": p.get("tree"), "build_key": p.get("build_key"),
                 "artifact_sha256": self.variant.sha256 if self.variant else None,
+                **({"applied": p["patches"]} if "patches" in p else {}),
+                **({"carried": p["carried"]} if p.get("carried") else {}),
                 **({"error": self.error} if self.error else {})}
 
 

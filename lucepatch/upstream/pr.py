@@ -26,6 +26,7 @@ from lucepatch.target import Target
 from lucepatch.upstream import real_clients as rc
 from lucepatch.upstream.checks import CheckResult, run_checks
 from lucepatch.upstream.conventions import conventions_for, repo_slug
+from lucepatch.upstream.moves import move_rows, upstream_move
 from lucepatch.upstream.scrub import Scrubber
 from lucepatch.engine import layout
 from lucepatch.upstream.pr_probes import check_probe_evidence, probe_doc, probe_rows
@@ -213,6 +214,7 @@ def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, *, patc
                                   upstream=target.upstream_urls)
     ev = None
     probe_docs: list[dict] = []
+    moves: list[Evidence] = []
     if evidence_path is not None:
         paths = [Path(p).expanduser() for p in (evidence_path if isinstance(evidence_path, (list, tuple)) else [evidence_path])]
         probe_docs = [d for d in (probe_doc(p) for p in paths) if d is not None]
@@ -221,6 +223,13 @@ def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, *, patc
         check_probe_evidence(probe_docs, target, base_sha)
     if evidence_path is not None and paths:
         evs = [load_evidence(p) for p in paths]  # validated against the schema; schema 1 upgraded
+        # a ref-vs-ref evidence (upstream at two commits, no series) proves no fix: it says what the
+        # move to this PR's base did (issue 36) and is rendered apart, never combined
+        moves = [e for e, path in zip(evs, paths) if upstream_move(e, base_sha, path)]
+        evs = [e for e in evs if all(e is not m for m in moves)]
+        if not evs:
+            raise UsageError("every --evidence given compares upstream with upstream (ref-vs-ref); give the evidence of "
+                             "the series too (lucepatch verify --all)")
         ev = evs[0] if len(evs) == 1 else Evidence.from_json(combine_evidence(evs, repro_hashes or {}))
         check_evidence(ev, target, repro_hashes or {}, base_sha)
     clients = []
@@ -293,6 +302,7 @@ def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, *, patc
 
         ctx = _body_context(target, patches, ev, res.base, conv, checks, reproducers or {},
                             revision=revision, range_diff=range_diff, ai_use=ai_use, prev=prev)
+        ctx["moves"] = [move_rows(m) for m in moves]
         ctx["placeholder_messages"] = placeholders
         ctx["probes"] = probe_rows(probe_docs, patches)
         if clients:
@@ -467,7 +477,7 @@ def _body_context(target: Target, patches: list[Patch], ev: Evidence | None, bas
         "prev_revision": prev["revision"] if prev else None, "upstream": target.upstream,
         "rows": [], "columns": TABLE_COLUMNS, "rate_rows": [], "rate_columns": [], "rate_rule": None,
         "real_clients": [], "real_clients_sources": [], "real_clients_columns": _real_client_columns(),
-        "validation": bool(conv.get("validation")), "validated_on": None, "placeholder_messages": [],
+        "validation": bool(conv.get("validation")), "validated_on": None, "placeholder_messages": [], "moves": [],
     }
     if ev is not None:  # the templates read plain dicts (Evidence.to_json())
         d = driver_display(ev)

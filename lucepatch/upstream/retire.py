@@ -75,13 +75,14 @@ from lucepatch.target import Target
 from lucepatch.upstream import review
 from lucepatch.upstream.retire_report import (CONFLICT, INCONCLUSIVE, KIND, MIN_RUNS, NEEDED, NO_LONGER_EFFECTIVE,  # noqa: F401
                                               NOT_JUDGED, REGRESSION, RETIRE_CANDIDATE, RETIRE_SCHEMA, SCHEMA_VERSION,
-                                              SHOWN, STATUSES, STILL_NEEDED, SUPERSEDED, UNTESTABLE, _doc, _row,
+                                              SHOWN, STATUSES, STILL_NEEDED, SUPERSEDED, UNTESTABLE, WORSE_UPSTREAM,
+                                              _doc, _row,
                                               _upstream_has, content_key, format_retire_table, load_saved,
                                               report_hook, reproducers_dir, retire_exit_code, review_lines,
                                               save_report, target_reproducers)
 from lucepatch.upstream.behaviour import (B_FAIL, B_MIXED, B_PASS, B_SKIPPED, DIFFERENT, IDENTICAL,  # noqa: F401
                                           INCONCLUSIVE as C_INCONCLUSIVE, Behaviour, Comparison, Lab,
-                                          describe_signature, measure_behaviour, resolve_driver)
+                                          describe_signature, made_worse, measure_behaviour, resolve_driver)
 from lucepatch.upstream.bisect import FOUND, bisect_behaviour
 from lucepatch.upstream.coverage import coverage_map
 from lucepatch.verify.driver import DriverChoice
@@ -161,7 +162,16 @@ class Judge:
         self._conflicts: dict[tuple, list[str]] = {}
 
     def conflicts(self, commit: str, names: list[str]) -> list[str]:
-        """The patches among `names` (applied in order at `commit`) that do not apply."""
+        """The patches among `names` (applied in order at `commit`) that do not apply. Build-Only
+        patches are never among them: every build carries them, where they do not apply by the ways
+        builders/build_only.py lists (declared flags, 3-way, a line's resolution) — see `moved`."""
+        return [n for n in self._apply(commit, names) if n not in self.build_only]
+
+    def moved(self, commit: str) -> list[str]:
+        """The Build-Only patches that do not apply at `commit` (the builds carry them another way)."""
+        return [n for n in self._apply(commit, self.build_only) if n in self.build_only] if self.build_only else []
+
+    def _apply(self, commit: str, names: list[str]) -> list[str]:
         key = (commit, tuple(names))
         if key not in self._conflicts:
             by = {p.name: p for p in self.t.patches}
@@ -182,6 +192,10 @@ class Judge:
             out += bad
             keep = [n for n in keep if n not in bad]
 
+    def bare(self, commit: str):
+        """Upstream at `commit` as it builds here: + Build-Only (carried as builders/build_only.py says)."""
+        return self.lab.build(f"{commit[:12]}+build-only", commit, self.build_only)
+
     def ordered(self, names) -> list[str]:
         s = set(names)
         return [n for n in self.order if n in s]
@@ -192,8 +206,8 @@ class Judge:
         label = commit[:12]
         applicable, bad = self.applicable(commit, self.ordered(self.order))
         cx = Context(commit, label, bad)
+        cx.bare = self.bare(commit)
         cx.full = self.lab.build(f"{label}+series", commit, applicable)
-        cx.bare = self.lab.build(f"{label}+build-only", commit, self.build_only)
         for p in self.t.patches:
             if p.build_only or p.name in bad or (only is not None and p.name not in only):
                 continue
@@ -279,6 +293,11 @@ def judge_patch(lab: Lab, p: Patch, scen: list[str], ref: Context, base: Context
     helps = [(k, s, c) for k, s, c in diffs if not (c.with_.state == B_FAIL and c.without.state == B_PASS)]
     if helps:
         kind, s, c = helps[0]
+        was = next((cb for k2, s2, cb in cmp_base if k2 == kind and s2 == s), None) if base is not ref else None
+        if was is not None and made_worse(was.without, c.without):
+            return Verdict(WORSE_UPSTREAM, f"{kind} at {ref.label}: {s}: {c.why}; upstream made it worse: without it, "
+                                           f"{was.without.build}: {was.without.describe()} at the base, "
+                                           f"{c.without.build}: {c.without.describe()} at {ref.label}", s, details)
         return Verdict(STILL_NEEDED, f"{kind} at {ref.label}: {s}: {c.why}", s, details)
     if diffs:
         kind, s, c = diffs[0]
@@ -321,12 +340,18 @@ def judge_conflict(lab: Lab, p: Patch, scen: list[str], ref: Context, base: Cont
             details.append({"scenario": s, "at": "base", "pair": kind, **c.to_json()})
             if c.kind == DIFFERENT and c.with_.passes and s not in {x for x, _ in fixed}:
                 fixed.append((s, c))
-    broken, covered = [], []
+    broken, covered, passes, unmeasured = [], [], [], []
     for s, c in fixed:
         now = lab.on(ref.bare, s)
         ok, why = lab.controls_ok(ref.bare, s)
         details.append({"scenario": s, "at": "ref", "pair": "bare", "kind": now.state, "without": now.to_json()})
-        if not (ok and now.state in (B_FAIL, B_MIXED)):
+        if not ok or now.state not in (B_PASS, B_FAIL, B_MIXED):
+            # REF without it was not measured on s (not built, invalid or skipped runs, a failing
+            # control): nothing may be said of how REF behaves there
+            unmeasured.append((s, why if not ok else f"{ref.bare.name}: {now.describe()}"))
+            continue
+        if now.passes:
+            passes.append((s, now))
             continue
         rest = lab.on(ref.full, s)  # REF + the series without P (it does not apply there)
         ok_rest, _ = lab.controls_ok(ref.full, s)
@@ -336,19 +361,34 @@ def judge_conflict(lab: Lab, p: Patch, scen: list[str], ref: Context, base: Cont
         else:
             broken.append((s, c, now))
     if broken:  # every scenario it fixed at the base that REF still fails without it, named
-        s, c, now = broken[0]
+        worse = [(s, c, now) for s, c, now in broken if made_worse(c.without, now)]
+        s, c, now = (worse or broken)[0]
         more = "".join(f"; {s2}: {n2.describe()}" for s2, _, n2 in broken[1:4]) + \
             (f"; +{len(broken) - 4} more" if len(broken) > 4 else "")
+        if worse:  # a crash or hang where the base without it gave a wrong value: upstream made it worse
+            more = "".join(f"; {s2}: {n2.describe()}" for s2, _, n2 in broken if s2 != s)[:400]
+            return Verdict(WORSE_UPSTREAM, f"does not apply at {ref.label} (rebase it); upstream made {s} worse: "
+                                           f"without it, {c.without.build}: {c.without.describe()} at the base, "
+                                           f"{ref.bare.name}: {now.describe()} at {ref.label}{more} — scenario(s) it "
+                                           f"fixed at the base ({c.why})", s, details)
         return Verdict(STILL_NEEDED, f"does not apply at {ref.label} (rebase it); without it, on {ref.bare.name}, "
                                      f"{s}: {now.describe()}{more} — scenario(s) it fixed at the base ({c.why})",
                        s, details)
     if not fixed:
         return Verdict(CONFLICT, f"does not apply at {ref.label}, and no scenario distinguished it at the base", None,
                        details)
+    if unmeasured:
+        s, why = unmeasured[0]
+        more = f" (+{len(unmeasured) - 1} more scenario(s) not measured there)" if len(unmeasured) > 1 else ""
+        return Verdict(INCONCLUSIVE, f"does not apply at {ref.label}; not measured at {ref.label} without it: {s}: "
+                                     f"{why}{more} — it fixed {s} at the base ({fixed[0][1].why})", s, details)
+    # every scenario it fixed at the base was measured at REF without it: passing on REF + Build-Only,
+    # or failing there but passing on REF + the rest of the series (blamed by coverage)
     why = "".join(f"; {s} fails on {ref.bare.name} ({now.describe()}) but passes on {ref.full.name} without it: "
                   f"{who}" for s, now, who in covered[:3])
+    seen = "".join(f" ({ref.bare.name}: {now.describe()})" for _, now in passes[:1])
     return Verdict(CONFLICT, f"does not apply at {ref.label}; without it REF already behaves as it did with it at the "
-                             f"base on {', '.join(s for s, _ in fixed)}{why} — rebase it to judge add-one and "
+                             f"base on {', '.join(s for s, _ in fixed)}{seen}{why} — rebase it to judge add-one and "
                              "leave-one-out", fixed[0][0], details)
 
 
@@ -423,6 +463,12 @@ def retire_report(target: Target, source: Path | str, ref: str, cache: Path, dri
                     f"{len(repros)} reproducer(s), {n} runs per build and scenario, driver {drv.chosen}")
     code = retirement.code_signals(target, source, base, commit, cache)
     judged_patches = [p for p in target.patches if not p.build_only]
+    if repros and judged_patches:
+        # REF as it builds here (+ Build-Only, carried where it moved) comes first: when it cannot be
+        # built, nothing at REF is measured and no verdict may say how REF behaves
+        bare = judge.bare(commit)
+        if bare.variant is None:
+            return not_built_doc(target, ref, commit, base, lab, n, judge, bare, code)
     if not repros or not judged_patches:
         return _doc(target, ref, commit, base, lab, n, [
             _row(p, UNTESTABLE, "Build-Only: part of every build, so behaviour cannot judge it (its build probes can)"
@@ -450,8 +496,11 @@ def retire_report(target: Target, source: Path | str, ref: str, cache: Path, dri
     for p in target.patches:
         applies = p.name not in ref_cx.conflicts
         if p.build_only:
+            carried = (ref_cx.bare.variant.provenance.get("carried") or {}).get(p.name) if ref_cx.bare.variant else None
+            applies = p.name not in judge.moved(commit)
             rows.append(_row(p, UNTESTABLE, "Build-Only: part of every build, so behaviour cannot judge it (its build "
-                             "probes can)", applies, [], [], code[p.name]))
+                             "probes can)" + (f"; at {ref_cx.label}: {carried}" if carried else ""), applies, [], [],
+                             code[p.name]))
             continue
         scen = scen_of[p.name]
         if p.name in problems:
@@ -491,7 +540,21 @@ def retire_report(target: Target, source: Path | str, ref: str, cache: Path, dri
             if ob.state in (B_FAIL, B_MIXED):
                 still.append({"scenario": f"{rname}:{s.name}", "behaviour": ob.describe(), "build": ref_cx.full.name,
                               "first_error": ob.first_error})
-    return _doc(target, ref, commit, base, lab, n, rows, still, cov, {"ref": ref_cx.notes})
+    return _doc(target, ref, commit, base, lab, n, rows, still, cov, {"ref": ref_cx.notes},
+                bare={"base": base_cx.bare, "ref": ref_cx.bare})
+
+
+NOT_MEASURED_REF = "not measured: REF does not build: "
+
+
+def not_built_doc(target, ref, commit, base, lab, n, judge, bare, code) -> dict:
+    """The report when REF (+ Build-Only, carried where it moved) cannot be built here: every
+    patch inconclusive with exactly why, nothing behavioural (nothing at REF ran)."""
+    bad = set(judge.conflicts(commit, judge.order)) | set(judge.moved(commit))
+    why = NOT_MEASURED_REF + bare.error
+    rows = [_row(p, INCONCLUSIVE, why, p.name not in bad, [], [], code[p.name]) for p in target.patches]
+    report.progress(f"{bare.name} does not build: nothing at {commit[:12]} was measured")
+    return _doc(target, ref, commit, base, lab, n, rows, [], None, {"ref": {"not_built": bare.error}})
 
 
 def _decide(row: dict) -> None:
@@ -503,7 +566,7 @@ def _decide(row: dict) -> None:
     elif status == RETIRE_CANDIDATE:
         row["reason"] = ("behaviour alone — no code signal (no patch-id, reverse-apply, content or 3-way match at REF): "
                          "needs review of its hunks against REF's code; " + row["reason"])
-    elif sig and status in (STILL_NEEDED, NO_LONGER_EFFECTIVE, REGRESSION):
+    elif sig and status in (STILL_NEEDED, WORSE_UPSTREAM, NO_LONGER_EFFECTIVE, REGRESSION):
         row["reason"] += f" (REF's code matches it by {sig['signal']}, yet behaviour differs: the behaviour decides)"
     row.update(status=status, needed=NEEDED[status])
 
@@ -620,9 +683,10 @@ def _name_upstream_commits(target, source, base, commit, cache, drv, n, rows, re
             continue
         if doc["result"] == FOUND and doc["direction"] == "fixed":
             c = doc["first"]["commit"]
+            # the probes are the runs the sentence below stands on (retire_report.check_reasons)
             r["applied_upstream"] = {
                 "commit": c, "subject": doc["first"]["subject"], "signal": f"behaviour (bisect {r['scenario']} over "
-                f"{base[:12]}..{commit[:12]})"}
+                f"{base[:12]}..{commit[:12]})", "probes": doc["probes"]}
             if r["status"] == SUPERSEDED:
                 r["applied_upstream"]["record"] = (f"lucepatch bisect {base[:12]}..{commit[:12]} --reproducer {rname} "
                                                    f"--scenario {sname} --record {r['name']}")
@@ -630,7 +694,7 @@ def _name_upstream_commits(target, source, base, commit, cache, drv, n, rows, re
             else:
                 r["reason"] += f"; the behaviour changed upstream in {c[:12]} ({doc['first']['subject'][:60]}): read it"
         else:
-            r["applied_upstream"] = {"commit": None, "why": doc["reason"]}
+            r["applied_upstream"] = {"commit": None, "why": doc["reason"], "probes": doc["probes"]}
 
 
 # ---- the hooks: status --behaviour, rebase sessions' `needed` ---------------------------------

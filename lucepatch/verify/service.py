@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -25,7 +25,7 @@ from lucepatch.verify import rates as rate_scenarios
 from lucepatch.verify.evidence import Evidence, RunPolicy, check_destination, schema_validator
 from lucepatch.verify.reproducer import Reproducer, list_reproducers, load_reproducer
 from lucepatch.verify.rules import FixedRule, SequentialRule, proof_hint
-from lucepatch.verify.verdict import split_not_applicable
+from lucepatch.verify.verdict import split_not_applicable, with_declared_guards
 from lucepatch.verify.session import (Execution, Variant, build_evidence, check_scenarios, plan_execution,
                                       run_scenarios, variant_from_file)
 from lucepatch.workspace import Workspace
@@ -146,6 +146,8 @@ def build_variants(target: Target, source: Path, cache: Path, artifact: str, *,
                     "build_key": b.key, "recipe": b.recipe, "name": spec.name}
             if b.coverage:
                 prov["coverage"] = b.coverage
+            if b.carried:
+                prov["carried"] = b.carried
             out.append(artifact_variant(spec.name, b, artifact, target, prov))
         return out
     out = []
@@ -162,6 +164,8 @@ def build_variants(target: Target, source: Path, cache: Path, artifact: str, *,
             b = build_variant(target, source, name, cache)
             prov = {"from": "series", "commit": b.commit, "base": b.base, "tree": b.tree, "patches": b.patches,
                     "build_key": b.key, "recipe": b.recipe}
+        if b.carried:  # Build-Only patches carried another way at this ref (builders/build_only.py)
+            prov["carried"] = b.carried
         out.append(artifact_variant(name, b, artifact, target, prov))
     return out
 
@@ -201,6 +205,11 @@ def run_verify(req: VerifyRequest, cache: Path, *, progress=None) -> Evidence:
     the real driver a helper holds it open during the runs (lucepatch.verify.driver.hold_driver)."""
     say = progress or report.progress
     check_request(req)
+    if not req.baseline_ref and req.target.regression_guard:
+        # what upstream fixed at this base runs as a guard here (target.toml [regression_guard])
+        req = replace(req, reproducers=with_declared_guards(req.reproducers, req.target.regression_guard))
+        say(f"{', '.join(req.target.regression_guard)}: regression guard(s) at {req.target.name}'s base "
+            "(target.toml [regression_guard])")
     backend = req.backend
     phases: dict[str, float] = {}
     t0 = time.monotonic()

@@ -3,6 +3,10 @@
 proven     = controls pass on both variants, the patched build passes every run, and the
              baseline's failures are significant (one-sided Fisher exact, p < 0.01)
 regression = the patched build fails where the baseline passes
+worse      = both fail, but the patched build crashes or hangs where the baseline only gave a wrong
+             value (a failed check, a wrong CUresult, a logged error): in ref-vs-ref mode an upstream
+             that made a bug worse (issue 36: 52f33fc's SIGSEGV where 8f3a89c left an allocation
+             uncharged); the reason gives both sides' outcomes and first errors
 not-proven = anything else that is a valid measurement (baseline did not fail enough, or the
              patched build still fails)
 invalid    = some run could not prove what it ran, or a control failed (the environment, not the
@@ -23,17 +27,19 @@ enumerates it to bound the errors), on the tallies of whatever runs the rule spe
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 from lucepatch.verify.evidence import ScenarioResult, Tally
 from lucepatch.verify.rules import fmt_theta, theta
 from lucepatch.verify.runner import FAILURES, INVALID, PASS, SKIPPED
 from lucepatch.verify.stats import ALPHA, fisher_one_sided
 
-PROVEN, NOT_PROVEN, REGRESSION, INVALID_V = "proven", "not-proven", "regression", "invalid"
+PROVEN, NOT_PROVEN, REGRESSION, INVALID_V, WORSE = "proven", "not-proven", "regression", "invalid", "worse"
 GUARDED, SKIPPED_V, PASS_V, NOT_APPLICABLE = "guarded", "skipped", "pass", "not-applicable"
 _LEFT_OUT = (SKIPPED_V, NOT_APPLICABLE)
 CANNOT_LOAD = "cannot load: "  # a run's reason when glibc's loader refused a library (hami_log.loader_reason)
-_RANK = {PROVEN: 0, GUARDED: 0, NOT_PROVEN: 1, REGRESSION: 2, INVALID_V: 3}
+_RANK = {PROVEN: 0, GUARDED: 0, NOT_PROVEN: 1, REGRESSION: 2, WORSE: 2, INVALID_V: 3}
+SEVERE = ("crash", "timeout")  # run outcomes worse than a wrong value
 
 
 def tally(records) -> Tally:
@@ -82,6 +88,9 @@ def judge(base: Tally, pat: Tally, *, control: bool, control_ok: bool, guard: bo
         return INVALID_V, "a control scenario failed", p
     if pat.failures and not base.failures:
         return REGRESSION, "the patched build fails where the baseline passes", p
+    if pat.failures and severe(pat) and not severe(base):
+        return WORSE, (f"worse on the patched build: {signature(pat)}, where the baseline gave a wrong value: "
+                       f"{signature(base)}"), p
     if pat.failures:
         return NOT_PROVEN, "the patched build still fails", p
     bound = f"patched 0/{pat.runs} ⇒ failure rate < {fmt_theta(theta(pat.runs, alpha))} at {100 * (1 - alpha):g} %"
@@ -91,6 +100,18 @@ def judge(base: Tally, pat: Tally, *, control: bool, control_ok: bool, guard: bo
     if p >= alpha:
         return NOT_PROVEN, f"baseline failures not significant (p={p:.3g} >= {alpha})", p
     return PROVEN, f"baseline failed {base.failures}/{base.runs}, patched 0/{pat.runs}, p={p:.3g}; {bound}", p
+
+
+def severe(t: Tally) -> int:
+    """How many of the runs crashed or hung."""
+    return sum((t.outcomes or {}).get(o, 0) for o in SEVERE)
+
+
+def signature(t: Tally) -> str:
+    """One side's failures as the verdict names them: each failing outcome with its count, and the
+    first error (the run's own words: a signal, a check, a HAMi-core log line)."""
+    counts = ", ".join(f"{o} {n}/{t.runs}" for o, n in sorted((t.outcomes or {}).items()) if o != "pass")
+    return counts + (f" (first error: {t.first_error[:160]})" if t.first_error else "")
 
 
 def _other_side(name: str, t: Tally) -> str:
@@ -151,3 +172,17 @@ def split_not_applicable(repros, scenario_filter, declared: dict) -> tuple[list,
     keys = [f"{r.name}:{s.name}" for r in run for s in r.scenarios if not s.control
             and (not scenario_filter or s.name in scenario_filter or f"{r.name}:{s.name}" in scenario_filter)]
     return run, [k for k in keys if k not in declared] or None
+
+
+def with_declared_guards(repros, declared: dict) -> list:
+    """The reproducers with each `reproducer:scenario` the target declares in [regression_guard] run
+    as a regression guard (its reason as `fixed_upstream`): upstream fixed it at this base, so both
+    sides passing is `guarded`, the series keeping it fixed (issue 36)."""
+    if not declared:
+        return list(repros)
+    out = []
+    for r in repros:
+        scen = [replace(s, regression_guard=True, fixed_upstream=declared[f"{r.name}:{s.name}"])
+                if f"{r.name}:{s.name}" in declared and not s.control else s for s in r.scenarios]
+        out.append(replace(r, scenarios=scen) if scen != r.scenarios else r)
+    return out
