@@ -231,6 +231,9 @@ class JointLab:
     def build(self, name, commit, patches):
         return B(name, patches)
 
+    def measure_plan(self, plan):  # the rule batches the joint builds' runs first; compare answers here
+        self.planned = [*getattr(self, "planned", []), plan]
+
     def compare(self, without, with_, s):
         gone = {"x", "y"} - set(without.patches)
         kind = DIFFERENT if gone == {"x", "y"} else IDENTICAL
@@ -1003,6 +1006,26 @@ def test_the_invariant_check_names_a_reason_without_runs():
     # what was not measured is said, not checked
     bad["reason"] = "not measured: REF does not build: hami-core aaaaaaaaaaaa+build-only: …"
     assert retire_report.check_reasons(doc_of(lab, [bad])) == []
+
+
+def test_the_measurement_plan_runs_on_each_build_only_what_is_compared_there():
+    """issue 36 (item 7): every scenario ran on every build (most of a retire's 1187 s at 52f33fc);
+    now REF + series runs every checked scenario, each pair its patch's, REF's bare and series builds
+    also those of the patches that do not apply there — and nothing else."""
+    b = {n: B(n) for n in ["ref-bare", "ref-bare+p", "ref-series-p", "ref-series", "base-bare", "base-bare+p",
+                           "base-series-p", "base-series"]}
+    ref = rt.Context("a" * 40, "a" * 12, ["q"], full=b["ref-series"], bare=b["ref-bare"],
+                     add_one={"p": (b["ref-bare"], b["ref-bare+p"])}, leave_one_out={"p": (b["ref-series-p"], b["ref-series"])})
+    base = rt.Context("b" * 40, "b" * 12, [], full=b["base-series"], bare=b["base-bare"],
+                      add_one={"p": (b["base-bare"], b["base-bare+p"]), "q": (b["base-bare"], b["base-bare+p"])},
+                      leave_one_out={"p": (b["base-series-p"], b["base-series"])})
+    repros = {"r": SimpleNamespace(checked=[SimpleNamespace(name=n) for n in ("s", "t", "u", "v")])}
+    plan = rt.measurement_plan(ref, base, {"p": ["r:s"], "q": ["r:t"], "x": []}, repros)
+    got = {k.name: sorted(v) for k, v in plan}
+    assert len(got) == len(plan)  # one entry per build
+    assert got == {"ref-series": ["r:s", "r:t", "r:u", "r:v"], "ref-bare": ["r:s", "r:t"], "ref-bare+p": ["r:s"],
+                   "ref-series-p": ["r:s"], "base-bare": ["r:s", "r:t"], "base-bare+p": ["r:s", "r:t"],
+                   "base-series-p": ["r:s"], "base-series": ["r:s"]}
 
 
 # ---- issue 36: an upstream that made a bug worse ------------------------------------------------

@@ -69,7 +69,7 @@ SKIP = {
                                      "behaviour_hook.row_of", "behaviour_hook.behaviour_fixed_upstream",
                                      "behaviour_hook.code_signal", "_register", "_short", "_patch", "_is_control"},
     "lucepatch/upstream/retire_report.py": {"reproducers_dir", "target_reproducers", "_doc", "_row"},
-    "lucepatch/upstream/behaviour.py": {"Lab.__init__", "Lab.build", "Lab.measure", "Lab.measure_point",
+    "lucepatch/upstream/behaviour.py": {"Lab.__init__", "Lab.build", "Lab.measure", "Lab.measure_plan", "Lab.measure_point",
                                         "Lab._on_build",
                                         "Lab.driver_doc", "Build.key", "Build.to_json", "measure_behaviour",
                                         "resolve_driver", "Behaviour.to_json"},

@@ -30,7 +30,7 @@ from lucepatch.engine.core import APPLIED
 from lucepatch.errors import CheckFailed, UsageError
 from lucepatch.faults import pause
 from lucepatch.files import sha256_file
-from lucepatch.native import toolchain
+from lucepatch.native import objcache, toolchain
 from lucepatch.native.fakecuda import build_fakecuda
 from lucepatch.target import Target
 
@@ -176,11 +176,17 @@ def _build_once(job: _Job, patches: list, base: str | None, *, strict: bool = Fa
         # Ctrl-C killed them mid-file (they would be left in $TMPDIR)
         (staging / "tmp").mkdir()
         build_env = {**recipe.environ(), "TMPDIR": str(staging / "tmp")}
+        # compiled objects reused across variants (native/objcache.py): on the command run here,
+        # never in the recipe — the bytes are the same with and without it (tests/test_objcache.py)
+        launch = objcache.configure_args() if objcache.enabled() and not coverage else []
+        if launch:
+            build_env.update({objcache.DIR_ENV: str(cache / "objcache"), objcache.LOG_ENV: str(staging / "objcache.log")})
         try:
             log_path = staging / "build.log"
             pause("build-steps")  # test-only (lucepatch.faults): cmake is about to start
             with open(log_path, "w") as log:
-                steps = [recipe.configure(str(work.repo), str(bdir)), recipe.build(str(bdir), job.jobs or os.cpu_count() or 2)]
+                steps = [recipe.configure(str(work.repo), str(bdir)) + launch,
+                         recipe.build(str(bdir), job.jobs or os.cpu_count() or 2)]
                 for n, cmd in enumerate(steps):
                     log.write("$ " + " ".join(cmd) + "\n")
                     log.flush()
@@ -193,6 +199,10 @@ def _build_once(job: _Job, patches: list, base: str | None, *, strict: bool = Fa
                         raise CheckFailed(f"{target.name} {label} build failed: {_first_error(kept.read_text())} (log: {kept})")
                     if n == 0:
                         check_stamps(cfg, bdir, series.head, where=f"{target.name} {label}")
+            objects = objcache.count(staging / "objcache.log") if launch else {}
+            if objects.get("hit"):
+                report.progress(f"{target.name} {label}: {objects['hit']} of {objects['hit'] + objects['miss']} "
+                                "compiled objects reused from the object cache")
             shas = {}
             art_dir = staging / "artifacts"
             art_dir.mkdir()
@@ -218,7 +228,7 @@ def _build_once(job: _Job, patches: list, base: str | None, *, strict: bool = Fa
             (staging / "manifest.json").write_text(json.dumps({
                 "key": key, "inputs": key_doc, "variant": variant, "commit": series.head,
                 "artifacts": {n: {"path": str(arts[n]), "sha256": shas[n]} for n in arts},
-                **({"coverage": cov} if cov else {}),
+                **({"coverage": cov} if cov else {}), **({"objects": objects} if objects else {}),
             }, indent=2))
             if not _publish(staging, out):
                 cached = _cached(out)  # a concurrent build of the same key finished first: same bytes

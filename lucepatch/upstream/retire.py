@@ -275,6 +275,29 @@ def _pairs(cx: Context, name: str) -> list[tuple[str, object, object]]:
     return out
 
 
+def measurement_plan(ref: Context, base: Context, scen_of: dict[str, list[str]], repros: dict) -> list[tuple]:
+    """[(build, the scenarios the rule compares on it)]: REF + series every checked scenario (the
+    scenarios still failing there, the joint check), each patch's pairs at REF and at the base its
+    own scenarios, REF + Build-Only and REF + series those of the patches that do not apply at REF
+    (judge_conflict). Anything else a comparison asks for is measured then (Lab.on)."""
+    plan: dict[int, tuple] = {}  # id(build) -> (build, keys): a Build is a dataclass, not hashable
+
+    def want(b, keys):
+        if b is not None:
+            plan.setdefault(id(b), (b, set()))[1].update(keys)
+
+    want(ref.full, [f"{n}:{s.name}" for n, r in repros.items() for s in r.checked])
+    for name, keys in scen_of.items():
+        for cx in (ref, base):
+            for _, w, wi in _pairs(cx, name):
+                want(w, keys)
+                want(wi, keys)
+        if name in ref.conflicts:
+            want(ref.bare, keys)
+            want(ref.full, keys)
+    return list(plan.values())
+
+
 def judge_patch(lab: Lab, p: Patch, scen: list[str], ref: Context, base: Context, unreached: list[str],
                 blame) -> Verdict:
     details = []
@@ -490,7 +513,7 @@ def retire_report(target: Target, source: Path | str, ref: str, cache: Path, dri
     wanted = {name for name, sc in scen_of.items() if sc and name not in problems}
     ref_cx = judge.context(commit, wanted)
     base_cx = ref_cx if commit == base else judge.context(base, wanted)
-    lab.measure(list(lab.builds.values()))  # every scenario on every build, N runs each (each pair reads from here)
+    lab.measure_plan(measurement_plan(ref_cx, base_cx, scen_of, repros))  # N runs of what each build is compared on
     blame = make_blame(lab, base, commit)
     rows, verdicts = [], {}
     for p in target.patches:
@@ -590,6 +613,7 @@ def _joint(lab: Lab, judge: Judge, cx: Context, rows: list[dict], repros: dict, 
 
     def same(removed: list[str]) -> Comparison | None:  # `removed` is never empty
         b = lab.build(f"{cx.label}+series-{_short(removed)}", cx.commit, [n for n in applicable if n not in removed])
+        lab.measure_plan([(b, set(scen)), (cx.full, set(scen))])  # one batch, not one per scenario
         for s in scen:
             c = lab.compare(b, cx.full, s)
             if c.kind != IDENTICAL:
