@@ -5,8 +5,9 @@ shipped series, lucepatch before issue 36 against this one, in one run (issue 36
     python3 bench/retire.py [--source HAMI-CORE] [--ref 52f33fc] [--pin 8f3a89c]
                             [--old REV | --old-tree DIR | --skip-old] [--out DIR] [--json FILE]
 
-Three figures, each the wall time of one whole `lucepatch verify --retire REF --target hami-core
---driver fake --json` process in a fresh cache:
+Three figures, each the wall time of one whole `lucepatch verify --retire REF --target T --driver fake
+--json` process in a fresh cache, T the target of each tree's workspace whose series is on the pin
+(hami-core before issue 36 moved the main line to 52f33fc, hami-core-v2.9 after):
 
   old cold   the lucepatch of REV (default: 5184ae5, main before issue 36; a `git worktree` of this
              repository in a temporary folder, its own workspace) at REF;
@@ -35,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from collections import Counter
 from pathlib import Path
 
@@ -48,13 +50,23 @@ PIN = "8f3a89c"
 REF = "52f33fc"
 
 
-def retire(tree: Path, cache: Path, source: Path, ref: str, out: Path) -> dict:
-    """One `verify --retire` of `tree`'s lucepatch on its own workspace; its figures."""
+def pinned_target(tree: Path, pin: str, family: str = "hami-core") -> str:
+    """The target of `tree`'s workspace that carries the series on `pin` (hami-core before issue 36's
+    move, the line hami-core-v2.9 after it)."""
+    for toml in sorted((tree / "patches").glob("*/target.toml")):
+        d = tomllib.loads(toml.read_text())
+        if d.get("base", "").startswith(pin) and family in (d.get("name"), d.get("line_of")):
+            return d["name"]
+    raise SystemExit(f"no target of {family} on {pin} in {tree / 'patches'}")
+
+
+def retire(tree: Path, cache: Path, source: Path, ref: str, out: Path, pin: str) -> dict:
+    """One `verify --retire` of `tree`'s lucepatch on its own workspace (the target on the pin); its figures."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LUCEPATCH_") or k == "LUCEPATCH_OBJECT_CACHE"}
     env["PYTHONPATH"] = str(tree)
     load0 = os.getloadavg()
     dt, cp = run_group([sys.executable, "-m", "lucepatch", "--cache-dir", str(cache), "verify", "--retire", ref,
-                        "--target", "hami-core", "--source", str(source), "--driver", "fake", "--json"],
+                        "--target", pinned_target(tree, pin), "--source", str(source), "--driver", "fake", "--json"],
                        cwd=tree, env=env, check=False)
     load1 = os.getloadavg()
     out.write_text(cp.stdout)
@@ -67,7 +79,7 @@ def retire(tree: Path, cache: Path, source: Path, ref: str, out: Path) -> dict:
     for m in (cache / "builds").glob("*/manifest.json"):
         o = json.loads(m.read_text()).get("objects") or {}
         reused, missed = reused + o.get("hit", 0), missed + o.get("miss", 0)
-    return {"seconds": round(dt, 1), "exit": cp.returncode, "builds": len(doc.get("builds", [])),
+    return {"seconds": round(dt, 1), "exit": cp.returncode, "target": pinned_target(tree, pin), "builds": len(doc.get("builds", [])),
             "built": sum(1 for b in doc.get("builds", []) if b.get("built")),
             "runs": sum(m.get("runs", 0) for m in doc.get("measured", [])) or None,
             "objects_reused": reused, "objects_compiled": missed,
@@ -100,14 +112,14 @@ def main() -> int:
         if not a.old_tree and not old.exists():
             subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(old), a.old], check=True)
         print(f"old cold: {old} at {a.ref} ...", file=sys.stderr)
-        figures["old_cold"] = retire(old, work / "cache-old", source, a.ref, work / "old-cold.json")
+        figures["old_cold"] = retire(old, work / "cache-old", source, a.ref, work / "old-cold.json", a.pin)
         print(f"  {figures['old_cold']}", file=sys.stderr)
     print(f"new cold: {ROOT} at {a.ref} ...", file=sys.stderr)
-    figures["new_cold"] = retire(ROOT, work / "cache-new", source, a.ref, work / "new-cold.json")
+    figures["new_cold"] = retire(ROOT, work / "cache-new", source, a.ref, work / "new-cold.json", a.pin)
     print(f"  {figures['new_cold']}", file=sys.stderr)
     print(f"new warm: {ROOT} at {a.pin}, then at {a.ref} (counted) ...", file=sys.stderr)
-    figures["new_pin"] = retire(ROOT, work / "cache-warm", source, a.pin, work / "new-pin.json")
-    figures["new_warm"] = retire(ROOT, work / "cache-warm", source, a.ref, work / "new-warm.json")
+    figures["new_pin"] = retire(ROOT, work / "cache-warm", source, a.pin, work / "new-pin.json", a.pin)
+    figures["new_warm"] = retire(ROOT, work / "cache-warm", source, a.ref, work / "new-warm.json", a.pin)
     print(f"  {figures['new_warm']}", file=sys.stderr)
     print(f"verify --retire {a.ref} (hami-core, simulated driver) on {figures['machine']}")
     for k in ("old_cold", "new_cold", "new_pin", "new_warm"):

@@ -30,11 +30,14 @@ from lucepatch.errors import UsageError
               help="Move patches judged superseded (behaviour and a code signal that upstream has the code, by a "
                    "verify --retire report under that rule) to absorbed/; a retire-candidate is never moved.")
 @click.option("--dry-run", is_flag=True, help="Walk the whole series and report; no session, nothing written.")
+@click.option("--no-verify", is_flag=True,
+              help="Accept 3-way merges and hand resolutions without building them and running their Reproducer: "
+                   "scenarios (the session's journal records that they were not checked).")
 @fetch_option
 @json_option
 @click.pass_context
 def command(ctx, target, source, onto, show, cont, skip, abort, line, backport, build_only, no_interactive,
-            no_behaviour, drop_superseded, dry_run, fetch, as_json):
+            no_behaviour, drop_superseded, dry_run, no_verify, fetch, as_json):
     """Carry TARGET's series from its base to --onto REF, stopping for a human on conflicts."""
     modes = [m for m, on in zip(("--onto", "--status", "--continue", "--skip", "--abort"), (onto, show, cont, skip, abort)) if on]
     if len(modes) != 1:
@@ -48,7 +51,8 @@ def command(ctx, target, source, onto, show, cont, skip, abort, line, backport, 
         sess = api.rebase_open(ws, c, target)
     else:
         t, src = api.rebase_prepare(ws, target, source, dry_run=dry_run)
-        opts = api.RebaseOptions(drop_superseded, no_behaviour, line, tuple(backport), tuple(build_only))
+        opts = api.RebaseOptions(drop_superseded, no_behaviour, line, tuple(backport), tuple(build_only),
+                                 verify=not no_verify)
         sess = api.rebase_start(c, t, src, onto, opts, dry_run=dry_run, fetch=fetch)
         if isinstance(sess, api.RebaseOutcome):  # a dry run: reported, nothing kept
             return _emit(as_json, sess)

@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import os
 import re
+import tomllib
 from pathlib import Path
 
+import tomlkit
+
 from lucepatch import git, trailers
-from lucepatch.engine import session_subs, upstreamed
+from lucepatch.engine import session_subs, stale, upstreamed
 from lucepatch.engine.commits import FORMAT_PATCH_ARGS, PURE_ENV
 from lucepatch.engine.core import ALREADY_UPSTREAM, IndexEngine
 from lucepatch.errors import UsageError
+from lucepatch.lines.fit import compat_data
 from lucepatch.series import Patch, read_series
 from lucepatch.target import Target, line_name, update_target_toml
 
@@ -129,3 +133,50 @@ def build_target_dir(d: Path, t: Target, st, plan: dict) -> None:
             (d / folder / "series").write_text("".join(keep))
     update_target_toml(d / "target.toml", base=st.onto, version=plan["new_version"])
     session_subs.write_tables(d / "target.toml", st.subs)
+    after_move(d, plan, st)
+
+
+# ---- what a moved base takes along (issue 36): [serves], [regression_guard], review.toml ----------
+
+
+def serves_at(t: Target, name: str, onto: str) -> tuple[dict | None, str]:
+    """What `name`'s [serves] says once the series is on `onto`: None (unchanged: it has none, or it
+    already matches), or the table the packaged compatible_hami.toml gives `name` on that base ({}
+    when it maps no release there: the releases it named were for the old base); and the line that
+    says so. So `lint` and the package's compatible_hami.toml agree after any session."""
+    if not t.serves:
+        return None, ""
+    row = (compat_data().get("series") or {}).get(name) or {}
+    rb = str(row.get("base") or "")
+    if rb and (onto.startswith(rb[:7]) or rb.startswith(onto[:7])):
+        want = {k: v for k, v in (("hami", list(row.get("compatible") or [])), ("shrreg", row.get("shrreg"))) if v}
+        if want == {k: v for k, v in t.serves.items() if v}:
+            return None, ""
+        return want, f"[serves] of {name} set from lucepatch/data/compatible_hami.toml for {onto[:12]}"
+    was = ", ".join(t.serves.get("hami") or []) or "none"
+    return {}, (f"[serves] removed from {name}: its HAMi releases ({was}) were those of {t.base[:12]}, and "
+                f"lucepatch/data/compatible_hami.toml maps no release to {onto[:12]} (keep a line on "
+                f"{t.base[:12]} for them: lucepatch rebase --line)")
+
+
+def after_move(d: Path, plan: dict, st) -> None:
+    """Into the staged target folder `d`: the [serves] the new base takes, the regression guards the
+    session measured (scenarios upstream fixed between the bases), review.toml (messages that cite
+    what the move changed)."""
+    serves = plan.get("serves")
+    if serves is not None:
+        if serves:
+            update_target_toml(d / "target.toml", remove=("serves",), serves=serves)
+        else:
+            update_target_toml(d / "target.toml", remove=("serves",))
+    guards = plan.get("guards") or {}
+    if guards:
+        table = tomlkit.table()
+        for k, v in sorted({**_existing_guards(d), **guards}.items()):
+            table.add(k, v)
+        update_target_toml(d / "target.toml", remove=("regression_guard",), regression_guard=table)
+    stale.write_review(d, plan.get("review") or {}, f"Written by the rebase onto {st.onto[:12]}.")
+
+
+def _existing_guards(d: Path) -> dict:
+    return dict(tomllib.loads((d / "target.toml").read_text()).get("regression_guard", {}))

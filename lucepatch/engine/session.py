@@ -32,14 +32,14 @@ from typing import Callable
 
 from lucepatch import git, odb, report, trailers
 from lucepatch.engine import needed as needed_mod, retirement
-from lucepatch.engine import session_subs, transaction, upstreamed
+from lucepatch.engine import session_subs, stale, transaction, upstreamed
 from lucepatch.engine.apply import (TreeState, WorkArea, apply_loop, clone_private, commit_message, patch_author, pause_at, resolve_base, series_trailers, with_trailers)
 from lucepatch.engine.commits import PURE_ENV, format_commits
 from lucepatch.engine.checkout import clear_private_locks
 from lucepatch.engine.core import ALREADY_UPSTREAM, APPLIED, APPLIED_3WAY, CONFLICT, IndexEngine, validate_diffs
 from lucepatch.engine.safety import check_series_safety
 from lucepatch.errors import CheckFailed, UsageError
-from lucepatch.engine.rebase import as_line, attribute, backports, build_target_dir, bump_version
+from lucepatch.engine.rebase import as_line, attribute, backports, build_target_dir, bump_version, serves_at
 from lucepatch.engine.session_store import (ABSORBED, BACK, CARRIED, CONFLICT_PHASE, DROPPED, FORWARD, KEPT,  # noqa: F401
                                             LEFT, NONE, PENDING, READY, RESOLVED, SCHEMA, SIDEWAYS, SKIPPED, STOPPED,
                                             TABLE_COLUMNS, WALKING, WRITING, PatchState, State, Store, _now, describe,
@@ -73,6 +73,9 @@ class Options:
     # who answers `needed` (engine/needed.py), handed in by the caller: the retirement rule sits floors
     # above the engine. None: every patch not-judged. Not part of the session's state on disk.
     judge: Callable | None = field(default=None, compare=False, repr=False)
+    # build and run each 3-way-merged or hand-resolved patch's Reproducer: scenarios before moving
+    # on (the checker services/rebase_check.py hands the session); False: --no-verify, journalled
+    verify: bool = True
 
 
 class Session:
@@ -273,7 +276,9 @@ class Session:
             o = outcomes[0]
             if o.status in (APPLIED, APPLIED_3WAY):
                 ps.action, ps.applies, ps.commit, ps.detail = CARRIED, "exact" if o.status == APPLIED else "3-way", head, o.detail
-                st.head = head
+                prev, st.head = st.head, head
+                if o.status == APPLIED_3WAY and stop_at_conflict and not self._accept(i, prev):
+                    return st.phase  # what git merged without markers broke the patch's scenarios: a human looks
             elif o.status == ALREADY_UPSTREAM:
                 commit = attribute(self.repo, st.base, st.onto, self.root, p, self.patch_file(i), "3-way") or st.onto
                 ps.action, ps.applies, ps.signal, ps.upstream_commit, ps.detail = ABSORBED, "absorbed", "3-way", commit, o.detail
@@ -353,9 +358,42 @@ class Session:
         commit = odb.commit_tree(wt, tree, st.head, msg, env={**_GIT_ENV, **who})
         ps.action, ps.commit, ps.conflict_files = RESOLVED, commit, []
         ps.detail = "resolved by hand in the session work tree"
+        prev = st.head
         st.head, st.phase, st.current = commit, WALKING, None
         self._state = None
+        if not self._accept(i, prev):
+            raise CheckFailed(f"{ps.name}: {ps.verify.get('detail', 'the check failed')} — fix the resolution in {wt} "
+                              f"and run lucepatch rebase {st.target} --continue again, or --skip {ps.slug_hint}")
         self.save()
+
+    # ---- what the session accepts (issue 36): a 3-way merge or a hand resolution is built and its
+    # scenarios run before the walk moves on
+    checker: Callable | None = None  # (session, index) -> the journal entry {"state", "detail", ...}
+
+    def _accept(self, i: int, prev: str) -> bool:
+        """Check patch i just carried onto `prev` (3-way or by hand); False: rejected, the session is
+        stopped at it with the merged or resolved content in the work tree for a human."""
+        st, ps = self.st, self.st.patches[i]
+        if not st.options.get("verify", True):
+            ps.verify = {"state": "skipped", "detail": "not built or run: --no-verify (check it before a PR: "
+                                                        f"lucepatch verify --all --target {st.target})"}
+        elif self.checker is None:
+            ps.verify = {"state": "not-run", "detail": "no checker was handed to this session"}
+        else:
+            ps.verify = self.checker(self, i)
+        ps.detail = (ps.detail + "; " if ps.detail else "") + f"{ps.verify['state']}: {ps.verify['detail']}"[:400]
+        if ps.verify["state"] != "rejected":
+            return True
+        # back to the patch before it; its content in the work tree (unstaged), as a human resolves it
+        rejected = ps.commit
+        st.head, self._state = prev, None
+        _g(self.repo, "checkout", "-q", "-f", "--detach", rejected)
+        _g(self.repo, "reset", "-q", prev)
+        ps.action, ps.commit = STOPPED, None
+        ps.conflict_files = [x for x in self.patches[i].files if (self.repo / x).exists()]
+        st.phase, st.current = CONFLICT_PHASE, i
+        self.save()
+        return False
 
     def skip(self, name: str) -> bool:
         """--skip NAME; True when the walk should go on (the stopped patch was skipped)."""
@@ -431,8 +469,26 @@ class Session:
         if st.old_head != st.old_base or st.head != st.walk_base:
             range_diff = _g(self.repo, "range-diff", "--no-color", f"{st.old_base}..{st.old_head}",
                             f"{st.walk_base}..{st.head}", check=False).stdout
+        # what the move takes along (engine/rebase.py after_move): messages citing what it changed,
+        # the scenarios upstream fixed (regression guards now), [serves] for the new base
+        review, guards, serves, said = {}, {}, None, ""
+        if st.base != st.onto:
+            own = len(self.t.patches)
+            kept = [(parse_patch_bytes(files[p.name], p.path, p.name), ps.action == RESOLVED or ps.applies == "3-way")
+                    for n, (ps, p) in enumerate(zip(st.patches, self.patches)) if n < own and p.name in files]
+            review = stale.review_entries(stale.Move(self.repo, st.base, st.onto), kept)
+            guards = {k: v for ps in st.patches if ps.action in KEPT
+                      for k, v in (ps.verify.get("fixed_upstream") or {}).items()}
+            serves, said = serves_at(t, st.target, st.onto)
+        for row in rows:
+            row["stale"] = (review.get(row["name"]) or {}).get("statements", [])
+        notes = [f"{len(review)} patch message(s) cite what the move changed ({', '.join(review)}): edit them "
+                 f"(review.toml lists each sentence); lucepatch pr refuses them until then"] if review else []
+        notes += [said] if said else []
+        notes += [f"regression guard(s) from what upstream fixed: {', '.join(guards)}"] if guards else []
         return {"files": files, "absorbed": absorbed, "bump": bump, "new_version": new_version,
-                "range_diff": range_diff, "rows": rows}
+                "range_diff": range_diff, "rows": rows, "review": review, "guards": guards, "serves": serves,
+                "notes": notes}
 
     def write(self, plan: dict) -> None:
         """The one workspace write: swap in the new target folder, then drop the session."""

@@ -53,6 +53,9 @@ class PatchState:
     detail: str = ""
     conflict_files: list[str] = field(default_factory=list)
     backport: str | None = None  # the upstream commit, for patches the session made with --backport
+    # what the session checked before accepting a 3-way merge or a hand resolution (issue 36): state
+    # accepted | rejected | not-run | skipped (--no-verify), the builds, the scenarios and their runs
+    verify: dict = field(default_factory=dict)
 
     @property
     def slug_hint(self) -> str:
@@ -250,7 +253,7 @@ def summary(st: State, store: Store | None, plan: dict | None = None, *, written
     doc = {"target": st.target, "base": st.base, "onto": st.onto, "onto_ref": st.onto_ref, "direction": st.direction,
            "phase": "written" if written else st.phase, "old_version": st.old_version,
            "new_version": plan["new_version"] if plan else None, "bump": plan["bump"] if plan else None,
-           "written": written, "patches": rows, "warnings": st.warnings,
+           "written": written, "patches": rows, "warnings": st.warnings + (plan.get("notes", []) if plan else []),
            "conflicts": [r["name"] for r in rows if r["applies"] == "conflict" and r["action"] == STOPPED],
            "range_diff": plan["range_diff"] if plan else ""}
     if store is not None and not written:

@@ -19,6 +19,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from lucepatch.engine import stale
 from lucepatch.engine.core import validate_diffs
 from lucepatch.engine.safety import check_patch_paths, check_patch_shape
 from lucepatch.errors import LucepatchError
@@ -144,6 +145,15 @@ def lint_target(ws, name: str, *, pending_days: int, now: float) -> list[Finding
             add(ERROR, "-", "parse", str(exc))
     found += [Finding(level, t.name, "target.toml", "line", msg) for level, msg in lint_line(ws, t)]
     by = {p.name: p for _, p in good}
+    review = stale.read_review(t.dir)
+    edited = {n for n, e in review.items() if n in by and e.get("message_sha256") != stale.message_sha256(by[n])}
+    for name, sts in stale.flagged(t).items():
+        found.append(Finding(WARNING, t.name, name, "review", f"its message cites what the move {review[name].get('move', '')} "
+                             f"changed: {sts[0]['text'][:120]!r} ({sts[0]['cites']}){' and more' if len(sts) > 1 else ''}; "
+                             f"edit it ({stale.REVIEW}): pr refuses it until then"))
+    for name in sorted(edited | (set(review) - set(by))):
+        found.append(Finding(WARNING, t.name, name, "review", f"{stale.REVIEW} still lists it, but its message was edited "
+                             "(or it left the series): remove its entry"))
     for name in (t.build.instead_of if t.build else {}):
         if name not in by:
             found.append(Finding(ERROR, t.name, "target.toml", "build", f"[build.instead_of] {name!r} is no patch of "

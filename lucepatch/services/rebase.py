@@ -17,6 +17,7 @@ from lucepatch.engine.subtargets import for_rebase
 from lucepatch.engine.session import Options, Session, ask_human
 from lucepatch.errors import EXIT_CHECK_FAILED, UsageError
 from lucepatch.target import Target, list_targets, load_target
+from lucepatch.services import rebase_check
 from lucepatch.upstream import retire
 from lucepatch.workspace import Workspace, resolve_source
 
@@ -56,9 +57,12 @@ def session_status(ws: Workspace, cache: Path, name: str | None) -> Outcome:
 
 
 def open_session(ws: Workspace, cache: Path, name: str | None) -> Session:
-    """The open session of the target, locked (`--continue`, `--skip`, `--abort`)."""
+    """The open session of the target, locked (`--continue`, `--skip`, `--abort`), with the checker
+    of what it accepts (services/rebase_check.py; the session's options say whether it runs)."""
     store, _ = _store(ws, cache, name)
-    return Session.open(cache, store, known=list_targets(ws))
+    sess = Session.open(cache, store, known=list_targets(ws))
+    sess.checker = rebase_check.make_checker(ws.reproducers_dir)
+    return sess
 
 
 def prepare(ws: Workspace, name: str | None, source: str | None, *, dry_run: bool = False) -> tuple[Target, Path]:
@@ -92,7 +96,9 @@ def start(cache: Path, t: Target, src: Path, onto: str, opts: Options, *, dry_ru
             d["conflicts"] = sum(r["applies"] == "conflict" for r in rows)
         n = len(doc["conflicts"])
         return Outcome(doc, f"dry run: {n} conflict(s); nothing written", EXIT_CHECK_FAILED if n else 0)
-    return Session.start(cache, t, src, onto, opts, fetch=fetch)
+    sess = Session.start(cache, t, src, onto, opts, fetch=fetch)
+    sess.checker = rebase_check.make_checker(retire.reproducers_dir(t))
+    return sess
 
 
 def rebase(t: Target, src: Path, cache: Path, onto: str, *, dry_run: bool = False, fetch: bool = False,

@@ -42,3 +42,14 @@ def move_rows(ev: Evidence) -> dict:
                          "newer": signature(s.patched) if s.patched.failures else f"pass {s.patched.passed}/{s.patched.runs}"})
     return {"older": older[:12], "newer": newer[:12], "rows": rows, "gpu": d["gpu"], "driver": d["driver"],
             "kind": d["kind"]}
+
+
+def split_moves(evs: list[Evidence], paths: list[Path], base_sha: str) -> tuple[list[Evidence], list[Evidence]]:
+    """(the series' evidence, the ref-vs-ref ones): a ref-vs-ref evidence (upstream at two commits, no
+    series) proves no fix; it says what the move to the PR's base did and is rendered apart."""
+    moves = [e for e, path in zip(evs, paths) if upstream_move(e, base_sha, path)]
+    rest = [e for e in evs if all(e is not m for m in moves)]
+    if not rest:
+        raise UsageError("every --evidence given compares upstream with upstream (ref-vs-ref); give the evidence of "
+                         "the series too (lucepatch verify --all)")
+    return rest, moves

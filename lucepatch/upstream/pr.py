@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucepatch import __version__, git, odb
+from lucepatch.engine import stale
 from lucepatch.engine.apply import WorkArea, apply_series
 from lucepatch.errors import CheckFailed, UsageError
 from lucepatch.render import render
@@ -26,7 +27,7 @@ from lucepatch.target import Target
 from lucepatch.upstream import real_clients as rc
 from lucepatch.upstream.checks import CheckResult, run_checks
 from lucepatch.upstream.conventions import conventions_for, repo_slug
-from lucepatch.upstream.moves import move_rows, upstream_move
+from lucepatch.upstream.moves import move_rows, split_moves
 from lucepatch.upstream.scrub import Scrubber
 from lucepatch.engine import layout
 from lucepatch.upstream.pr_probes import check_probe_evidence, probe_doc, probe_rows
@@ -222,20 +223,15 @@ def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, *, patc
     if probe_docs:
         check_probe_evidence(probe_docs, target, base_sha)
     if evidence_path is not None and paths:
-        evs = [load_evidence(p) for p in paths]  # validated against the schema; schema 1 upgraded
-        # a ref-vs-ref evidence (upstream at two commits, no series) proves no fix: it says what the
-        # move to this PR's base did (issue 36) and is rendered apart, never combined
-        moves = [e for e, path in zip(evs, paths) if upstream_move(e, base_sha, path)]
-        evs = [e for e in evs if all(e is not m for m in moves)]
-        if not evs:
-            raise UsageError("every --evidence given compares upstream with upstream (ref-vs-ref); give the evidence of "
-                             "the series too (lucepatch verify --all)")
+        # a ref-vs-ref evidence says what the move to the base did (issue 36): rendered apart, never combined
+        evs, moves = split_moves([load_evidence(p) for p in paths], paths, base_sha)
         ev = evs[0] if len(evs) == 1 else Evidence.from_json(combine_evidence(evs, repro_hashes or {}))
         check_evidence(ev, target, repro_hashes or {}, base_sha)
     clients = []
     if real_clients:
         clients = rc.load(list(real_clients), target=target.name, repro_hashes=repro_hashes or {})
     patches = select_patches(target, patch_names)
+    stale.refuse_flagged(target, patches)  # messages a rebase session found citing what the move changed
     own = read_messages(messages, patches) if messages is not None else {}
     if author_messages and push and len(own) < len(patches):
         raise UsageError("refusing to push commits whose messages are lucepatch's placeholders: "
