@@ -67,3 +67,16 @@ def test_regression_guards_name_checked_scenarios(ws):
     _edit(ws, '"ctypes-meminfo:x" = ""\n')
     with pytest.raises(UsageError, match=r"\[regression_guard\] 'ctypes-meminfo:x' needs the reason"):
         load_target(resolve_workspace(ws), "hami-core")
+
+
+def test_a_line_is_judged_with_its_familys_reproducers(ws):
+    """`verify --retire 52f33fc --target hami-core-v2.9` (the series on 8f3a89c once the main line moved):
+    the line shares hami-core's reproducers; before, it found none and judged nothing."""
+    from lucepatch.upstream.retire_report import target_reproducers
+
+    w = resolve_workspace(ws)
+    line = next(load_target(w, n) for n in ("hami-core-v2.9", "hami-core-v2.5") if (ws / "patches" / n).is_dir())
+    assert line.line_of == "hami-core"
+    got = {r.name for r in target_reproducers(line, w)}
+    assert {"pool-alloc", "async-sched", "untracked-free"} <= got
+    assert got == {r.name for r in target_reproducers(load_target(w, "hami-core"), w)}

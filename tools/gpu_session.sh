@@ -55,6 +55,8 @@
 #   (hami-core 2.0.0 on 52f33fc) proven, every reproducer one GPU runs (torch-clients included; 2-GPU and
 #   ggml scenarios report skipped); call 3 (~5 min) = `i36-refs`: ref-vs-ref 8f3a89c -> 52f33fc, every
 #   reproducer (what #217 fixed, what it made worse). Evidence under $OUT/commit/ (docs/evidence/ names).
+#   `i36-worse` (~2 min, any call after the bundle is carried): `verify --baseline-ref 8f3a89c --patched-ref 52f33fc`
+#   itself (52f33fc built as it ships + [build.instead_of]) on pool-alloc and untracked-free: the `worse` verdict.
 # verify runs in parallel (private mount namespace + tmpfs /tmp/vgpulock per run) when root and
 # unshare(1) works, serially otherwise; the evidence's execution.mode says which.
 # Everything it writes goes under $OUT (or ./gpu-out when OUT is unset).
@@ -543,6 +545,29 @@ print(f'main job x{sys.argv[3]}: {float(sys.argv[2]) - float(sys.argv[1]):.2f} s
         --baseline-lib "$(libof "$OUT/i36-refs-build-hami-core-v2.9.json")" --lib "$(libof "$OUT/i36-refs-build-hami-core.json")" \
         --evidence "$OUT/commit/i36-refs-8f3a89c-52f33fc.$TAG.json" 2>&1 | tee "$OUT/verify-i36-refs.log"
       python3 -c "import sys; print(f'i36-refs wall: {float(sys.argv[2]) - float(sys.argv[1]):.1f} s')" "$s0" "$(now)" | tee -a "$OUT/i36-timing.log" ;;
+    i36-worse)
+      # issue 36 items 2-3: `verify --baseline-ref 8f3a89c --patched-ref 52f33fc` as a maintainer types it (it refused
+      # before: the v2.9 line's Build-Only patch does not apply at 52f33fc; now 52f33fc is built as it ships with
+      # [build.instead_of]'s -DCMAKE_POLICY_VERSION_MINIMUM=3.5, recorded as `carried` in the evidence), pool-alloc
+      # and untracked-free: #217's context-less pool allocation must read `worse` (Illegal device id / SIGSEGV on
+      # 52f33fc where 8f3a89c left it uncharged, both sides' outcomes in the reason), pool-charged/over-limit
+      # `proven` (fixed upstream); the page shows it. 2 builds + ~150 processes (~2 min)
+      need_52f33fc || continue
+      mkdir -p "$OUT/commit"; s0=$(now)
+      lp verify --reproducer pool-alloc --reproducer untracked-free --target hami-core-v2.9 --source $SRC \
+        --driver $DRIVER --baseline-ref 8f3a89c --patched-ref 52f33fc --jobs $JOBS \
+        --evidence "$OUT/commit/i36-worse-8f3a89c-52f33fc.$TAG.json" 2>&1 | tee "$OUT/verify-i36-worse.log"
+      lp show "$OUT/commit/i36-worse-8f3a89c-52f33fc.$TAG.json" --wide --html "$OUT/i36-worse.$TAG.html" \
+        > "$OUT/i36-worse.show.txt" 2>&1
+      python3 - "$OUT/commit/i36-worse-8f3a89c-52f33fc.$TAG.json" <<'PY' | tee "$OUT/i36-worse.summary.txt"
+import json, sys
+d = json.load(open(sys.argv[1]))
+print("patched side built as:", d["variants"]["patched"].get("carried"))
+for s in d["scenarios"]:
+    if not s["control"]:
+        print(f"{s['scenario']}: {s['verdict']}: {s.get('reason', '')[:300]}")
+PY
+      python3 -c "import sys; print(f'i36-worse wall: {float(sys.argv[2]) - float(sys.argv[1]):.1f} s')" "$s0" "$(now)" | tee -a "$OUT/i36-timing.log" ;;
     fork-lib)
       # the black-box check of a vendor's library (README "Olares"): which scenarios does the node's own library
       # fail? The fork binds _dl_sym@GLIBC_PRIVATE lazily and its preInit calls it when the first CUDA call

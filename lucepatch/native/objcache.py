@@ -16,7 +16,7 @@ compile would write it) and keys the object by:
 The maps are why reuse is sound across work areas: lucepatch's builds happen in private folders
 with random names, and builders/reproducible.py maps those folders to `src` and `build`, so the
 compiler writes the same bytes for the same mapped input wherever it runs (the reproducible-build
-contract, docs/design.md "Identity"); the key is the input as the compiler sees it after mapping.
+contract, docs/design.md "Contracts"); the key is the input as the compiler sees it after mapping.
 A hit copies the stored object; a miss compiles with the original arguments and stores the result.
 Anything this cannot key — no `-c`/`-o`, coverage (`--coverage`/`-fprofile-*`: the object names
 its .gcda path), a failing preprocessor — runs the compiler untouched. Objects are stored by an

@@ -31,7 +31,7 @@ from pathlib import Path
 from lucepatch.engine.session import Session
 from lucepatch.engine.session_store import KEPT
 from lucepatch.upstream.behaviour import B_FAIL, B_MIXED, Lab, made_worse
-from lucepatch.verify.reproducer import load_reproducer_dir
+from lucepatch.upstream.retire_report import target_reproducers
 
 RUNS = 5  # per build and scenario: a resolution that breaks a fix fails its scenario every run on the simulated driver
 
@@ -41,14 +41,6 @@ def make_checker(reproducers: Path, *, driver: str = "auto", runs: int = RUNS):
     def check(sess: Session, i: int) -> dict:
         return check_patch(sess, i, Path(reproducers), driver, runs)
     return check
-
-
-def _reproducers(folder: Path, targets: tuple[str, ...]) -> list:
-    """The reproducers in `folder` written for any of `targets` (a line shares its family's)."""
-    if not folder.is_dir():
-        return []
-    return [r for r in (load_reproducer_dir(d) for d in sorted(folder.iterdir()) if (d / "reproducer.toml").is_file())
-            if r.target in targets]
 
 
 def _bare_onto(sess: Session, names: list[str]):
@@ -69,7 +61,7 @@ def check_patch(sess: Session, i: int, reproducers: Path, driver: str, runs: int
     p = t.patches[i]
     if t.build is None:
         return {"state": "not-run", "detail": f"{t.name} has no [build]: nothing to build and run"}
-    repros = {r.name: r for r in _reproducers(reproducers, (t.name, t.family))}
+    repros = {r.name: r for r in target_reproducers(t, directory=reproducers)}  # a line: its family's too
     keys: list[str] = []
     for name, scen in p.reproducers:
         r = repros.get(name)

@@ -62,8 +62,9 @@ def target_reproducers(target: Target, workspace=None, directory: Path | None = 
     d = reproducers_dir(target, workspace, directory)
     if not d.is_dir():
         return []
+    # a line of a series (hami-core-v2.9) shares its family's reproducers (written for hami-core)
     return [r for r in (load_reproducer_dir(p) for p in sorted(d.iterdir()) if (p / "reproducer.toml").is_file())
-            if r.target == target.name]
+            if r.target in (target.name, target.family)]
 
 
 # ---- the document -------------------------------------------------------------------------------
