@@ -236,8 +236,8 @@ def test_hami_commits_carry_no_message_lucepatch_wrote(cli, tmp_path):
     assert text.count("Signed-off-by: Fixer <fixer@example.invalid>") == 2
     for gone in ("Because lucepatch's notes", "fix(a): return", "Upstream-Status", "Bug:"):
         assert gone not in text, gone
-    # the body still carries lucepatch's notes, for the submitter to read
-    assert "Because lucepatch's notes say so." in (out / "pr-body.md").read_text()
+    # lucepatch's notes are beside the body (notes.md), for the submitter to read, not to sign
+    assert "Because lucepatch's notes say so." in (out / "notes.md").read_text()
     r = _pr(cli, fx, tmp_path / "o2")
     assert "commit messages: 2 placeholder(s)" in r.out and "write yours" in r.out
 

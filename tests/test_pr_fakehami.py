@@ -4,7 +4,9 @@ driver; `pr` on it end to end. Other test modules (ci, bisect) import `make_fake
 
 from __future__ import annotations
 
+import html
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -13,7 +15,7 @@ import pytest
 from conftest import FIXTURES, GIT_ENV, REPO_ROOT, commit_all, git, init_repo
 
 from lucepatch.main import main
-from lucepatch.upstream.pr import TABLE_COLUMNS, driver_display, parse_verdict_table
+from lucepatch.upstream.pr import BODY_COLUMNS, driver_display, parse_verdict_table
 
 FAKEHAMI = FIXTURES / "fakehami"
 
@@ -79,18 +81,10 @@ def pr(cli, fx, out, *extra):
 
 
 def expected_rows(doc: dict) -> list[dict]:
-    """Independently of the renderer: what the table must say for this evidence."""
-    d = doc["driver"]
-    rows = []
-    for s in doc["scenarios"]:
-        if s["control"]:
-            continue
-        for v in ("baseline", "patched"):
-            rows.append({"scenario": s["scenario"], "variant": v, "upstream commit": doc["upstream"]["base"][:12],
-                         "GPU": d["gpu"], "runs": s[v]["runs"], "failures": s[v]["failures"],
-                         "failure rate": round(s[v]["failure_rate"], 2), "p-value": s["p_value"],
-                         "verdict": s["verdict"]})
-    return rows
+    """Independently of the renderer: what the table must say for this evidence (one row per scenario)."""
+    return [{"scenario": s["scenario"], "baseline failed": f"{s['baseline']['failures']}/{s['baseline']['runs']}",
+             "patched failed": f"{s['patched']['failures']}/{s['patched']['runs']}", "p-value": s["p_value"],
+             "verdict": s["verdict"]} for s in doc["scenarios"] if not s["control"]]
 
 
 def test_table_parses_back_to_the_evidence(cli, proven, tmp_path):
@@ -98,18 +92,16 @@ def test_table_parses_back_to_the_evidence(cli, proven, tmp_path):
     assert r.code == 0, r.err
     body = (tmp_path / "pr" / "pr-body.md").read_text()
     rows = parse_verdict_table(body)
-    assert list(rows[0]) == TABLE_COLUMNS
+    assert list(rows[0]) == BODY_COLUMNS
     exp = expected_rows(proven["doc"])
-    assert len(rows) == len(exp) == 6
+    assert len(rows) == len(exp) == 3
     for got, want in zip(rows, exp):
-        assert got["scenario"] == want["scenario"] and got["variant"] == want["variant"]
-        assert got["upstream commit"] == want["upstream commit"]
-        assert got["GPU"] == want["GPU"]
-        assert int(got["runs"]) == want["runs"] and int(got["failures"]) == want["failures"]
-        assert float(got["failure rate"]) == want["failure rate"]
+        assert got["scenario"] == want["scenario"] and got["verdict"] == want["verdict"]
+        assert (got["baseline failed"], got["patched failed"]) == (want["baseline failed"], want["patched failed"])
         assert float(got["p-value"]) == pytest.approx(want["p-value"], rel=1e-2)
-        assert got["verdict"] == want["verdict"]
-        assert got["driver"] == driver_display(proven["doc"])["driver"]
+    # the GPU and driver, said once above the table
+    d = driver_display(proven["doc"])
+    assert f"— {d['gpu']}, driver {d['driver']};" in body
     # simulated-only evidence is called out, and the payload matches the body
     assert "Simulated driver only" in body
     payload = json.loads((tmp_path / "pr" / "pr.json").read_text())
@@ -117,33 +109,27 @@ def test_table_parses_back_to_the_evidence(cli, proven, tmp_path):
     assert payload["title"].startswith("fix(allocator):")
 
 
-def test_pr_carries_the_evidence_page_and_a_per_run_strip(cli, proven, tmp_path):
-    """The body (what maintainers read) has the table plus a compact strip inside <details>; the
-    directory has the self-contained page `lucepatch show --html` writes."""
+def test_pr_carries_the_evidence_page_with_every_run(cli, proven, tmp_path):
+    """The body (what maintainers read in two minutes) has the table and points to the page; the
+    directory has the self-contained page `lucepatch show --html` writes, every run of both variants in
+    launch order (issue 35: the per-run strip left the body)."""
     out = tmp_path / "pr"
     assert pr(cli, proven, out, "--evidence", proven["evidence"]).code == 0
     body = (out / "pr-body.md").read_text()
     doc = proven["doc"]
-    details = body[body.index("<details>"):body.index("</details>")]
-    assert parse_verdict_table(body[:body.index("<details>")])  # the table comes first, outside <details>
-    block = details.split("```text\n", 1)[1].split("```", 1)[0].splitlines()
-    assert block[0].split() == ["scenario", "baseline", "patched"]
+    assert "<details>" not in body and "`evidence.html`, attached" in body
+    page = (out / "evidence.html").read_text()
     runs = {}
     for r in doc["runs"]:
         runs.setdefault((r["scenario"], r["variant"]), []).append(r)
-    glyph = {"pass": "+", "crash": "X", "fail": "x", "fail-log": "!", "timeout": "T", "invalid": "?", "skipped": "-"}
-    assert len(block) - 1 == len(doc["scenarios"])
     total = 0
-    for line, s in zip(block[1:], doc["scenarios"]):
-        name, base, patched = line.split()
-        assert name == s["scenario"]
-        for v, got in (("baseline", base), ("patched", patched)):
-            want = "".join(glyph[r["outcome"]] for r in sorted(runs[(s["scenario"], v)], key=lambda r: r["index"]))
-            assert got == want
-            total += len(got)
+    for (scen, v), rs in runs.items():
+        svg = re.search(rf'<svg class="strip" data-scenario="{re.escape(scen)}" data-variant="{v}".*?</svg>', page, re.S)
+        assert svg, (scen, v)
+        got = re.findall(r'data-outcome="([^"]+)"', svg.group(0))
+        assert got == [r["outcome"] for r in sorted(rs, key=lambda r: r["index"])], (scen, v)
+        total += len(got)
     assert total == len(doc["runs"]) == sum(s[v]["runs"] for s in doc["scenarios"] for v in ("baseline", "patched"))
-    assert f"{total} runs" in details and "evidence.html" in details
-    page = (out / "evidence.html").read_text()
     assert page.count('class="run ') == total and "<script" not in page
     # well formed: scrubbing never cuts across tags (paths are scrubbed before rendering)
     for tag in ("dt", "dd", "tr", "td", "table", "details", "pre", "svg"):
@@ -297,8 +283,8 @@ def test_json_and_upstream_ref(cli, proven, tmp_path):
     git(proven["up"], "branch", "-q", "-D", "later")
 
 
-def test_body_states_the_rule_and_the_patched_failure_bound(cli, tmp_path):
-    # default verify = the sequential rule: the body says so, with theta per proven scenario
+def test_body_states_the_rule_and_the_page_its_bounds(cli, tmp_path):
+    # default verify = the sequential rule: the body says so in one line; the page holds the bounds
     fx = make_fakehami_ws(tmp_path)
     ev = tmp_path / "evidence.json"
     assert verify(fx, ev, tmp_path / "cache", runs=20) == 0
@@ -307,16 +293,17 @@ def test_body_states_the_rule_and_the_patched_failure_bound(cli, tmp_path):
     assert r.code == 0, r.err
     body = (tmp_path / "pr" / "pr-body.md").read_text()
     assert "sequential rule, at most 20 runs per variant and scenario" in body
+    page = html.unescape((tmp_path / "pr" / "evidence.html").read_text())
     proven = [s for s in doc["scenarios"] if s["verdict"] == "proven"]
     assert proven
     for s in proven:
         assert s["patched"]["runs"] == 10 and s["theta"] <= 0.37
-        assert f"`{s['scenario']}`: patched 0/10 ⇒ failure rate < 0.37 at 99 %" in body
+        assert f"{s['scenario']} 0/10 ⇒ failure rate < 0.37 at 99 %" in page
     b = doc["run_policy"]["bounds"]
-    assert f"P(proven | no effect) ≤ {b['proven_if_no_effect']:.2g}" in body
-    assert "P(proven | patched failure rate ≥ 0.37) ≤ 0.01" in body
+    assert f"P(proven | no effect) ≤ {b['proven_if_no_effect']:.2g}" in page
+    assert "P(proven | patched failure rate ≥ 0.37) ≤ 0.01" in page
     rows = parse_verdict_table(body)
-    assert {int(r["runs"]) for r in rows if r["variant"] == "patched"} == {10}
+    assert {r["patched failed"] for r in rows} == {"0/10"}
 
 
 def test_pr_out_relative_to_the_callers_directory(cli, proven, tmp_path, monkeypatch):

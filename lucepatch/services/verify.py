@@ -112,15 +112,16 @@ class Judged:
     review: list[str] = field(default_factory=list)  # what a reviewer of each candidate reads
 
 
-def retire(ws: Workspace, t: Target, src: Path, cache: Path, ref: str, *, driver: str = "auto",
-           runs: int | None = None, reproducers: list[str] | None = None) -> dict:
+def retire(ws: Workspace, t: Target, src: Path, cache: Path, ref: str, **options) -> dict:
     """Every patch judged at upstream `ref` by the retirement rule (superseded — only with a code
     signal that upstream has the change — / retire-candidate (behaviour alone, needs review) /
     still-needed / untestable / inconclusive, with the scenario and the builds that decided;
     docs/design.md "Retirement"); the lucepatch-retire report (lucepatch.upstream.retire.RETIRE_SCHEMA),
     saved (its path in `saved`) where a rebase session's `needed` and `status --behaviour` read it.
-    reproducers: judge with these only (the others' patches read not-judged)."""
-    doc = rule.retire_report(t, src, ref, cache, driver, runs, workspace=ws, reproducers=reproducers or None)
+    `options`: driver (auto | real | fake), runs (>= 10), reproducers (judge with these only: the others'
+    patches read not-judged)."""
+    doc = rule.retire_report(t, src, ref, cache, options.pop("driver", "auto"), options.pop("runs", None),
+                             workspace=ws, reproducers=options.pop("reproducers", None) or None, **options)
     doc["saved"] = str(rule.save_report(doc, t, cache, ws))
     return doc
 

@@ -19,6 +19,7 @@ from lucepatch.errors import LucepatchError
 from lucepatch.show import rates
 from lucepatch.verify.evidence import Evidence, ScenarioResult, Tally
 from lucepatch.verify.reproducer import load_reproducer
+from lucepatch.verify.rules import fmt_theta
 
 
 @dataclass(frozen=True)
@@ -337,6 +338,14 @@ def build_view(ev: Evidence, workspace=None, reproducers: dict | None = None) ->
         ("runs", f"{rp.get('rule')} rule, up to {rp.get('max_runs')} per variant and scenario, alpha {rp.get('alpha')}"
                  + (f", theta {rp['theta']}" if rp.get("theta") is not None else "")
                  + (f"; {ex.get('processes')} processes in {ex.get('wall_s')} s, {ex.get('mode')}" if ex.get("processes") else "")),
+        # the rule's own error, by exact enumeration (the PR body points here for it)
+        ("error bounds", "" if not rp.get("bounds") else
+         f"P(proven | no effect) ≤ {rp['bounds']['proven_if_no_effect']:.2g}, P(proven | patched failure rate ≥ "
+         f"{fmt_theta(rp['bounds']['theta'])}) ≤ {rp['bounds']['proven_if_patched_rate_at_least_theta']:.2g}"),
+        ("patched bounds", "; ".join(
+            f"{s.scenario} {s.patched.failures}/{s.patched.runs} ⇒ failure rate < {fmt_theta(s.theta)} at "
+            f"{100 * (1 - rp.get('alpha', 0.01)):g} %" for s in ev.scenarios
+            if not s.control and getattr(s, "theta", None) is not None and s.verdict in ("proven", "guarded"))),
         ("host", ", ".join(f"{k} {host[k]}" for k in ("hostname", "machine", "kernel", "cpus") if host.get(k))),
         ("taken", f"{(ev.tool or {}).get('created', '')} by lucepatch {(ev.tool or {}).get('lucepatch', '')}".strip()),
     ]

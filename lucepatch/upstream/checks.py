@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucepatch import git, trailers
+from lucepatch.upstream.conventions import is_placeholder
 from lucepatch.errors import EnvironmentMissing
 
 CPP_EXT = (".c", ".h", ".cc", ".cpp", ".cxx", ".hpp", ".hh", ".cu", ".cuh")
@@ -55,19 +56,26 @@ def _commits(repo: Path, base: str) -> list[dict]:
 def check_dco(repo: Path, base: str, conv: dict) -> CheckResult:
     """Every commit has a Signed-off-by whose email is the commit author's (what the DCO app checks),
     read from the trailer block by git's rules (lucepatch/trailers.py): a sign-off quoted in the
-    middle of a message is not one."""
-    bad = []
+    middle of a message is not one; lucepatch's placeholder identity signs nothing. The summary names
+    who signed off, as it is."""
+    bad, signers = [], []
     commits = _commits(repo, base)
     for c in commits:
         signoffs = signed_off_by(c["body"])
         emails = {m.lower() for s in signoffs for m in _EMAIL.findall(s)}
-        if not signoffs:
+        fake = [s for s in signoffs if is_placeholder(s)] + ([c["author_email"]] if is_placeholder(c["author_email"]) else [])
+        if fake:
+            bad.append(f"{c['sha'][:12]} {c['subject']}: {fake[0]} is lucepatch's placeholder identity, not a person")
+        elif not signoffs:
             bad.append(f"{c['sha'][:12]} {c['subject']}: no Signed-off-by")
         elif c["author_email"].lower() not in emails:
             bad.append(f"{c['sha'][:12]} {c['subject']}: no Signed-off-by from the author <{c['author_email']}>")
+        else:
+            signers += [s for s in signoffs if c["author_email"].lower() in s.lower()]
     if bad:
         return CheckResult("dco", False, f"{len(bad)} of {len(commits)} commit(s) fail DCO", bad)
-    return CheckResult("dco", True, f"{len(commits)} commit(s) signed off by their authors")
+    who = ", ".join(dict.fromkeys(signers))
+    return CheckResult("dco", True, f"{len(commits)} commit(s), each signed off by its author ({who})")
 
 
 def signed_off_by(message: str) -> list[str]:
@@ -76,11 +84,15 @@ def signed_off_by(message: str) -> list[str]:
 
 
 def check_conventional(repo: Path, base: str, conv: dict) -> CheckResult:
+    """`type(scope): subject` on every commit, with the types the upstream allows (conv commit_types)."""
     commits = _commits(repo, base)
-    bad = [f"{c['sha'][:12]} {c['subject']!r}" for c in commits if not CONVENTIONAL.match(c["subject"])]
+    types = conv.get("commit_types")
+    pattern = re.compile(rf"^({'|'.join(map(re.escape, types))})(\([^)]+\))?!?: \S") if types else CONVENTIONAL
+    bad = [f"{c['sha'][:12]} {c['subject']!r}" for c in commits if not pattern.match(c["subject"])]
     if bad:
+        allowed = f" with a type of {', '.join(types)}" if types else ""
         return CheckResult("conventional-commits", False,
-                           f"{len(bad)} subject(s) are not conventional commits (type(scope): subject)", bad)
+                           f"{len(bad)} subject(s) are not conventional commits (type(scope): subject{allowed})", bad)
     return CheckResult("conventional-commits", True, f"{len(commits)} conventional subject(s)")
 
 

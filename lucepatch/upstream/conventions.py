@@ -21,6 +21,20 @@ import re
 #                  every commit message (an upstream that takes no generated ones): lucepatch leaves a
 #                  placeholder in each until `pr --messages DIR` gives them, and will not push placeholders
 #   validation     the body must say which hardware and driver the fix was validated on
+#   commit_types   the conventional-commit types the upstream allows (None: the usual list)
+#   benchmark      the upstream asks for before/after numbers with their method (the body leaves the
+#                  section for the submitter unless the evidence measured rates)
+# lucepatch's series carry this identity where no person has claimed a patch yet (From:, Signed-off-by:).
+# It is nobody: a PR never sends it — such a commit is authored by the submitter (git config), its
+# placeholder sign-off is dropped, and the DCO check refuses it (issue 35).
+PLACEHOLDER_DOMAIN = "lucepatch.invalid"
+
+
+def is_placeholder(identity: str) -> bool:
+    """`Name <x@lucepatch.invalid>` (or the bare email): lucepatch's placeholder, not a person."""
+    return f"@{PLACEHOLDER_DOMAIN}" in identity.lower()
+
+
 DEFAULT = {
     "template": "generic",
     "checks": ["dco"],
@@ -30,6 +44,8 @@ DEFAULT = {
     "kind": "bug",
     "commit_messages": "series",
     "validation": False,
+    "commit_types": None,
+    "benchmark": False,
 }
 
 UPSTREAMS: dict[str, dict] = {
@@ -53,11 +69,24 @@ UPSTREAMS: dict[str, dict] = {
         "commit_messages": "author",
         "validation": True,
     },
-    # Lucebox: conventional commits, one concern per PR (docs/field-notes.md §4).
+    # Lucebox's CONTRIBUTING.md (Luce-Org/lucebox, read 2026-07): conventional commits with the types
+    # feat, fix, refactor, perf, docs, test, bench, chore, ci; one concern per PR (kernel/algorithm,
+    # docs and build config in separate commits or PRs); benchmark before and after on the same hardware,
+    # power limit and warm-up ("numbers without methodology don't get merged"); the correctness check
+    # run; no DCO. The series' own messages go (conventional subjects); the body asks for the numbers.
     "github.com/luce-org/lucebox-hub": {
         "template": "lucebox",
         "checks": ["conventional-commits"],
         "subject_style": "conventional",
+        "commit_types": ["feat", "fix", "refactor", "perf", "docs", "test", "bench", "chore", "ci"],
+        "benchmark": True,
+    },
+    "github.com/luce-org/lucebox": {
+        "template": "lucebox",
+        "checks": ["conventional-commits"],
+        "subject_style": "conventional",
+        "commit_types": ["feat", "fix", "refactor", "perf", "docs", "test", "bench", "chore", "ci"],
+        "benchmark": True,
     },
     # llama.cpp family: AI-use disclosure in every PR.
     "github.com/ggml-org/llama.cpp": {"template": "llamacpp", "checks": [], "ai_use_required": True},

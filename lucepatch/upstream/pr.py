@@ -14,7 +14,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lucepatch import __version__, git, odb
+from lucepatch import __version__, git
 from lucepatch.engine import stale
 from lucepatch.engine.apply import WorkArea, apply_series
 from lucepatch.errors import CheckFailed, UsageError
@@ -26,10 +26,11 @@ from lucepatch.show.page import html
 from lucepatch.target import Target
 from lucepatch.upstream import real_clients as rc
 from lucepatch.upstream.checks import CheckResult, run_checks
-from lucepatch.upstream.conventions import conventions_for, repo_slug
+from lucepatch.upstream.conventions import conventions_for, is_placeholder, repo_slug
 from lucepatch.upstream.moves import move_rows, split_moves
 from lucepatch.upstream.scrub import Scrubber
 from lucepatch.engine import layout
+from lucepatch.upstream.pr_commits import Sender, finish_commits, name_after_patches, read_messages
 from lucepatch.upstream.pr_probes import check_probe_evidence, probe_doc, probe_rows
 from lucepatch.verify.combine import combine as combine_evidence
 from lucepatch.verify.evidence import Evidence, load_evidence, staleness
@@ -135,14 +136,35 @@ def verdict_rows(ev: Evidence) -> list[dict]:
 
 TABLE_COLUMNS = ["scenario", "variant", "upstream commit", "GPU", "driver", "runs", "failures", "failure rate",
                  "p-value", "verdict"]
+# the body's table: one row per scenario, the GPU, driver and commits said once above it (issue 35: a body
+# a maintainer reads in two minutes; every run is in evidence.html)
+BODY_COLUMNS = ["scenario", "baseline failed", "patched failed", "p-value", "verdict"]
+
+
+def body_rows(ev: Evidence) -> list[dict]:
+    """The body's before/after table: per scenario, failures/runs of each build, p, the verdict."""
+    def failed(r: dict) -> str:  # a rate is judged on its rounds, not on failures: see Rates
+        return f"{r['failures']}/{r['runs']}" if r["failures"] != "" else f"{r['runs']} runs (a rate)"
+
+    rows = []
+    for r in verdict_rows(ev):
+        if not r["variant"]:  # skipped / not applicable: nothing ran
+            rows.append({"scenario": r["scenario"], "baseline failed": "", "patched failed": "", "p-value": "",
+                         "verdict": r["verdict"]})
+        elif r["variant"] == "baseline":
+            rows.append({"scenario": r["scenario"], "baseline failed": failed(r), "patched failed": "",
+                         "p-value": r["p-value"], "verdict": r["verdict"]})
+        else:
+            rows[-1]["patched failed"] = failed(r)
+    return rows
 
 
 def parse_verdict_table(markdown: str) -> list[dict]:
-    """Read the before/after table back (tests and `pr --revise` use it)."""
+    """Read the body's before/after table back (tests and `pr --revise` use it)."""
     rows = []
     lines = markdown.splitlines()
     for i, line in enumerate(lines):
-        if line.startswith("| scenario | variant |"):
+        if line.startswith("| scenario | baseline failed |"):
             header = [c.strip() for c in line.strip().strip("|").split("|")]
             for row in lines[i + 2:]:
                 if not row.startswith("|"):
@@ -177,13 +199,42 @@ def _resolve_remote(source: Path, remote: str) -> str:
     return git.remote_url(source, remote) or remote  # else a URL or a path
 
 
-def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, *, patch_names=None,
-               upstream_ref: str | None = None, signoff: bool = False, evidence_path: Path | None = None,
-               no_evidence: bool = False, draft: bool = False, repro_hashes: dict | None = None,
-               template: str | None = None, push: str | None = None, branch: str | None = None,
-               revise: Path | None = None, ai_use: str | None = None, reproducers: dict | None = None,
-               workspace: Path | None = None, skip_checks: bool = False,
-               real_clients: list[Path] | None = None, messages: Path | None = None) -> PrResult:
+@dataclass
+class PrOptions:
+    """What `lucepatch pr` is asked for (its options; docs/design.md "Verbs")."""
+    patch_names: list[str] | None = None  # --patches: a subset, kept in series order
+    upstream_ref: str | None = None
+    signoff: bool = False
+    evidence_path: Path | list[Path] | None = None
+    no_evidence: bool = False
+    draft: bool = False
+    template: str | None = None
+    push: str | None = None
+    branch: str | None = None
+    revise: Path | None = None
+    ai_use: str | None = None
+    skip_checks: bool = False
+    real_clients: list[Path] | None = None
+    messages: Path | None = None
+
+
+@dataclass
+class PrContext:
+    """What the workspace knows that the PR reads: the reproducers (their hashes stale the evidence)."""
+    reproducers: dict = field(default_factory=dict)
+    repro_hashes: dict = field(default_factory=dict)
+    workspace: Path | None = None
+
+
+def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, opts: PrOptions,
+               known: PrContext | None = None) -> PrResult:
+    known = known or PrContext()
+    o = opts
+    patch_names, upstream_ref, signoff, evidence_path, no_evidence, draft = (
+        o.patch_names, o.upstream_ref, o.signoff, o.evidence_path, o.no_evidence, o.draft)
+    template, push, branch, revise, ai_use, skip_checks, real_clients, messages = (
+        o.template, o.push, o.branch, o.revise, o.ai_use, o.skip_checks, o.real_clients, o.messages)
+    reproducers, repro_hashes, workspace = known.reproducers, known.repro_hashes, known.workspace
     # paths as the caller meant them: git format-patch and git bundle run inside the private clone,
     # where a relative --out (or --revise) named a folder in the clone, not the caller's
     out_dir = Path(out_dir).expanduser().absolute()
@@ -246,31 +297,32 @@ def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, *, patc
             raise CheckFailed(f"patch {p.name} contains the value of {', '.join(leaked)}; remove it from the patch "
                               "before opening a PR")
 
-    am_args: tuple[str, ...] = ()
-    am_env = None
-    unsigned = [p.name for p in patches if not p.trailer_all("Signed-off-by")]
-    if signoff:
-        ident = git.config_identity(source)
-        if not ident:
-            raise UsageError("--signoff needs user.name and user.email in git config; lucepatch never invents a sign-off")
-        am_args = ("--signoff",)
-        am_env = {"GIT_COMMITTER_NAME": ident[0], "GIT_COMMITTER_EMAIL": ident[1]}
-    elif unsigned and "dco" in conv["checks"]:
-        raise CheckFailed(f"patch(es) {', '.join(unsigned)} have no Signed-off-by (upstream needs DCO); "
-                          "add it to the patch or pass --signoff to sign with your git identity")
+    # who the commits are from: the patches' own authors, except lucepatch's placeholder identity, which
+    # is nobody (conventions.PLACEHOLDER_DOMAIN): the submitter's git identity authors those, and signs off
+    unclaimed = [p.name for p in patches if is_placeholder(p.author)]
+    submitter = git.config_identity(source)
+    if (signoff or unclaimed) and not submitter:
+        why = "--signoff" if signoff else f"{unclaimed[0]} has no author but lucepatch's placeholder, so the PR"
+        raise UsageError(f"{why} needs your git identity (git config user.name and user.email): the commits are "
+                         "yours to author and sign off; lucepatch never invents one")
+    unsigned = [p.name for p in patches if not [s for s in p.trailer_all("Signed-off-by") if not is_placeholder(s)]]
+    if unsigned and "dco" in conv["checks"] and not signoff:
+        raise CheckFailed(f"patch(es) {', '.join(unsigned)} have no Signed-off-by from a person (upstream needs DCO); "
+                          f"add yours to the patch or pass --signoff to certify {'them' if len(unsigned) > 1 else 'it'} "
+                          f"as {submitter[0]} <{submitter[1]}>" if submitter else
+                          f"patch(es) {', '.join(unsigned)} have no Signed-off-by from a person (upstream needs DCO); "
+                          "set your git identity and pass --signoff")
 
     pr_branch = branch or f"lucepatch/pr/{target.name}/{target.version}"
     with WorkArea(cache, f"pr-{target.name}") as work:
-        res = apply_series(target, source, patches, work, base=base_sha, trailers=False,
-                           am_args=am_args, am_env=am_env)
+        res = apply_series(target, source, patches, work, base=base_sha, trailers=False)
         bad = [o for o in res.outcomes if o.status not in ("applied", "applied-3way")]
         if bad:
             raise CheckFailed(f"{', '.join(o.patch.name + ' ' + o.status for o in bad)} on {res.base[:12]}; "
                               "rebase the series before opening a PR")
         git.run(work.repo, "checkout", "-q", "-B", pr_branch)
-        placeholders = []
-        if author_messages:
-            placeholders = _author_messages(work.repo, res.base, patches, own, repo_slug(target.upstream) or target.upstream)
+        placeholders = finish_commits(work.repo, res.base, patches, own, Sender(
+            submitter, signoff, author_messages, repo_slug(target.upstream) or target.upstream))
         checks = [] if skip_checks else run_checks(conv["checks"], work.repo, res.base, conv)
         failed = [c for c in checks if not c.ok]
         if failed:
@@ -295,6 +347,7 @@ def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, *, patc
         if len(patches) > 1:
             fp_args.append("--numbered")
         git.run(work.repo, *fp_args, f"{res.base}..HEAD")
+        name_after_patches(staging, patches)
 
         ctx = _body_context(target, patches, ev, res.base, conv, checks, reproducers or {},
                             revision=revision, range_diff=range_diff, ai_use=ai_use, prev=prev)
@@ -305,6 +358,7 @@ def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, *, patc
                 ctx.update(real_clients=rc.rows(clients), real_clients_sources=[rc.source(d) for d in clients])
         body = scrub.text(render(f"pr/{tmpl}.md.j2", **ctx))
         (staging / "pr-body.md").write_text(body)
+        (staging / "notes.md").write_text(scrub.text(render("pr/notes.md.j2", **ctx)))
         payload = {"title": ctx["title"], "head": pr_branch, "base": target.branch, "body": body, "draft": draft,
                    "maintainer_can_modify": True}
         (staging / "pr.json").write_text(json.dumps(payload, indent=2) + "\n")
@@ -348,69 +402,6 @@ def prepare_pr(target: Target, source: Path, cache: Path, out_dir: Path, *, patc
         files = sorted(out_dir.iterdir())
         return PrResult(out_dir, pr_branch, res.base, head, files, ev is not None, revision, checks, pushed, tmpl,
                         placeholders, bool(ai_use))
-
-
-# The commit message lucepatch leaves where the submitter must write one (an upstream that takes no
-# generated messages, HAMi). It is not a message: its subject says so, and nothing in it is lucepatch's
-# account of the change (that is in pr-body.md, for the submitter to read, not to sign).
-PLACEHOLDER_SUBJECT = "TODO(submitter): write this commit's message yourself"
-PLACEHOLDER_BODY = """\
-{upstream} takes no generated commit messages, and lucepatch writes none
-for you to sign as your own. Replace this text with your own account of
-the change (git rebase -i, reword; or pr --messages DIR with <patch>.txt)
-before opening the PR. The patch was {patch}.
-"""
-
-
-def read_messages(d: Path, patches: list[Patch]) -> dict[str, str]:
-    """--messages DIR: the submitter's own message for each patch, DIR/<patch name without .patch>.txt
-    (subject, blank line, body; trailers such as their Signed-off-by included). Every selected patch
-    needs one; a file that names no patch is a typo and refused too."""
-    if not d.is_dir():
-        raise UsageError(f"--messages {d} is not a directory (one <patch>.txt per patch)")
-    want = {p.name[:-6] if p.name.endswith(".patch") else p.name: p for p in patches}
-    have = {f.stem: f for f in d.glob("*.txt")}
-    stray = sorted(set(have) - set(want))
-    if stray:
-        raise UsageError(f"--messages {d}: {', '.join(s + '.txt' for s in stray)} names no selected patch")
-    missing = sorted(set(want) - set(have))
-    if missing:
-        raise UsageError(f"--messages {d}: no message for {', '.join(missing)} (write {missing[0]}.txt, ...)")
-    out = {}
-    for stem, p in want.items():
-        text = have[stem].read_text(encoding="utf-8").strip()
-        subject = text.splitlines()[0].strip() if text else ""
-        if not subject or subject.startswith("TODO(submitter)"):
-            raise UsageError(f"--messages {have[stem]}: the first line must be your subject, not empty or the placeholder")
-        out[p.name] = text + "\n"
-    return out
-
-
-def _author_messages(repo: Path, base: str, patches: list[Patch], own: dict[str, str], upstream: str) -> list[str]:
-    """Give each commit of base..HEAD (one per patch, in order) the submitter's message, or the
-    placeholder where they gave none. The patch's Signed-off-by lines stay (they certify the code,
-    DCO); none of lucepatch's prose does. Returns the patches left with a placeholder."""
-    commits = git.run(repo, "rev-list", "--reverse", f"{base}..HEAD").stdout.split()
-    if len(commits) != len(patches):
-        raise CheckFailed(f"{len(commits)} commits for {len(patches)} patches on {base[:12]}; cannot give each its message")
-    placeholders = []
-    parent = base
-    for sha, p in zip(commits, patches):
-        if p.name in own:
-            msg = own[p.name]
-        else:
-            placeholders.append(p.name)
-            signoffs = "".join(f"Signed-off-by: {s}\n" for s in p.trailer_all("Signed-off-by"))
-            msg = (f"{PLACEHOLDER_SUBJECT}\n\n" + PLACEHOLDER_BODY.format(upstream=upstream, patch=p.name)
-                   + (f"\n{signoffs}" if signoffs else ""))
-        tree = git.run(repo, "rev-parse", f"{sha}^{{tree}}").stdout.strip()
-        env = {k: git.run(repo, "log", "-1", f"--format={fmt}", sha).stdout.strip()
-               for k, fmt in (("GIT_AUTHOR_NAME", "%an"), ("GIT_AUTHOR_EMAIL", "%ae"), ("GIT_AUTHOR_DATE", "%aD"),
-                              ("GIT_COMMITTER_NAME", "%cn"), ("GIT_COMMITTER_EMAIL", "%ce"),
-                              ("GIT_COMMITTER_DATE", "%cD"))}
-        parent = odb.commit_tree(repo, tree, parent, msg, env=env)
-    git.run(repo, "reset", "-q", "--soft", parent)
-    return placeholders
 
 
 def _real_client_columns() -> list[str]:
@@ -460,10 +451,11 @@ def _body_context(target: Target, patches: list[Patch], ev: Evidence | None, bas
     ctx = {
         "title": _title(target, patches, conv),
         "summary": conv.get("summary", target.description) or _title(target, patches, conv),
-        "release_note": conv.get("release_note", "NONE"),
+        "release_note": conv.get("release_note"),  # None: the submitter's to write (never a made-up NONE)
         "kind": conv.get("kind", "bug"),
         "patches": [{"subject": p.subject, "body_text": _body_text(p), "bugs": p.trailer_all("Bug"),
-                     "build_only": p.build_only, "reproducers": [f"{r}:{s}" if s else r for r, s in p.reproducers]}
+                     "build_only": p.build_only, "reproducers": [f"{r}:{s}" if s else r for r, s in p.reproducers],
+                     "reproducer_names": list(dict.fromkeys(r for r, _ in p.reproducers))}
                     for p in patches],
         "fixes": fixes,
         "all_bugs": [f"https://github.com/{b.split('#')[0]}/issues/{b.split('#')[1]}" if "#" in b else b for b in bugs],
@@ -471,7 +463,7 @@ def _body_context(target: Target, patches: list[Patch], ev: Evidence | None, bas
         "evidence": ev.to_json() if ev is not None else None, "overhead": conv.get("overhead", ""), "checks": checks, "reproducers": repro_ctx,
         "revision": revision, "range_diff": range_diff, "ai_use": ai_use or "",
         "prev_revision": prev["revision"] if prev else None, "upstream": target.upstream,
-        "rows": [], "columns": TABLE_COLUMNS, "rate_rows": [], "rate_columns": [], "rate_rule": None,
+        "rows": [], "columns": BODY_COLUMNS, "rate_rows": [], "rate_columns": [], "rate_rule": None,
         "real_clients": [], "real_clients_sources": [], "real_clients_columns": _real_client_columns(),
         "validation": bool(conv.get("validation")), "validated_on": None, "placeholder_messages": [], "moves": [],
     }
@@ -483,7 +475,7 @@ def _body_context(target: Target, patches: list[Patch], ev: Evidence | None, bas
             run_policy=ev.run_policy.to_json() if ev.run_policy else {"rule": "fixed", "alpha": 0.01},
             theta_text=fmt_theta,
             scenarios=[s.to_json() for s in ev.scenarios], driver_kind=d["kind"], gpu=d["gpu"],
-            driver_version=d["driver"], rows=verdict_rows(ev),
+            driver_version=d["driver"], rows=body_rows(ev), columns=BODY_COLUMNS,
             rate_rows=rate_view.rate_rows(ev), rate_columns=rate_view.RATE_COLUMNS,
             rate_rule=next((s.extra["measure"].get("rate_rule") for s in ev.scenarios if s.extra.get("measure")), None),
             commits={v: ev.variants[v].base or ev.upstream["base"] for v in ("baseline", "patched")},
