@@ -1,6 +1,7 @@
 """Make the LUCEPATCH_GGML_DIR the ggml-client workload needs (lib/ + include/) from a Lucebox build.
 
     python3 tools/ggml_dir.py OUTDIR [--arch 90] [--include DIR] [SUMMARY.json ...]
+    python3 tools/ggml_dir.py OUTDIR [--arch 90] --build-dir DIR --include DIR
 
 Looks at the build summaries given (bench/probe.py --measure-full's document, `build lucebox
 --summary`'s, or a superbuild's manifest.json), then at every cached superbuild manifest under
@@ -9,6 +10,9 @@ first, and takes the first patched, successful build whose libggml-cuda carries 
 run: SASS for sm_<arch>, or PTX of an arch <= <arch> (JIT). The SASS is read from the library
 itself (lucepatch.native.elf), not from the summary. include/ is the build's own applied tree
 (source_root, kept with --keep-build) or --include.
+
+--build-dir: a native build folder instead (tools/lucebox_native_build.py, as the lucebox-today step leaves it
+at /tmp/lucebox-vendored/build): every libggml*.so* under it, linked by name into OUTDIR/lib (a folder).
 
 Writes OUTDIR/lib and OUTDIR/include (symlinks) and OUTDIR/ggml-dir.json (which build: key,
 sha256 and SASS of libggml-cuda); prints OUTDIR. Exit 3 with one line when no build fits (e.g. a
@@ -75,13 +79,48 @@ def usable(build: dict, arch: int | None) -> tuple[Path | None, dict, str]:
     return lib, facts, ""
 
 
+def from_build_dir(build_dir: Path, arch: int | None) -> tuple[list[Path], dict, str]:
+    """(the ggml libraries of a native build folder, facts, why not)."""
+    libs = sorted(p for p in build_dir.rglob("libggml*.so*") if "CMakeFiles" not in p.parts)
+    cuda = [p for p in libs if p.name.startswith("libggml-cuda.so") and p.is_file() and not p.is_symlink()]
+    if not cuda or not any(p.name == "libggml.so" for p in libs):
+        return [], {}, f"{build_dir} has no libggml.so / libggml-cuda.so"
+    code = elf.gpu_code(cuda[0])
+    facts = {"build_dir": str(build_dir), "libggml_cuda": {"path": str(cuda[0].relative_to(build_dir)),
+             "sha256": sha256_file(cuda[0]), "sass": code.sass, "ptx": code.ptx}}
+    if arch is not None and f"sm_{arch}" not in code.sass and not any(_num(p) <= arch for p in code.ptx):
+        return [], facts, f"{cuda[0].name} has SASS {', '.join(code.sass) or 'none'}: nothing sm_{arch} can run"
+    return libs, facts, ""
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("outdir")
     ap.add_argument("summaries", nargs="*")
     ap.add_argument("--arch", type=int, default=None, help="the GPU's compute capability as a number (H200: 90)")
     ap.add_argument("--include", default=None, help="ggml's include/ when the build kept no source tree")
+    ap.add_argument("--build-dir", default=None, help="a native build folder (lucebox_native_build.py) instead of summaries")
     a = ap.parse_intermixed_args()
+    if a.build_dir:
+        libs, facts, why = from_build_dir(Path(a.build_dir), a.arch)
+        inc = Path(a.include) if a.include else None
+        if not libs or inc is None or not (inc / "ggml-backend.h").is_file():
+            print(f"ggml_dir: {why or 'no ggml include/ (pass --include)'}", file=sys.stderr)
+            return 3
+        out = Path(a.outdir)
+        (out / "lib").mkdir(parents=True, exist_ok=True)
+        for p in libs:
+            link = out / "lib" / p.name
+            if link.is_symlink() or link.exists():
+                link.unlink()
+            link.symlink_to(p.resolve())
+        if (out / "include").is_symlink() or (out / "include").exists():
+            (out / "include").unlink()
+        (out / "include").symlink_to(inc.resolve())
+        facts.update(include=str(inc), arch=a.arch)
+        (out / "ggml-dir.json").write_text(json.dumps(facts, indent=1) + "\n")
+        print(out)
+        return 0
     tried = []
     for where, build in candidates(a.summaries):
         lib, facts, why = usable(build, a.arch)

@@ -4,14 +4,20 @@
 
 Run on a GPU machine with --driver real (no HAMi loaded); commit DIR/*.jsonl under
 tests/fakecuda/traces/. CI replays the same programs on the simulated driver (tests/test_traces.py).
+
+A workload reproducer with a compiled program (`[build]`, a command `{build}/<output> {scenario}`: the
+ggml clients) is recorded only when named with --program, and only on a machine that meets its
+requirements (the real driver, its library folder): its trace holds the driver calls the program and
+its libraries make through exported symbols (ggml-cuda's VMM pool calls cuMemCreate, cuMemMap, ...
+directly), not those the CUDA runtime resolves through cuGetProcAddress. Commit it under
+tests/fakecuda/traces/workloads/: it is no program the simulated driver can run (cudart), but the
+model of it the stand-in server replays there (tests/test_serve.py compares the two).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,8 +25,9 @@ from lucepatch.native import compiling
 from lucepatch.native.fakecuda import build_fakecuda
 from lucepatch.native.toolchain import cuda_include
 from lucepatch.native.trace import SOURCE, VALUES_VERSION, build_interposer, record
-from lucepatch.verify.driver import _PROBE
+from lucepatch.native.workload import build_program, command_for, workload_env
 from lucepatch.verify.reproducer import list_reproducers, scenario_env
+from lucepatch.verify.requirements import device_count, unmet
 from lucepatch.verify.runner import compile_reproducer
 from lucepatch.workspace import resolve_cache, resolve_workspace
 
@@ -43,23 +50,19 @@ def compile_semantics(cache: Path, stub_dir: Path) -> Path:
     return compiling.build_cached(unit, cache / "trace", compiler=cc) / "driver-semantics"
 
 
-def device_count(env: dict) -> int:
-    """CUDA devices the driver in `env` reports (0 when it cannot be asked)."""
-    r = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=60,
-                       env={**os.environ, **env})
-    parts = r.stdout.split()
-    return int(parts[1]) if len(parts) == 2 and parts[0] == "devices" else 0
-
-
-def programs(ws, cache: Path, stub_dir: Path, devices: int | None = None):
+def programs(ws, cache: Path, stub_dir: Path, devices: int | None = None, workloads: frozenset = frozenset(),
+             driver: str = "real"):
     """(name, scenario, binary, env) for every program whose trace is recorded.
 
     Scenarios needing more devices than the machine has are left out: they only report a skip
-    there, and replaying that on the simulated driver (2 devices) would differ."""
+    there, and replaying that on the simulated driver (2 devices) would differ. `workloads`: the
+    workload reproducers named explicitly (see the module's docstring)."""
     semantics = compile_semantics(cache, stub_dir)
     for probe in SEMANTICS_PROBES:
         yield "driver-semantics", probe, semantics, {}
-    # workloads (Python, PyTorch) are not driver-API programs of ours: their traces would record
+    for repro in (r for r in list_reproducers(ws) if r.is_workload and r.name in workloads):
+        yield from _workload_programs(repro, cache, driver, devices)
+    # other workloads (Python, PyTorch) are not driver-API programs of ours: their traces would record
     # cudart and the interpreter, not a model the simulated driver has to match
     for repro in (r for r in list_reproducers(ws) if not r.is_workload):
         binary = compile_reproducer(repro, cache, stub_dir)
@@ -69,6 +72,24 @@ def programs(ws, cache: Path, stub_dir: Path, devices: int | None = None):
                       file=sys.stderr)
                 continue
             yield repro.name, s.name, binary, scenario_env(repro, s)
+
+
+def _workload_programs(repro, cache: Path, driver: str, devices: int | None):
+    if repro.build is None:
+        print(f"{repro.name}: a workload without a compiled program ([build]) is not recorded", file=sys.stderr)
+        return
+    build = None
+    for s in repro.scenarios:
+        why = unmet(repro, s, driver, devices=devices)
+        if why:
+            print(f"{repro.name}.{s.name}: not recorded: {why}", file=sys.stderr)
+            continue
+        build = build or build_program(repro, cache)
+        argv = command_for(repro, s, build)
+        if len(argv) != 2 or argv[1] != s.name:
+            print(f"{repro.name}.{s.name}: not recorded: its command is not `<program> <scenario>`", file=sys.stderr)
+            continue
+        yield repro.name, s.name, Path(argv[0]), workload_env(repro, s)
 
 
 def main(argv=None) -> int:
@@ -87,13 +108,17 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     devices = device_count(env_driver)
     wanted = set(args.program)
-    for name, scenario, binary, env in programs(ws, cache, stubs, devices):
+    workloads = frozenset(r.name for r in list_reproducers(ws) if r.is_workload and any(w.split(".")[0] == r.name for w in wanted))
+    for name, scenario, binary, env in programs(ws, cache, stubs, devices, workloads, args.driver):
         if wanted and name not in wanted and f"{name}.{scenario}" not in wanted:
             continue
         trace, rc = record(binary, scenario, interposer, {**env, **env_driver})
         path = args.out / f"{name}.{scenario}.{args.label}.jsonl"
         meta = {"program": name, "scenario": scenario, "returncode": rc, "driver": args.driver,
                 "values": VALUES_VERSION}
+        if name in workloads:
+            meta.update(kind="workload", sees="calls through exported driver symbols only (not cudart's "
+                                              "cuGetProcAddress entry points)")
         path.write_text("# " + json.dumps(meta) + "\n" + "".join(json.dumps(t) + "\n" for t in trace))
         print(f"{path.name}: {len(trace)} calls, exit {rc}", file=sys.stderr)
     return 0

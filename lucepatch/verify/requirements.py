@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from functools import lru_cache
 
 from lucepatch import children
 from lucepatch.native.workload import python_for
+from lucepatch.verify.driver import _PROBE
 from lucepatch.verify.reproducer import Reproducer, Scenario
 
 _FIND = ("import importlib.util, sys\n"
@@ -36,9 +39,11 @@ def _missing_modules(python: str, modules: tuple[str, ...], pythonpath: str) -> 
 
 
 def device_count(driver_env: dict) -> int:
-    from lucepatch.verify.record_traces import device_count as count  # lazy: the trace recorder, 12 ms
-
-    return count(driver_env)
+    """CUDA devices the driver in `driver_env` reports (0 when it cannot be asked)."""
+    r = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, **driver_env})
+    parts = r.stdout.split()
+    return int(parts[1]) if len(parts) == 2 and parts[0] == "devices" else 0
 
 
 def unmet(repro: Reproducer, scenario: Scenario, driver_chosen: str, *, devices: int | None = None,
