@@ -66,8 +66,10 @@ _UNITS = {"": 1, "b": 1, "bytes": 1, "k": 1 << 10, "kib": 1 << 10, "kb": 1 << 10
           "g": 1 << 30, "gib": 1 << 30, "gb": 1 << 30}
 SHAPE_TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "list": list,
                "object": dict, "any": object}
-TRUTHS = ("log", "nvml")
-SPEC_KEYS = {"name", "description", "command", "args_env", "env", "ready_url", "ready_timeout_s", "stop_timeout_s", "request",
+TRUTHS = ("log", "nvml", "device")
+# a `device` truth reads the whole GPU: every run that starts a server holds this lock while its server lives
+DEVICE_LOCK = "/tmp/lucepatch-serve-device.lock"
+SPEC_KEYS = {"name", "description", "build", "command", "args_env", "env", "ready_url", "ready_timeout_s", "stop_timeout_s", "request",
              "memory", "oom"}
 REQUEST_KEYS = {"method", "url", "body", "headers", "timeout_s", "status", "shape"}
 MEMORY_KEYS = {"limit", "bound", "truth", "log_pattern", "log_combine", "log_unit", "settle_s"}
@@ -108,6 +110,7 @@ class Spec:
     oom_error: re.Pattern | None
     oom_timeout_s: float
     description: str = ""
+    build: str = ""  # which build of the server this is (a profile, a pool mode): recorded, shown by `show`
     port: int = 0
     expanded: dict = field(default_factory=dict)
 
@@ -122,12 +125,23 @@ def parse_bytes(v, where: str) -> int:
     raise ValueError(f"{where}: {v!r} is not a number of bytes (an integer, or digits with k, m or g)")
 
 
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
 def _expand(text: str, port: int, where: str) -> str:
-    out = os.path.expandvars(text.replace("{port}", str(port)))
-    left = re.search(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?", out)
-    if left:
-        raise ValueError(f"{where}: {left.group(0)} is not set in the environment")
-    return out
+    """{port}, ${VAR}, ${VAR:-default} and $VAR; a variable that is unset (and has no default) is an error."""
+    def one(m):
+        name = m.group(1) or m.group(3)
+        if name in os.environ:
+            return os.environ[name]
+        if m.group(2) is not None:
+            return m.group(2)
+        raise ValueError(f"{where}: ${{{name}}} is not set in the environment")
+    return _VAR.sub(one, text.replace("{port}", str(port)))
+
+
+def _bytes(v, port: int, where: str) -> int:
+    return parse_bytes(_expand(v, port, where) if isinstance(v, str) else v, where)
 
 
 def _keys(d, known: set, where: str) -> dict:
@@ -198,6 +212,7 @@ def load_spec(value: str, port: int) -> Spec:
         command += shlex.split(os.environ.get(str(d["args_env"]), ""))
     return Spec(
         name=str(d["name"]), path=path, sha256=hashlib.sha256(raw).hexdigest(), description=str(d.get("description", "")),
+        build=_expand(str(d.get("build", "")), port, f"{path} build"),
         command=command,
         ready_url=_expand(d["ready_url"], port, f"{path} ready_url"),
         ready_timeout_s=float(d.get("ready_timeout_s", 120)), stop_timeout_s=float(d.get("stop_timeout_s", 30)),
@@ -206,11 +221,11 @@ def load_spec(value: str, port: int) -> Spec:
                         body=_expand(body, port, f"{path} [request] body").encode() if body is not None else None,
                         headers={k: _expand(v, port, f"{path} [request] headers") for k, v in headers.items()},
                         timeout_s=float(req.get("timeout_s", 120)), status=int(req.get("status", 200)), shape=shape),
-        limit=parse_bytes(mem.get("limit", "16g"), f"{path} [memory] limit"),
-        bound=parse_bytes(mem.get("bound", "0"), f"{path} [memory] bound"), truth=list(truth),
+        limit=_bytes(mem.get("limit", "16g"), port, f"{path} [memory] limit"),
+        bound=_bytes(mem.get("bound", "0"), port, f"{path} [memory] bound"), truth=list(truth),
         log_pattern=re.compile(mem["log_pattern"]) if "log_pattern" in mem else None, log_combine=combine,
         log_unit=_UNITS[unit], settle_s=float(mem.get("settle_s", 0)),
-        oom_limit=parse_bytes(oom["limit"], f"{path} [oom] limit") if "limit" in oom else None,
+        oom_limit=_bytes(oom["limit"], port, f"{path} [oom] limit") if "limit" in oom else None,
         oom_error=re.compile(oom["error"]) if "error" in oom else None, oom_timeout_s=float(oom.get("timeout_s", 120)),
         port=port)
 
@@ -278,6 +293,11 @@ if nv.nvmlInit_v2() != 0:
 h = ctypes.c_void_p()
 if nv.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(h)) != 0:
     print(json.dumps({"error": f"nvmlDeviceGetHandleByIndex_v2({index}) failed"})); sys.exit(0)
+name = ctypes.create_string_buffer(96)
+nv.nvmlDeviceGetName(h, name, 96)
+if name.value.decode(errors="replace").startswith("lucepatch-fakecuda"):
+    print(json.dumps({"error": "the simulated NVML lists other processes without their memory (not modelled)"}))
+    sys.exit(0)
 class P2(ctypes.Structure):
     _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong), ("gpuInstanceId", ctypes.c_uint),
                 ("computeInstanceId", ctypes.c_uint)]
@@ -302,10 +322,8 @@ NVML_NOT_AVAILABLE = (1 << 64) - 1
 
 def nvml_used(pids: list[int], index: int) -> tuple[int | None, str]:
     """(bytes NVML reports in use by the first of `pids` it lists on device `index`, or None, why)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "CUDA_DEVICE_MEMORY_SHARED_CACHE",
-                                                              "LUCEPATCH_EVENTS", "LUCEPATCH_REPORT_AT_EXIT")}
     try:
-        r = subprocess.run([sys.executable, "-c", _NVML_QUERY, str(index)], capture_output=True, text=True, env=env,
+        r = subprocess.run([sys.executable, "-c", _NVML_QUERY, str(index)], capture_output=True, text=True, env=_bare_env(),
                            timeout=60)
         out = json.loads(r.stdout.strip().splitlines()[-1])
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as exc:
@@ -320,6 +338,69 @@ def nvml_used(pids: list[int], index: int) -> tuple[int | None, str]:
                 return used, f"{out['api']}, pid {pid}"
     return None, (f"{out['api']} does not list pid {', '.join(map(str, pids))} (it lists "
                   f"{', '.join(str(p) for p, _ in out['procs']) or 'none'})")
+
+
+# Run by a helper without the preload or the region: the bare driver's view of the whole device
+# (cuMemGetInfo_v2 after retaining the primary context), and its name (the simulated driver's says so).
+_DEVICE_QUERY = r"""
+import ctypes, json, sys
+cu = ctypes.CDLL("libcuda.so.1")
+dev, ctx, free, total = ctypes.c_int(0), ctypes.c_void_p(), ctypes.c_size_t(0), ctypes.c_size_t(0)
+name = ctypes.create_string_buffer(256)
+steps = (("cuInit", lambda: cu.cuInit(0)), ("cuDeviceGet", lambda: cu.cuDeviceGet(ctypes.byref(dev), 0)),
+         ("cuDevicePrimaryCtxRetain", lambda: cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev)),
+         ("cuCtxSetCurrent", lambda: cu.cuCtxSetCurrent(ctx)),
+         ("cuMemGetInfo_v2", lambda: cu.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total))),
+         ("cuDeviceGetName", lambda: cu.cuDeviceGetName(name, 256, dev)))
+for what, call in steps:
+    r = call()
+    if r != 0:
+        print(json.dumps({"error": f"{what} returned {r}"})); sys.exit(0)
+print(json.dumps({"used": total.value - free.value, "total": total.value, "gpu": name.value.decode(errors="replace")}))
+"""
+
+
+def _bare_env() -> dict:
+    return {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "CUDA_DEVICE_MEMORY_SHARED_CACHE",
+                                                              "LUCEPATCH_EVENTS", "LUCEPATCH_REPORT_AT_EXIT")}
+
+
+def device_used() -> tuple[int | None, str]:
+    """(bytes in use on the whole device as the bare driver reports it, or None, why/what)."""
+    try:
+        r = subprocess.run([sys.executable, "-c", _DEVICE_QUERY], capture_output=True, text=True, env=_bare_env(),
+                           timeout=120)
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as exc:
+        return None, f"the device helper failed: {exc}"
+    if "error" in out:
+        return None, out["error"]
+    if out["gpu"].startswith("lucepatch-fakecuda"):
+        return None, "the simulated driver keeps each process's memory to itself: no device-wide view"
+    return out["used"], f"bare cuMemGetInfo_v2 on {out['gpu']}"
+
+
+class DeviceLock:
+    """Held while a server lives when the spec reads the whole device (`device` truth): a server of another
+    run starting or stopping meanwhile would move the device's usage. Runs of a parallel verify queue here."""
+
+    def __init__(self, held: bool):
+        self.held, self.fd = held, None
+
+    def __enter__(self):
+        if self.held:
+            import fcntl  # lazy: only a `device` truth locks
+
+            t0 = time.monotonic()
+            self.fd = os.open(DEVICE_LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+            lp.value("device_lock_wait_s", round(time.monotonic() - t0, 3))
+        return self
+
+    def __exit__(self, *exc):
+        if self.fd is not None:
+            os.close(self.fd)  # closing releases the flock
+            self.fd = None
 
 
 def nvml_index() -> int:
@@ -386,9 +467,8 @@ class Server:
         try:
             self.proc = subprocess.Popen(self.spec.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                                          stdin=subprocess.DEVNULL)
-        except OSError as exc:
-            lp.check("the server starts", self.spec.command[0], f"cannot start: {exc.strerror or exc}", False)
-            return False
+        except OSError as exc:  # the spec names no runnable program: nothing about the library was measured
+            lp.setup_error(f"cannot start {self.spec.command[0]}: {exc.strerror or exc}")
         lp.emit({"event": "rank", "rank": 1, "pid": self.proc.pid, "ppid": os.getpid()})
         self._tee = threading.Thread(target=self._read, daemon=True)
         self._tee.start()
@@ -579,7 +659,7 @@ def _spec() -> Spec:
         lp.setup_error(str(exc))
     binary = spec.command[0]
     real = os.path.realpath(binary) if os.sep in binary else binary
-    lp.value("server", {"spec": spec.name, "spec_path": spec.path, "spec_sha256": spec.sha256,
+    lp.value("server", {"spec": spec.name, "build": spec.build, "spec_path": spec.path, "spec_sha256": spec.sha256,
                         "command": spec.command, "binary": real,
                         "binary_sha256": _sha256(real) if os.path.isfile(real) else ""})
     return spec
@@ -632,34 +712,37 @@ def _serve(charge: bool) -> bool:
     cu = _reader(rank=0)
     u0 = cu.used()
     lp.value("harness_usage", u0)
-    srv = Server(spec)
-    if not srv.start():
-        return False
-    ok = True
-    try:
-        state = srv.wait_ready(spec.ready_timeout_s)
-        lp.value("ready_s", round(time.monotonic() - srv.started, 3))
-        ok &= lp.check(f"the server answers {spec.ready_url}", f"ready within {spec.ready_timeout_s:g} s",
-                       state if state != "exited" else f"exited first ({srv.exit_text()})", state == "ready")
-        if state != "ready":
+    with DeviceLock("device" in spec.truth):
+        d0 = device_used() if charge and "device" in spec.truth else (None, "")
+        srv = Server(spec)
+        if not srv.start():
             return False
-        srv.prove()
-        ok &= request(spec)
-        if charge:
-            ok &= _charged(spec, srv, cu, u0)
-        clean, how = srv.stop()
-        lp.value("server_exit", how)
-        ok &= lp.check(f"the server exits within {spec.stop_timeout_s:g} s of SIGTERM", "exits", how, clean)
-        if charge:
-            ok &= _nothing_left(srv.pid, cu, u0)
-    finally:
-        srv.kill()
-        srv.finish()
+        ok = True
+        try:
+            state = srv.wait_ready(spec.ready_timeout_s)
+            lp.value("ready_s", round(time.monotonic() - srv.started, 3))
+            ok &= lp.check(f"the server answers {spec.ready_url}", f"ready within {spec.ready_timeout_s:g} s",
+                           state if state != "exited" else f"exited first ({srv.exit_text()})", state == "ready")
+            if state != "ready":
+                return False
+            srv.prove()
+            ok &= request(spec)
+            if charge:
+                ok &= _charged(spec, srv, cu, u0, d0)
+            clean, how = srv.stop()
+            lp.value("server_exit", how)
+            ok &= lp.check(f"the server exits within {spec.stop_timeout_s:g} s of SIGTERM", "exits", how, clean)
+            if charge:
+                ok &= _nothing_left(srv.pid, cu, u0)
+        finally:
+            srv.kill()
+            srv.finish()
     return ok
 
 
-def _charged(spec: Spec, srv: Server, cu, u0: int) -> bool:
-    """HAMi's charge for the server (two views) against what the server reserved (each truth available)."""
+def _charged(spec: Spec, srv: Server, cu, u0: int, d0: tuple) -> bool:
+    """HAMi's charge for the server (two views) against what the server reserved (each truth available).
+    d0: the device's usage before the server started (`device` truth), or (None, why)."""
     if spec.settle_s:
         time.sleep(spec.settle_s)
     srv.quiet()
@@ -687,6 +770,13 @@ def _charged(spec: Spec, srv: Server, cu, u0: int) -> bool:
         lp.value("reserved_nvml_how", how)
         if n is not None:
             truths["nvml"] = n
+    if "device" in spec.truth:
+        d1, how = device_used()
+        n = d1 - d0[0] if d1 is not None and d0[0] is not None else None
+        lp.value("reserved_device", n)
+        lp.value("reserved_device_how", how if d1 is None or d0[0] is not None else d0[1])
+        if n is not None:
+            truths["device"] = n
     if not truths:
         lp.setup_error(f"none of the spec's truths ({', '.join(spec.truth)}) could be read here: nothing to compare "
                        "HAMi's charge with (see the values reserved_*_why / reserved_nvml_how)")
@@ -726,47 +816,59 @@ def limit_oom():
         lp.setup_error(f"{spec.path} has no [oom] (limit and error): this scenario needs them")
     _limit(spec.oom_limit)  # the harness makes no CUDA call until the end: its own context would count against the limit
     lp.rank_started(0)
-    srv = Server(spec)
-    if not srv.start():
-        return False
-    ok = True
-    try:
-        state = srv.wait_ready(spec.oom_timeout_s)
-        lp.value("outcome", state)
-        if state == "ready":
-            ok &= lp.check(f"the server does not start under a limit of {spec.oom_limit} bytes", "an out-of-memory exit",
-                           "it answered readiness: the limit was not enforced", False)
-            srv.stop()
-        elif state == "timeout":
-            ok &= lp.check(f"the server ends within {spec.oom_timeout_s:g} s under the limit", "an out-of-memory exit",
-                           "hang: neither exited nor answered readiness", False)
+    with DeviceLock("device" in spec.truth):  # its server moves the device's usage too
+        srv = Server(spec)
+        if not srv.start():
+            return False
+        ok = True
+        try:
+            state = srv.wait_ready(spec.oom_timeout_s)
+            lp.value("outcome", state)
+            if state == "ready":
+                ok &= lp.check(f"the server does not start under a limit of {spec.oom_limit} bytes", "an out-of-memory exit",
+                               "it answered readiness: the limit was not enforced", False)
+                srv.stop()
+            elif state == "timeout":
+                ok &= lp.check(f"the server ends within {spec.oom_timeout_s:g} s under the limit", "an out-of-memory exit",
+                               "hang: neither exited nor answered readiness", False)
+                srv.kill()
+            else:
+                srv.wait_exit(5)
+            lp.value("server_exit", srv.exit_text())
+            rc = srv.returncode
+            srv.drain()
+            out = srv.output()
+            ok &= lp.check("the server exits by itself with a non-zero status", "exit status > 0", srv.exit_text(),
+                           rc is not None and rc > 0 and not srv.stopped_by_us)
+            m = spec.oom_error.search(out)
+            lp.value("oom_error", _line_of(out, m))
+            ok &= lp.check("the server reports its own out-of-memory error", spec.oom_error.pattern,
+                           m.group(0)[:200] if m else "no such line", m is not None)
+            hami = re.search(r"Device -?\d+ OOM \d+ / \d+", out)
+            lp.value("hami_oom", hami.group(0) if hami else None)
+            ok &= lp.check("the library refused an allocation (HAMi's `Device N OOM used / limit`)", "logged",
+                           hami.group(0) if hami else "no such line", hami is not None)
+            region, why = region_now()
+            if region is None:
+                ok &= lp.check("the region file is readable after the server exited", "a known region", why, False)
+            else:
+                lp.value("region_after_exit", region.to_json())
+                ok &= lp.check_eq("nothing is charged after the server exited (region file)", 0, region.charged())
+        finally:
             srv.kill()
-        else:
-            srv.wait_exit(5)
-        lp.value("server_exit", srv.exit_text())
-        rc = srv.returncode
-        srv.drain()
-        out = srv.output()
-        ok &= lp.check("the server exits by itself with a non-zero status", "exit status > 0", srv.exit_text(),
-                       rc is not None and rc > 0 and not srv.stopped_by_us)
-        m = spec.oom_error.search(out)
-        ok &= lp.check("the server reports its own out-of-memory error", spec.oom_error.pattern,
-                       m.group(0)[:200] if m else "no such line", m is not None)
-        hami = re.search(r"Device -?\d+ OOM \d+ / \d+", out)
-        ok &= lp.check("the library refused an allocation (HAMi's `Device N OOM used / limit`)", "logged",
-                       hami.group(0) if hami else "no such line", hami is not None)
-        region, why = region_now()
-        if region is None:
-            ok &= lp.check("the region file is readable after the server exited", "a known region", why, False)
-        else:
-            lp.value("region_after_exit", region.to_json())
-            ok &= lp.check_eq("nothing is charged after the server exited (region file)", 0, region.charged())
-    finally:
-        srv.kill()
-        srv.finish()
+            srv.finish()
     # rank 0's proof, taken only now: a context of the harness would have counted against the limit
     _reader_at_end()
     return ok
+
+
+def _line_of(text: str, m) -> str | None:
+    """The whole output line a match is on (the server's own words), at most 300 characters."""
+    if m is None:
+        return None
+    start = text.rfind("\n", 0, m.start()) + 1
+    end = text.find("\n", m.end())
+    return text[start:end if end >= 0 else len(text)].strip()[:300]
 
 
 def _reader_at_end() -> None:
