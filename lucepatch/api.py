@@ -40,7 +40,8 @@ SERVICES: dict[str, str] = {
                                  "image_provenance probe",
     "lucepatch.services.verify": "verify selection reproducers cluster_backend print_verdicts retire retire_or_map "
                                  "bisect BISECT_FOUND=FOUND build_variants write_evidence load_evidence clock Evidence",
-    "lucepatch.services.show": "read_document evidence_view write_html print_view one_field report_table EVIDENCE",
+    "lucepatch.services.show": "read_document evidence_view write_html print_view one_field report_table server_matrix "
+                               "EVIDENCE",
     "lucepatch.services.pr": "write_pr PrResult",
     "lucepatch.services.gate": "gate=gate_target gate_all write_gate_reports=write_reports junit_xml GATE_WARN=WARN",
     "lucepatch.services.doctor": "diagnose blocking DOCTOR_VERBS=VERBS",

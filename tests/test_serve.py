@@ -505,3 +505,49 @@ def test_a_pool_that_releases_before_mapping_is_not_ggmls(stand_in_trace):
     with pytest.raises(AssertionError):
         vmm_grammar(t)
 
+
+# ---- `lucepatch show`: per line and build, does the server run, is it charged, is its limit enforced ----
+SERVE_EV = FIXTURES / "serve-evidence"  # real runs: HAMi-core 8f3a89c and its series, simulated driver, stand-in
+
+
+def test_show_says_per_variant_what_the_server_did(cli):
+    """The VMM stand-in's evidence: the base charges the weights only (64 of 192 MiB), the series all of it;
+    both start, answer, refuse 32 MiB cleanly and leave nothing charged."""
+    r = cli("show", SERVE_EV / "hami-core.vmm.fake.json")
+    assert r.code in (0, 1), r.err
+    out = " ".join(r.out.split())
+    assert "server under the library: stand-in (stand-in --vmm)" in out
+    base, pat = out.split("baseline (base 8f3a89c67b03")[1].split("patched (series on 8f3a89c67b03")
+    assert "starts and answers answered 2/2" in base and "starts and answers answered 2/2" in pat
+    assert "HAMi 64.0 MiB (cuMemGetInfo), 64.0 MiB (region) of 192.0 MiB (log) reserved" in base
+    assert "within bound 0/2; fail: check HAMi's usage through cuMemGetInfo follows what the server reserved" in base
+    assert "HAMi 192.0 MiB (cuMemGetInfo), 192.0 MiB (region) of 192.0 MiB (log) reserved (medians); within bound 2/2" in pat
+    for side in (base, pat):
+        assert "limit enforced clean out-of-memory 2/2 under 32.0 MiB; the server said: stand-in: error: cannot allocate" in side
+        assert "after exit 0.0 MiB at most (4 runs; the region file read after the server exited)" in side
+
+
+def test_show_lays_several_server_runs_side_by_side(cli):
+    from test_json_schemas import check
+
+    paths = [SERVE_EV / "hami-core.vmm.fake.json", SERVE_EV / "hami-core.no-vmm.fake.json"]
+    r = cli("show", *paths, "--json")
+    assert r.code == 0, r.err
+    check("show", r.json)
+    servers = r.json["servers"]
+    assert [s["build"] for s in servers] == ["stand-in --vmm", "stand-in --no-vmm"]
+    charged = {(s["build"], side["variant"]): side["numbers"]["charged_meminfo"] for s in servers for side in s["sides"]}
+    assert charged == {("stand-in --vmm", "baseline"): 64 * MIB, ("stand-in --vmm", "patched"): 192 * MIB,
+                       ("stand-in --no-vmm", "baseline"): 192 * MIB, ("stand-in --no-vmm", "patched"): 192 * MIB}
+    text = cli("show", *paths)
+    assert text.code == 0 and "the server under the library, per line and build" in text.out
+    assert text.out.count("hami-core 1.3.0") == 4  # a row per build and variant
+
+
+def test_show_of_several_files_refuses_what_it_cannot_lay_out(cli):
+    one = SERVE_EV / "hami-core.vmm.fake.json"
+    r = cli("show", one, one, "--html", "x.html")
+    assert r.code == 2 and "show (several server runs side by side) does not use --html (used by show)" in r.err
+    other = REPO_ROOT / "docs" / "evidence" / "async-sched.h200.json"
+    r = cli("show", one, other)
+    assert r.code == 2 and "has no server scenarios (serve:*)" in r.err and "\n" not in r.err.strip()

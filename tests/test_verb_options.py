@@ -112,7 +112,7 @@ def _shown(v) -> str:
 
 # the api functions that return a tuple, and its length (a command unpacks them)
 SHAPES = {"load_checked": 2, "gate_all": 3, "cluster_status": 2, "export": 2, "listing": 2, "matrix": 3,
-          "rebase_prepare": 2, "rebase_table": 3, "report_table": 3, "selection": 3}
+          "rebase_prepare": 2, "rebase_table": 3, "report_table": 3, "selection": 3, "server_matrix": 4}
 
 
 @pytest.fixture
@@ -163,6 +163,8 @@ FACTS = {
     ("build", "build (a target built per profile)"): ({"builds_per_profile": lambda t: True}, None),
     ("show", "show (a retirement report or a coverage map)"): (
         {"read_document": lambda p: Doc("retire"), "report_table": lambda d: ("t", ["c"], [])}, None),
+    ("show", "show (several server runs side by side)"): (
+        {"server_matrix": lambda paths: ("t", ["c"], [], [])}, ["a.json", "b.json"]),
     ("lint", "lint"): ({"lint": findings}, None),  # a warning: --strict makes it an error
     ("verify", "verify --retire"): ({"retire_or_map": judged}, None),
     ("verify", "verify --coverage-map"): ({"retire_or_map": judged}, None),

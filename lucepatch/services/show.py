@@ -9,6 +9,7 @@ from pathlib import Path
 from lucepatch.builders.reproducible import shell_from_json
 from lucepatch.errors import UsageError
 from lucepatch.show.documents import EVIDENCE, RETIRE, Document, read_document
+from lucepatch.show import server
 from lucepatch.show.model import View, build_view
 # the page and the terminal view are the viewer's own functions: the use case itself
 from lucepatch.show.page import write_html
@@ -16,7 +17,7 @@ from lucepatch.show.terminal import show as print_view
 from lucepatch.verify.evidence import Evidence, load_evidence, upgrade_and_validate
 
 __all__ = ["EVIDENCE", "RETIRE", "read_document", "evidence_view", "write_html", "print_view", "one_field",
-           "report_table"]
+           "report_table", "server_matrix"]
 
 
 def evidence_view(found: Document, path: str, ws) -> View:
@@ -24,6 +25,25 @@ def evidence_view(found: Document, path: str, ws) -> View:
     ev = load_evidence(Path(path)) if "verb" not in found.doc else Evidence.from_json(
         upgrade_and_validate(found.doc, path))
     return build_view(ev, ws)
+
+
+def server_matrix(paths: list[str]) -> tuple[str, list[str], list[list[str]], list]:
+    """Several server evidences side by side (reproducers/serve: one per line and server build): (title, columns,
+    rows, the views). Each file must be evidence with the server scenarios; one line naming the first that is not."""
+    views = []
+    for path in paths:
+        found = read_document(Path(path))
+        if found.kind != EVIDENCE:
+            raise UsageError(f"{path} is a {found.kind} document; several files are shown side by side only when each "
+                             "is the evidence of a server run (verify --reproducer serve)")
+        ev = load_evidence(Path(path)) if "verb" not in found.doc else Evidence.from_json(upgrade_and_validate(found.doc, path))
+        sv = server.server_view(ev)
+        if sv is None:
+            raise UsageError(f"{path} has no server scenarios (serve:*): several files are shown side by side only "
+                             "for server runs; show it alone")
+        views.append(sv)
+    title = "the server under the library, per line and build (reproducers/serve)"
+    return title, list(server.COLUMNS), server.matrix(views), views
 
 
 def one_field(found: Document, path: str, recipe_of: str | None, artifact_of: str | None) -> str:

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from lucepatch.errors import LucepatchError
-from lucepatch.show import rates
+from lucepatch.show import rates, server
 from lucepatch.verify.evidence import Evidence, ScenarioResult, Tally
 from lucepatch.verify.reproducer import load_reproducer
 from lucepatch.verify.rules import fmt_theta
@@ -121,6 +121,7 @@ class View:
     created: str = ""
     notes: list[str] = field(default_factory=list)
     rates: list = field(default_factory=list)  # show.rates.RateView per quantitative scenario
+    server: server.ServerView | None = None  # a server reproducer's evidence: runs, charge, limit per variant
 
     @property
     def title(self) -> str:
@@ -370,4 +371,5 @@ def build_view(ev: Evidence, workspace=None, reproducers: dict | None = None) ->
     return View(target=ev.target, version=ev.series.version, verdict=ev.verdict, simulated=bool(ev.simulated),
                 driver=d, reproducers=reps, rows=rows, strips=strips, provenance=prov, variants=variants,
                 first_errors=first_errors, fingerprints=fingerprints, run_policy=rp,
-                created=(ev.tool or {}).get("created", ""), notes=notes, rates=rates.rate_views(ev))
+                created=(ev.tool or {}).get("created", ""), notes=notes, rates=rates.rate_views(ev),
+                server=server.server_view(ev))

@@ -216,9 +216,33 @@ def legend(view: View) -> Text:
     return out
 
 
+SERVER_FIELDS = (("starts and answers", "runs_text"), ("memory charged", "charged_text"),
+                 ("limit enforced", "limit_text"), ("after exit", "after_text"))
+
+
+def server_parts(view: View, width: int) -> list[Text]:
+    """A server reproducer's evidence (reproducers/serve): per variant, does the server run under the library,
+    is it charged what it reserved, is its limit enforced, is anything left charged after it exits."""
+    sv = view.server
+    if sv is None:
+        return []
+    head = f"server under the library: {sv.spec}" + (f" ({sv.build})" if sv.build else "")
+    if sv.binary_sha256:
+        head += f", binary sha256 {sv.binary_sha256[:12]}"
+    out = [Text(""), Text(wrap(head, width), style="bold", no_wrap=True)]
+    kw = max(len(k) for k, _ in SERVER_FIELDS)
+    for side in sv.sides:
+        out.append(Text(f"  {side.variant} ({side.library})", style="italic", no_wrap=True))
+        for label, attr in SERVER_FIELDS:
+            lines = textwrap.wrap(getattr(side, attr), width=max(20, width - kw - 6), break_long_words=False) or [""]
+            text = "\n".join((f"    {label:<{kw}}  " if i == 0 else " " * (kw + 6)) + ln for i, ln in enumerate(lines))
+            out.append(Text(text, no_wrap=True))
+    return out
+
+
 def show(view: View, console: Console, *, wide: bool = False) -> None:
-    parts = [*verdict_parts(view, console.width, wide=wide), *provenance_parts(view, console.width), Text(""),
-             strip_table(view), legend(view)]
+    parts = [*verdict_parts(view, console.width, wide=wide), *server_parts(view, console.width),
+             *provenance_parts(view, console.width), Text(""), strip_table(view), legend(view)]
     for e in view.fingerprints:
         parts.append(Text(wrap(f"{e['scenario']}: baseline failure {e['summary']} {e['url']}".rstrip(), console.width),
                           no_wrap=True))
