@@ -6,7 +6,7 @@
 #          pool-alloc run-cost main-job main-job-jobs lucebox-build lucebox-full lucebox-f6 lucebox-f6-probe ggml-build ggml-client ggml-diag
 #          lucebox-today (issue 37: Luce-Org/lucebox 62880e2, vendored llama.cpp: probes at both bases, upstream's build, a served model)
 #          i28-main i28-v25 i28-llama-vmm i28-traces i28-2gpu i28-ggml pr188-bundle (local) pr188-all
-#          fork-lib
+#          fork-lib lbx-vgpu-build lbx-vgpu-serve ggml-traces (issue 40)
 #   plan (issue 4): smoke = `env async-sched`; full = `all vmm-refs overhead bench-verify traces`;
 #   reserve = `all-serial` (if parallel runs misbehave on the GPU); 2-GPU machine: `multi-device`.
 #   issue 12: `pool-alloc` (~1.5 min on 1x H200: 2 builds + 85 processes under the sequential
@@ -57,6 +57,15 @@
 #   reproducer (what #217 fixed, what it made worse). Evidence under $OUT/commit/ (docs/evidence/ names).
 #   `i36-worse` (~2 min, any call after the bundle is carried): `verify --baseline-ref 8f3a89c --patched-ref 52f33fc`
 #   itself (52f33fc built as it ships + [build.instead_of]) on pool-alloc and untracked-free: the `worse` verdict.
+#   issue 40 (Lucebox under the vGPU layer; 1 GPU, after `lucebox-today` in the same machine session, which leaves
+#   the default (VMM) build at /tmp/lucebox-vendored/build and the model /tmp/lucebox-vendored/tiny-qwen3.gguf):
+#   call 1 (~4-5 min) = `lbx-vgpu-build` (the GGML_CUDA_NO_VMM=ON build for this GPU's arch; also the VMM build and
+#   the model when lucebox-today did not run here: then ~8 min); call 2 (~5-6 min, 4 HAMi-core builds + 4 verifies) =
+#   `lbx-vgpu-serve` (reproducers/serve: dflash_server in both builds under both lines, base vs series, --fixed 3;
+#   LBV_KINDS=vmm / novmm split it); call 3 (~3 min) = `i28-ggml ggml-traces` (ggml-vmm-pool on both lines against
+#   the VMM build's ggml, and its VMM calls traced without HAMi).
+#   DRIVER=fake runs lbx-vgpu-serve with the stand-in server (tests/fixtures/stand-in-server) in its two pool modes:
+#   a proof of the step, never evidence about Lucebox; lbx-vgpu-build then only builds the stand-in.
 # verify runs in parallel (private mount namespace + tmpfs /tmp/vgpulock per run) when root and
 # unshare(1) works, serially otherwise; the evidence's execution.mode says which.
 # Everything it writes goes under $OUT (or ./gpu-out when OUT is unset).
@@ -110,6 +119,20 @@ lucebox_tree() {
     { mkdir -p /tmp/nlohmann && cd /tmp/nlohmann && ar x "$OLDPWD"/$C/nlohmann-json3-dev_*.deb && tar -xf data.tar.* && cd "$OLDPWD"; }; }
   mkdir -p "$OUT/commit"
   export LUCEPATCH_CARRIED_TREES=$C/trees.json CMAKE_PREFIX_PATH=/tmp/nlohmann/usr
+}
+# issue 40: the new line's native builds as lucebox-today leaves them (VMM: build/, GGML_CUDA_NO_VMM=ON: build-novmm/)
+LBV=/tmp/lucebox-vendored; LBV_SRC=/tmp/lbv-src
+lbv_tree() {  # the carried 62880e2 tree unpacked, nlohmann's headers (as lucebox-today does)
+  system_cc; V=.upstream/lucebox-vendored-carry
+  [ -f $LBV_SRC/server/CMakeLists.txt ] || { [ -d $V ] || { echo "gpu_session: $V is missing (python3 tools/carry_lucebox.py pack <Luce-Org/lucebox at 62880e2> $V)" >&2; return 3; }
+    rm -rf $LBV_SRC; python3 tools/carry_lucebox.py unpack $V $LBV_SRC 2>&1 | tail -2; }
+  [ -d /tmp/nlohmann/usr ] || { dpkg -x $V/nlohmann-json3-dev_*.deb /tmp/nlohmann 2>/dev/null ||
+    { mkdir -p /tmp/nlohmann && cd /tmp/nlohmann && ar x "$OLDPWD"/$V/nlohmann-json3-dev_*.deb && tar -xf data.tar.* && cd "$OLDPWD"; }; }
+  export CMAKE_PREFIX_PATH=/tmp/nlohmann/usr LUCEPATCH_CARRIED_TREES=$V/trees.json
+}
+lbx_ggml_dir() {  # $1 = out dir, $2 = arch: the VMM build's ggml as LUCEPATCH_GGML_DIR
+  [ -x $LBV/build/dflash_server ] && python3 tools/ggml_dir.py "$1" ${2:+--arch $2} --build-dir $LBV/build \
+    --include $LBV_SRC/server/deps/llama.cpp/ggml/include 2>&1 | tee "$OUT/ggml-dir-lbv.log" | tail -1 | grep -q "^$1"
 }
 # the C reproducers (the workloads have their own steps: torch processes are ~10x slower per run)
 C_REPROS="--reproducer async-accounting --reproducer async-sched --reproducer llama-vmm --reproducer multi-device --reproducer pool-alloc \
@@ -471,9 +494,10 @@ print(f'main job x{sys.argv[3]}: {float(sys.argv[2]) - float(sys.argv[1]):.2f} s
       # `lucebox-build` in this machine session (a profile with VMM: sm120-cuda13, not sm120-cuda13-hami)
       cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)
       G=/tmp/lp-ggml; mkdir -p "$OUT/commit"; system_cc; s0=$(now)
-      if [ -e $G/lib/libggml.so ] || python3 tools/ggml_dir.py $G ${cap:+--arch $cap} \
+      if [ -e $G/lib/libggml.so ] || lbx_ggml_dir $G "$cap" || python3 tools/ggml_dir.py $G ${cap:+--arch $cap} \
           --include /tmp/lbx-src/server/deps/llama.cpp/ggml/include "$OUT"/ggml-build.*.json \
           "$OUT/lucebox-full-build.sm120-cuda13.json" 2>&1 | tee "$OUT/ggml-dir-i28.log"; then
+        cp $G/ggml-dir.json "$OUT/commit/i28-ggml-libs.$TAG.json" 2>/dev/null
         export LUCEPATCH_GGML_DIR=$G
       else
         echo "i28-ggml: no usable ggml build (run ggml-build first); the scenarios report skipped" | tee -a "$OUT/ggml-dir-i28.log"
@@ -568,6 +592,79 @@ for s in d["scenarios"]:
         print(f"{s['scenario']}: {s['verdict']}: {s.get('reason', '')[:300]}")
 PY
       python3 -c "import sys; print(f'i36-worse wall: {float(sys.argv[2]) - float(sys.argv[1]):.1f} s')" "$s0" "$(now)" | tee -a "$OUT/i36-timing.log" ;;
+    lbx-vgpu-build)
+      # issue 40: dflash_server of the new line (62880e2 + lucebox-vendored) in the two builds the evidence compares,
+      # each with upstream's own cmake invocation (tools/lucebox_native_build.py, as lucebox-today) for this GPU's arch:
+      # build-novmm/ = the sm120-cuda13-hami profile's -DGGML_CUDA_NO_VMM=ON (~3.5-4 min on 16 cores); build/ = the
+      # default, ggml's VMM pool (lucebox-today's: built here only if it is missing, ~3.5-4 min more); the model
+      # (lucebox-today's tiny qwen3, tools/lucebox_tiny_model.py) if missing. LBV_ARCHS overrides the arch list.
+      if [ "$DRIVER" = fake ]; then
+        python3 tests/fixtures/stand-in-server/build.py "$LUCEPATCH_CACHE/stand-in" | tee "$OUT/lbx-vgpu-stand-in.txt"
+        echo "lbx-vgpu-build: DRIVER=fake builds the stand-in only (Lucebox needs nvcc, cuBLAS and the GPU machine)"; continue
+      fi
+      cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)
+      lbv_tree || continue; mkdir -p "$OUT/commit" $LBV; s0=$(now)
+      for kind in novmm vmm; do
+        if [ $kind = vmm ]; then D=$LBV/build; extra=(); else D=$LBV/build-novmm; extra=(--cmake-arg -DGGML_CUDA_NO_VMM=ON); fi
+        if [ -x $D/dflash_server ]; then echo "lbx-vgpu-build: $D/dflash_server is there (kept)"; continue; fi
+        python3 tools/lucebox_native_build.py --source $LBV_SRC --target lucebox-vendored --build-dir $D \
+          --json "$OUT/commit/native-build-$kind.62880e2.$TAG.json" --build-arg "DFLASH_CUDA_ARCHES=${LBV_ARCHS:-${cap:-90}}" \
+          "${extra[@]}" --cmake-arg -DDFLASH27B_FA_ALL_QUANTS=OFF --add-target backend_ipc_daemon --jobs ${LUCEBOX_JOBS:-14} \
+          2>&1 | tee "$OUT/native-build-$kind.log" | tail -6
+      done
+      [ -f $LBV/tiny-qwen3.gguf ] || python3 tools/lucebox_tiny_model.py $LBV/tiny-qwen3.gguf \
+        --gguf-py $LBV_SRC/server/deps/llama.cpp/gguf-py --json "$OUT/commit/tiny-model.json" > /dev/null
+      ls -la $LBV/build/dflash_server $LBV/build-novmm/dflash_server $LBV/tiny-qwen3.gguf 2>&1 | tee "$OUT/lbx-vgpu-build.txt"
+      python3 -c "import sys; print(f'lbx-vgpu-build wall: {float(sys.argv[2]) - float(sys.argv[1]):.1f} s')" "$s0" "$(now)" \
+        | tee -a "$OUT/lbx-vgpu-build.txt" ;;
+    lbx-vgpu-serve)
+      # issue 40 items 1-2: reproducers/serve with dflash_server (reproducers/serve/servers/dflash-server.toml: /health,
+      # one chat completion, the charge against the device's usage, a clean OOM under LUCEBOX_OOM_LIMIT (8m)) in the
+      # builds LBV_KINDS names (vmm novmm) under both lines, base vs series. The `device` truth queues every server on a
+      # host-wide lock (one server on the GPU at a time), so the runs are what costs: by default --fixed --runs RUNS (3)
+      # = 18 dflash_server lifetimes + 6 harness-only controls per verify, 4 verifies (~1 min each if a lifetime is
+      # ~3 s); SEQUENTIAL=1 uses the sequential rule (RUNS 10: ~50 lifetimes per verify, for verdicts with p-values).
+      # Split over two calls with LBV_KINDS=vmm / LBV_KINDS=novmm if one does not fit.
+      # Evidence: $OUT/commit/lbx-vgpu-{vmm,novmm}-<target>.$TAG.json -> docs/evidence/; `lucepatch show` renders each,
+      # and all four side by side.
+      mkdir -p "$OUT/commit"; s0=$(now)
+      if [ "$DRIVER" = fake ]; then
+        SI=$(python3 tests/fixtures/stand-in-server/build.py "$LUCEPATCH_CACHE/stand-in") || exit 3
+        export LUCEPATCH_SERVER_SPEC=$PWD/tests/fixtures/stand-in-server/stand-in.toml LP_STAND_IN_SERVER=$SI
+      else
+        export LUCEPATCH_SERVER_SPEC=$PWD/reproducers/serve/servers/dflash-server.toml LUCEBOX_MODEL=${LUCEBOX_MODEL:-$LBV/tiny-qwen3.gguf}
+        [ -f "$LUCEBOX_MODEL" ] || { echo "lbx-vgpu-serve: no model at $LUCEBOX_MODEL: run lucebox-today or lbx-vgpu-build first" >&2; continue; }
+      fi
+      if [ -n "${SEQUENTIAL:-}" ]; then RULE=(--runs ${RUNS:-10}); else RULE=(--fixed --runs ${RUNS:-3}); fi
+      for kind in ${LBV_KINDS:-vmm novmm}; do
+        if [ "$DRIVER" = fake ]; then export LP_STAND_IN_POOL=--$kind; [ $kind = novmm ] && export LP_STAND_IN_POOL=--no-vmm
+        else
+          D=$LBV/build; export LUCEBOX_BUILD="62880e2 + lucebox-vendored, upstream's cmake invocation: ggml's VMM pool"
+          [ $kind = novmm ] && D=$LBV/build-novmm LUCEBOX_BUILD="62880e2 + lucebox-vendored, -DGGML_CUDA_NO_VMM=ON (sm120-cuda13-hami)"
+          [ -x $D/dflash_server ] || { echo "lbx-vgpu-serve: no $D/dflash_server: run lbx-vgpu-build first" >&2; continue; }
+          export DFLASH_SERVER=$D/dflash_server
+        fi
+        for t in hami-core hami-core-v2.5; do
+          lp verify --target $t --reproducer serve --source $SRC --driver $DRIVER "${RULE[@]}" --jobs $JOBS \
+            --evidence "$OUT/commit/lbx-vgpu-$kind-$t.$TAG.json" 2>&1 | tee "$OUT/verify-lbx-vgpu-$kind-$t.log" | tail -9
+        done
+      done
+      python3 -c "import sys; print(f'lbx-vgpu-serve wall: {float(sys.argv[2]) - float(sys.argv[1]):.1f} s')" "$s0" "$(now)" \
+        | tee -a "$OUT/lbx-vgpu-timing.log"
+      ls "$OUT"/commit/lbx-vgpu-*."$TAG".json >/dev/null 2>&1 && lp show "$OUT"/commit/lbx-vgpu-*."$TAG".json \
+        > "$OUT/commit/lbx-vgpu-matrix.$TAG.txt" 2>&1; cat "$OUT/commit/lbx-vgpu-matrix.$TAG.txt" 2>/dev/null ;;
+    ggml-traces)
+      # issue 40 item 3: ggml's VMM pool as the driver sees it, without HAMi (< 1 min): the interposer on
+      # ggml-vmm-pool's client (its direct driver calls: the pool's cuMemCreate/Reserve/Map/Release/SetAccess/Unmap);
+      # commit $OUT/traces-ggml/*.jsonl under tests/fakecuda/traces/workloads/: tests/test_serve.py checks the
+      # stand-in's pool against it call by call. Needs the VMM build's ggml (lbx-vgpu-build / lucebox-today, or
+      # ggml-build) for this GPU.
+      cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)
+      G=/tmp/lp-ggml; system_cc
+      if [ -e $G/lib/libggml.so ] || lbx_ggml_dir $G "$cap"; then export LUCEPATCH_GGML_DIR=$G; fi
+      rm -rf "$OUT/traces-ggml"
+      python3 -m lucepatch.verify.record_traces --out "$OUT/traces-ggml" --driver $DRIVER --label $TAG \
+        --program ggml-vmm-pool 2>&1 | tee "$OUT/traces-ggml.log" ;;
     fork-lib)
       # the black-box check of a vendor's library (README "Olares"): which scenarios does the node's own library
       # fail? The fork binds _dl_sym@GLIBC_PRIVATE lazily and its preInit calls it when the first CUDA call
