@@ -104,8 +104,13 @@ def test_the_device_lock_queues_a_second_server():
     import time
 
     order = []
+
+    def second():
+        with serve.DeviceLock(True):  # released on leaving: a lock left held would block every later serve run
+            order.append("second")
+
     with serve.DeviceLock(True):
-        t = threading.Thread(target=lambda: (serve.DeviceLock(True).__enter__(), order.append("second")))
+        t = threading.Thread(target=second)
         t.start()
         time.sleep(0.3)
         order.append("first ends")

@@ -69,6 +69,7 @@ SHAPE_TYPES = {"string": str, "integer": int, "number": (int, float), "boolean":
 TRUTHS = ("log", "nvml", "device")
 # a `device` truth reads the whole GPU: every run that starts a server holds this lock while its server lives
 DEVICE_LOCK = "/tmp/lucepatch-serve-device.lock"
+LOCK_WAIT_S = 300  # below the reproducer's timeout: a run that cannot get the GPU is invalid, not a timeout
 SPEC_KEYS = {"name", "description", "build", "command", "args_env", "env", "ready_url", "ready_timeout_s", "stop_timeout_s", "request",
              "memory", "oom"}
 REQUEST_KEYS = {"method", "url", "body", "headers", "timeout_s", "status", "shape"}
@@ -393,7 +394,15 @@ class DeviceLock:
 
             t0 = time.monotonic()
             self.fd = os.open(DEVICE_LOCK, os.O_RDWR | os.O_CREAT, 0o666)
-            fcntl.flock(self.fd, fcntl.LOCK_EX)
+            while True:
+                try:
+                    fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() - t0 > LOCK_WAIT_S:  # a holder that never lets go: say so, do not hang
+                        lp.setup_error(f"{DEVICE_LOCK} was held by another process for {LOCK_WAIT_S:g} s; a `device` "
+                                       "truth needs the GPU to itself")
+                    time.sleep(0.2)
             lp.value("device_lock_wait_s", round(time.monotonic() - t0, 3))
         return self
 
