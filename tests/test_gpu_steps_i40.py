@@ -29,7 +29,7 @@ def test_the_steps_exist_and_are_listed():
 
 def test_serve_runs_both_builds_under_both_lines_base_vs_series():
     body = _step("lbx-vgpu-serve")
-    assert "for kind in ${LBV_KINDS:-vmm novmm}" in body and "for t in hami-core hami-core-v2.5" in body
+    assert "for kind in ${LBV_KINDS:-vmm novmm}" in body and "for t in ${LBV_TARGETS:-hami-core hami-core-v2.5}" in body and "need_52f33fc" in body
     assert "--reproducer serve" in body and "--source $SRC" in body  # base vs series: built from the checkout
     assert "reproducers/serve/servers/dflash-server.toml" in body
     assert "$LBV/build-novmm" in body and "D=$LBV/build;" in body

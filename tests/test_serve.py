@@ -274,9 +274,10 @@ def test_without_a_named_server_every_scenario_is_skipped(cli, cache, monkeypatc
 
 @needs_hami
 def test_main_line_vmm_pool_charged_only_with_the_series(cli, cache, monkeypatch, stand_in):
-    """8f3a89c uncharges each pool chunk at cuMemRelease (the stand-in calls it right after cuMemMap, as
-    ggml does): the server is charged its weights only; the series keeps the pool charged until it is
-    unmapped. Proven under the sequential rule; serving and the clean OOM are guarded."""
+    """The main line's base (52f33fc, upstream main; 8f3a89c before it, the same) uncharges each pool chunk at
+    cuMemRelease (the stand-in calls it right after cuMemMap, as ggml does): the server is charged its weights
+    only; the series keeps the pool charged until it is unmapped. Proven under the sequential rule; serving and
+    the clean OOM are guarded."""
     _env(monkeypatch, stand_in, "--vmm")
     doc = _verify(cli, cache, "--source", SRC, "--runs", "10")
     v = {s["scenario"]: s["verdict"] for s in doc["scenarios"]}

@@ -493,6 +493,7 @@ print(f'main job x{sys.argv[3]}: {float(sys.argv[2]) - float(sys.argv[1]):.2f} s
       # must cover what the pool mapped, base vs line on both lines; needs the ggml build of `ggml-build` or
       # `lucebox-build` in this machine session (a profile with VMM: sm120-cuda13, not sm120-cuda13-hami)
       cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)
+      need_52f33fc || continue  # the main line's base (hami-core 2.0.0)
       G=/tmp/lp-ggml; mkdir -p "$OUT/commit"; system_cc; s0=$(now)
       if [ -e $G/lib/libggml.so ] || lbx_ggml_dir $G "$cap" || python3 tools/ggml_dir.py $G ${cap:+--arch $cap} \
           --include /tmp/lbx-src/server/deps/llama.cpp/ggml/include "$OUT"/ggml-build.*.json \
@@ -620,13 +621,15 @@ PY
     lbx-vgpu-serve)
       # issue 40 items 1-2: reproducers/serve with dflash_server (reproducers/serve/servers/dflash-server.toml: /health,
       # one chat completion, the charge against the device's usage, a clean OOM under LUCEBOX_OOM_LIMIT (8m)) in the
-      # builds LBV_KINDS names (vmm novmm) under both lines, base vs series. The `device` truth queues every server on a
+      # builds LBV_KINDS names (vmm novmm) under the lines LBV_TARGETS names (hami-core on 52f33fc, hami-core-v2.5 on
+      # 54b1305; carry .upstream/hami-core-main-2026-07-23.bundle for 52f33fc), base vs series. The `device` truth queues every server on a
       # host-wide lock (one server on the GPU at a time), so the runs are what costs: by default --fixed --runs RUNS (3)
       # = 18 dflash_server lifetimes + 6 harness-only controls per verify, 4 verifies (~1 min each if a lifetime is
       # ~3 s); SEQUENTIAL=1 uses the sequential rule (RUNS 10: ~50 lifetimes per verify, for verdicts with p-values).
       # Split over two calls with LBV_KINDS=vmm / LBV_KINDS=novmm if one does not fit.
       # Evidence: $OUT/commit/lbx-vgpu-{vmm,novmm}-<target>.$TAG.json -> docs/evidence/; `lucepatch show` renders each,
       # and all four side by side.
+      need_52f33fc || continue  # the main line's base (hami-core 2.0.0)
       mkdir -p "$OUT/commit"; s0=$(now)
       if [ "$DRIVER" = fake ]; then
         SI=$(python3 tests/fixtures/stand-in-server/build.py "$LUCEPATCH_CACHE/stand-in") || exit 3
@@ -644,7 +647,7 @@ PY
           [ -x $D/dflash_server ] || { echo "lbx-vgpu-serve: no $D/dflash_server: run lbx-vgpu-build first" >&2; continue; }
           export DFLASH_SERVER=$D/dflash_server
         fi
-        for t in hami-core hami-core-v2.5; do
+        for t in ${LBV_TARGETS:-hami-core hami-core-v2.5}; do
           lp verify --target $t --reproducer serve --source $SRC --driver $DRIVER "${RULE[@]}" --jobs $JOBS \
             --evidence "$OUT/commit/lbx-vgpu-$kind-$t.$TAG.json" 2>&1 | tee "$OUT/verify-lbx-vgpu-$kind-$t.log" | tail -9
         done
