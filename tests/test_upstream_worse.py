@@ -100,3 +100,19 @@ def test_pr_renders_what_the_move_to_its_base_made_worse_and_fixed(tmp_path):
     with pytest.raises(UsageError, match="give the evidence of the series too"):
         prepare_pr(t, fx["up"], tmp_path / "cache", tmp_path / "out3", skip_checks=True,
                    evidence_path=[tmp_path / "move.json"])
+
+
+def test_status_behaviour_names_an_upstream_that_made_it_worse():
+    """status --behaviour's detail says it as the retirement table does; the row keeps both sides."""
+    from lucepatch.services.series import annotate_behaviour
+
+    reason = ("does not apply at 52f33fc7fa1f (rebase it); upstream made pool-alloc:ctxless-pool-alloc worse: without it, "
+              "8f3a89c67b03+build-only: accounting mismatch (10/10) at the base, 52f33fc7fa1f+build-only: crash (SIGSEGV) "
+              "(10/10) at 52f33fc7fa1f")
+    judged = {"patches": [{"name": "p", "status": "worse-upstream", "needed": "still-needed",
+                           "scenario": "pool-alloc:ctxless-pool-alloc", "reason": reason, "code_signal": None}]}
+    rows = [{"name": "p", "detail": "conflict"}]
+    annotate_behaviour(rows, judged)
+    assert rows[0]["detail"] == ("conflict; behaviour: still-needed (upstream made it worse) "
+                                 "(pool-alloc:ctxless-pool-alloc)")
+    assert rows[0]["behaviour"]["reason"] == reason

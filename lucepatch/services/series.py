@@ -70,10 +70,13 @@ def annotate_behaviour(rows: list[dict], judged: dict | None) -> None:
     """Each row's behaviour verdict from the retire report (in `behaviour` and the detail). A
     retire-candidate stays as the engine found it (not-applied, ...): behaviour alone never makes a
     patch already-upstream (engine/retirement.py)."""
+    if judged:
+        from lucepatch.upstream.retire_report import SHOWN  # lazy: status --behaviour only, 334 ms (load ~11; retire 346 there)
     for r in rows if judged else []:
         b = next(p for p in judged["patches"] if p["name"] == r["name"])
         r["behaviour"] = {k: b.get(k) for k in ("status", "needed", "scenario", "reason", "code_signal")}
-        shown = "retire-candidate (needs review)" if b["status"] == "retire-candidate" else b["status"]
+        # a candidate needs review; upstream made the bug worse: said as the retirement table says it
+        shown = SHOWN.get(b["status"], b["status"])
         r["detail"] = (r["detail"] + "; " if r["detail"] else "") + f"behaviour: {shown} ({b['scenario'] or '-'})"
 
 
