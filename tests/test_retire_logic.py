@@ -475,7 +475,8 @@ def _target(tmp_path, series="s1"):
                                           '[[scenario]]\nname = "control"\ncontrol = true\n\n[[scenario]]\nname = "s"\n')
     tdir = tmp_path / "ws" / "patches" / "t"
     tdir.mkdir(parents=True, exist_ok=True)
-    return SimpleNamespace(name="t", series_hash=series, dir=tdir, patches=[SimpleNamespace(name="a"), SimpleNamespace(name="b")])
+    return SimpleNamespace(name="t", family="t", series_hash=series, dir=tdir,
+                           patches=[SimpleNamespace(name="a"), SimpleNamespace(name="b")])
 
 
 def test_saved_reports_are_found_by_content_with_unchanged_reproducers(tmp_path):
@@ -488,7 +489,8 @@ def test_saved_reports_are_found_by_content_with_unchanged_reproducers(tmp_path)
     path = rt.save_report(doc, t, cache)
     assert path.parent.name == rt.content_key(t, commit) and json.loads(path.read_text()) == doc
     # a staged copy of the same content elsewhere finds it (its reproducers named by folder)
-    staged = SimpleNamespace(name="t", series_hash="s1", dir=tmp_path / "elsewhere" / "patches" / "t", patches=t.patches)
+    staged = SimpleNamespace(name="t", family="t", series_hash="s1", dir=tmp_path / "elsewhere" / "patches" / "t",
+                             patches=t.patches)
     assert rt.load_saved(staged, commit, cache) is None  # no reproducers beside the staged copy
     assert rt.load_saved(staged, commit, cache, reproducers=tmp_path / "ws" / "reproducers") == doc
     assert rt.load_saved(_target(tmp_path, "s2"), commit, cache) is None  # other content
