@@ -1072,3 +1072,23 @@ def test_the_report_lists_what_upstream_made_worse_and_the_table_shows_it():
     assert rows == [["(upstream)", "made worse", "r:s", "accounting mismatch: charged: expected 67108864, got 0 (10/10) "
                                                          "on base-bare -> crash (SIGSEGV) (10/10) on ref-bare"]]
     assert retire_report.SHOWN[rt.WORSE_UPSTREAM] == "still-needed (upstream made it worse)"
+
+
+def test_measuring_one_reproducers_scenarios_runs_no_other_reproducers_controls(monkeypatch):
+    """issue 36 (item 7): the plan measures each build's own scenarios; a control of a reproducer none
+    of them belongs to judges nothing there (it ran on all 37 builds of a retire at 52f33fc: 22
+    reproducers' controls x 10 runs each, most of the runs)."""
+    lab = Lab.__new__(Lab)
+    lab.repros = {n: SimpleNamespace(name=n, scenarios=[Scenario("control", True), Scenario("s")]) for n in ("r", "q")}
+    lab.results, lab.records, lab.runs = {}, [], 10
+    lab._id = lambda b: b.name
+    ran = []
+    monkeypatch.setattr("lucepatch.upstream.behaviour.run_scenarios",
+                        lambda repros, variants, rule, drv, cache, names, execution: ran.append(
+                            (repros[0].name, sorted(names))) or SimpleNamespace(records=[]))
+    lab.execution = SimpleNamespace(mode="serial", jobs=1, isolation="none", why="")
+    lab.driver, lab.cache = None, None
+    b = B("b")
+    b.variant = SimpleNamespace(lib="x", provenance={})
+    lab.measure([b], ["r:s"])
+    assert ran == [("r", ["control", "s"])]

@@ -233,10 +233,14 @@ class Lab:
     # -- measurements ----------------------------------------------------------------------------
     def measure(self, builds: list[Build], scenarios: list[str] | None = None) -> None:
         """Run `scenarios` (reproducer:scenario; default every scenario of every reproducer, controls
-        always) N times on every build that has not run them yet."""
+        always — of the reproducers `scenarios` names, when it names some) N times on every build that
+        has not run them yet."""
         todo: dict[str, dict[str, list[Build]]] = {}
+        named = {k.split(":", 1)[0] for k in scenarios} if scenarios is not None else None
         for b in builds:
             for rname, r in self.repros.items():
+                if named is not None and rname not in named:
+                    continue  # another reproducer's controls judge none of these scenarios
                 for s in r.scenarios:
                     key = f"{rname}:{s.name}"
                     if scenarios is not None and key not in scenarios and not s.control:
