@@ -146,7 +146,7 @@ def test_same_commits_in_a_rebase_session(tmp_path, monkeypatch):
         return [(r["name"], r["applies"], r["action"], r["commit"]) for r in doc["patches"]]
     a, b = _paths(monkeypatch, walk)
     assert a == b
-    assert [x[1:3] for x in b] == [("3-way", "carried"), ("absorbed", "absorbed"), ("conflict", "would stop"),
+    assert [x[1:3] for x in b] == [("3-way", "carried"), ("already-upstream", "absorbed"), ("conflict", "would stop"),
                                    ("exact", "carried")]
     assert all(c for _, applies, _, c in b if applies in ("exact", "3-way"))
 

@@ -64,9 +64,11 @@ def test_the_line_is_a_line_of_hami_core_on_54b1305(line, cli):
     # every main-line fix but the cuMemCreate one (nothing to fix at 54b1305), the pool fix included
     assert set(main.series) - set(carried) == {"build-accept-cmake-4.patch",
                                                "fix-memory-charge-device-cumemcreate-to-prop-location-id.patch"}
-    # the one main-line fix with nothing to fix at 54b1305 is recorded, not lost
-    skipped = (line.dir / "absorbed" / "fix-memory-charge-device-cumemcreate-to-prop-location-id.patch").read_text()
-    assert "Applied-Upstream-Signal: skipped" in skipped
+    # the one main-line fix with nothing to fix at 54b1305 is recorded, not lost — as a person's skip in
+    # dropped/, never as applied upstream (no code signal says 54b1305 has it: issue 41)
+    skipped = (line.dir / "dropped" / "fix-memory-charge-device-cumemcreate-to-prop-location-id.patch").read_text()
+    assert "Dropped-At: 54b13055032577b9487d108fa1b18ccaf56274cc" in skipped and "rebase --skip by a person" in skipped
+    assert "Applied-Upstream" not in skipped and not (line.dir / "absorbed").exists()
 
 
 def test_serves_and_the_deploy_data_agree(line):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, git
-from lucepatch.engine import needed
+from lucepatch.engine import needed, retirement
 from lucepatch.engine.transaction import snapshot
 from test_fault_injection import state as checkout_state
 
@@ -89,7 +89,8 @@ def forward_flow(carry) -> dict:
     assert rb("--skip", SLUG[cf.ADD_CHUNK]).code == 1
     resolve(wt, "forward", restore=["src/carry.c"])
     assert rb("--continue").code == 1
-    r = rb("--skip", SLUG[cf.FREE], "--json")
+    assert rb("--skip", SLUG[cf.FREE]).code == 1  # the limit fix: upstream took it (u0), then rewrote it (u1)
+    r = rb("--skip", SLUG[cf.LIMIT], "--json")
     assert r.code == 0, r.err
     return r.json
 
@@ -122,9 +123,12 @@ def test_forward_session_skips_resolves_absorbs_then_writes_once(carry, tmp_path
     assert doc["direction"] == "forward" and doc["phase"] == "conflict" and doc["onto"] == c["u2"]
     assert doc["session"]["current"] == cf.ADD_CHUNK and doc["conflicts"] == [cf.ADD_CHUNK]
     assert actions(doc) == [("exact", "carried"), ("conflict", "stopped"), (None, "pending"), (None, "pending"),
-                            ("absorbed", "absorbed")]
+                            (None, "pending")]
+    # upstream took the limit fix byte for byte (u0) and rewrote those lines when it moved them (u1):
+    # REF's tree does not have the patch's change, so it is not absorbed by its patch-id (issue 39)
     lim = rows(doc)[cf.LIMIT]
-    assert lim["signal"] == "patch-id" and lim["upstream_commit"] == c["u0"]
+    assert lim["signal"] is None and lim["absorption"]["took"] == c["u0"] and lim["absorption"]["undone_by"] == c["u1"]
+    assert f"upstream took it in {c['u0'][:12]} (patch-id) but changed its lines in {c['u1'][:12]}" in lim["detail"]
     assert all(p["needed"]["needed"] == "not-judged" and p["needed"]["simulated"] is None for p in doc["patches"])
     wt = Path(doc["session"]["worktree"])
     text = (wt / "src/carry.c").read_text()
@@ -144,20 +148,26 @@ def test_forward_session_skips_resolves_absorbs_then_writes_once(carry, tmp_path
     assert r.json["session"]["current"] == cf.FREE and rows(r.json)[cf.ASYNC]["action"] == "resolved"
     assert snapshot(carry["ws"]) == ws_before
     r = rb("--skip", SLUG[cf.FREE], "--json")
+    assert r.code == 1 and r.json["session"]["current"] == cf.LIMIT  # its line is not in src/carry.c any more
+    assert f"changed its lines in {c['u1'][:12]}" in rows(r.json)[cf.LIMIT]["detail"]
+    r = rb("--skip", SLUG[cf.LIMIT], "--json")
     assert r.code == 0, r.err
     doc = r.json
     assert doc["written"] is True and doc["bump"] == "major" and doc["new_version"] == "2.0.0"
     assert actions(doc) == [("exact", "carried"), ("conflict", "skipped"), ("conflict", "resolved"),
-                            ("conflict", "skipped"), ("absorbed", "absorbed")]
+                            ("conflict", "skipped"), ("conflict", "skipped")]
     assert checkout_state(up) == src_before  # the user's checkout was only ever read
 
     assert (tdir / "series").read_text().split() == [cf.BUILD_PATCH, cf.ASYNC]
     assert f'base = "{c["u2"]}"' in (tdir / "target.toml").read_text()
-    assert sorted(p.name for p in (tdir / "absorbed").iterdir()) == sorted([cf.ADD_CHUNK, cf.FREE, cf.LIMIT])
-    ab = (tdir / "absorbed" / cf.LIMIT).read_text()
-    assert f"Applied-Upstream: {c['u0']}" in ab and "Applied-Upstream-Signal: patch-id" in ab
-    sk = (tdir / "absorbed" / cf.ADD_CHUNK).read_text()
-    assert f"Applied-Upstream: {c['u2']}" in sk and "Applied-Upstream-Signal: skipped (rebase --skip by a human" in sk
+    # a person's skips, not upstream's code: dropped/, never recorded as applied upstream (issue 41)
+    assert not (tdir / "absorbed").exists()
+    assert sorted(p.name for p in (tdir / "dropped").iterdir()) == sorted([cf.ADD_CHUNK, cf.FREE, cf.LIMIT])
+    for name in (cf.ADD_CHUNK, cf.FREE, cf.LIMIT):
+        sk = (tdir / "dropped" / name).read_text()
+        assert "Applied-Upstream" not in sk and f"Dropped-At: {c['u2']}" in sk
+        assert "Dropped-Why: " in sk and "rebase --skip by a person" in sk and "(not verified)" in sk
+    assert f"took it in {c['u0'][:12]}" in (tdir / "dropped" / cf.LIMIT).read_text()
     ported = (tdir / cf.ASYNC).read_text()
     assert "diff --git a/src/chunks.c b/src/chunks.c" in ported and "src/carry.c" not in ported.split("---\n", 1)[1]
     assert "Reproducer: carry:ctxless-async-alloc" in ported  # the message is kept byte for byte
@@ -297,7 +307,7 @@ def _judge(target, source, ref, patches, **where):
     # superseded with a code signal under the invariant (the only kind --drop-superseded drops)
     verdicts = {cf.ADD_CHUNK: needed.SUPERSEDED, cf.FREE: needed.SUPERSEDED, cf.ASYNC: needed.STILL_NEEDED}
     return {p.name: needed.Judgement(verdicts[p.name], "test judge", f"carry:{p.name[:12]}", "fake",
-                                     CODE if verdicts[p.name] == needed.SUPERSEDED else None, 1)
+                                     CODE if verdicts[p.name] == needed.SUPERSEDED else None, retirement.INVARIANT)
             for p in patches if p.name in verdicts}
 
 
@@ -316,7 +326,8 @@ def test_needed_labels_never_drop_a_patch_by_themselves(carry, judge):
     assert r.code == 1 and r.json["session"]["current"] == cf.ADD_CHUNK  # superseded, still walked
     by = rows(r.json)
     assert by[cf.ADD_CHUNK]["needed"] == {"needed": "superseded", "reason": "test judge", "scenario": "carry:fix-alloc-ad",
-                                         "driver": "fake", "simulated": True, "code_signal": CODE, "invariant": 1}
+                                         "driver": "fake", "simulated": True, "code_signal": CODE,
+                                         "invariant": retirement.INVARIANT, "measured": ""}
     assert by[cf.BUILD_PATCH]["needed"]["needed"] == "not-judged"
     # the human report (stdout; --json replaces it) says a simulated driver decided
     assert "superseded (simulated driver)" in " ".join(rb("--status").out.split())
@@ -330,9 +341,10 @@ def test_drop_superseded_moves_judged_patches_to_absorbed(carry, judge):
     up, rb, tdir = carry["up"], carry["rb"], carry["tdir"]
     r = rb("--source", up, "--onto", "upstream-next", "--drop-superseded", "--json")
     assert r.code == 1 and r.json["session"]["current"] == cf.ASYNC
-    assert [p["action"] for p in r.json["patches"]] == ["carried", "dropped", "stopped", "dropped", "absorbed"]
+    assert [p["action"] for p in r.json["patches"]] == ["carried", "dropped", "stopped", "dropped", "pending"]
     resolve(Path(r.json["session"]["worktree"]), "forward", restore=["src/carry.c"])
-    r = rb("--continue", "--json")
+    assert rb("--continue").code == 1  # the limit fix: taken upstream, then rewritten there (not absorbed)
+    r = rb("--skip", SLUG[cf.LIMIT], "--json")
     assert r.code == 0, r.err
     text = (tdir / "absorbed" / cf.FREE).read_text()
     assert "Applied-Upstream-Signal: superseded (simulated driver), code signal 3-way" in text

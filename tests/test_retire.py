@@ -18,6 +18,7 @@ import jsonschema
 import pytest
 
 from conftest import FIXTURES, REPO_ROOT, commit_all, init_repo, make_target
+from lucepatch.engine import retirement
 from lucepatch.errors import EnvironmentMissing
 from lucepatch.target import load_target
 from lucepatch.upstream.retire import (CONFLICT, RETIRE_CANDIDATE, RETIRE_SCHEMA, STILL_NEEDED, UNTESTABLE,
@@ -54,7 +55,7 @@ def test_upstream_fixing_one_of_two_behaviours_makes_exactly_that_patch_a_candid
     doc = retire_report(twobugs["target"], twobugs["upstream"], fixed, twobugs["cache"], "fake", 10)
     jsonschema.validate(doc, RETIRE_SCHEMA)
     assert doc["upstream"]["commit"] == fixed and doc["upstream"]["base"] == base and doc["simulated"] is True
-    assert doc["superseded"] == [] and doc["retire_candidates"] == [LIMIT] and doc["invariant"] == 1
+    assert doc["superseded"] == [] and doc["retire_candidates"] == [LIMIT] and doc["invariant"] == retirement.INVARIANT
     assert doc["no_longer_effective"] == []
     by = _by(doc)
     lim, mem = by[LIMIT], by[MEMINFO]

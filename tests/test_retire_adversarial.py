@@ -206,7 +206,7 @@ def test_status_behaviour_and_a_rebase_session_read_the_saved_report(adv, cli):
     res = cli("--workspace", ws, "--cache-dir", cache, "rebase", "partfix", "--source", checkout, "--onto",
               c["equivalent"], "--drop-superseded", "--dry-run", "--json")
     [p] = res.json["patches"]
-    assert p["needed"]["needed"] == "retire-candidate" and p["needed"]["invariant"] == 1
+    assert p["needed"]["needed"] == "retire-candidate" and p["needed"]["invariant"] == retirement.INVARIANT
     assert p["needed"]["driver"] == "fake" and p["action"] != "dropped"
     res = cli("--workspace", ws, "--cache-dir", cache, "rebase", "partfix", "--source", checkout, "--onto",
               c["exact"], "--dry-run", "--json")

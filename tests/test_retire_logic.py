@@ -355,12 +355,14 @@ def test_every_code_signal_counts_and_nothing_else(sig):
 
 
 def test_only_superseded_with_a_code_signal_under_the_invariant_may_drop():
-    J = needed.Judgement
-    assert retirement.may_drop(J("superseded", code_signal=CODE, invariant=1))
-    assert not retirement.may_drop(J("superseded", code_signal=None, invariant=1))
+    J, INV = needed.Judgement, retirement.INVARIANT
+    assert retirement.may_drop(J("superseded", code_signal=CODE, invariant=INV))
+    assert not retirement.may_drop(J("superseded", code_signal=None, invariant=INV))
     assert not retirement.may_drop(J("superseded", code_signal=CODE, invariant=None))
-    assert not retirement.may_drop(J("retire-candidate", code_signal=CODE, invariant=1))
-    assert not retirement.may_drop(J("still-needed", code_signal=CODE, invariant=1))
+    # a report from invariant 1: its code signal may be a patch-id upstream since reverted (issue 39)
+    assert INV == 2 and not retirement.may_drop(J("superseded", code_signal=CODE, invariant=1))
+    assert not retirement.may_drop(J("retire-candidate", code_signal=CODE, invariant=INV))
+    assert not retirement.may_drop(J("still-needed", code_signal=CODE, invariant=INV))
 
 
 def test_decide_writes_what_decided_into_the_reason():
@@ -384,7 +386,7 @@ def test_decide_writes_what_decided_into_the_reason():
 # ---- the report: exit code, table, the hooks, the saved report ----------------------------------
 
 
-def _doc(rows, invariant=1, commit="c" * 40):
+def _doc(rows, invariant=retirement.INVARIANT, commit="c" * 40):
     doc = {"upstream": {"ref": "main", "commit": commit, "base": "b" * 40}, "target": "t", "driver": {"kind": "fake"},
            "simulated": True, "runs": 10, "patches": rows, "still_failing": [], "reproducers": [{"name": "r", "hash": "h"}]}
     if invariant is not None:
@@ -406,14 +408,16 @@ def test_exit_code_fails_only_on_what_stopped_working_or_could_not_be_judged():
 
 def test_the_table_names_candidates_as_needing_review_and_shows_code_signals():
     doc = _doc([_r("a", rt.RETIRE_CANDIDATE), _r("b", rt.SUPERSEDED, CODE), _r("c", rt.STILL_NEEDED, CODE),
-                _r("d", rt.CONFLICT, applies=False)])
+                _r("d", rt.CONFLICT, applies=False), _r("e", rt.STILL_NEEDED, applies=False)])
     doc["still_failing"] = [{"scenario": "r:s", "behaviour": "crash", "build": "x"}]
     title, _, rows = rt.format_retire_table(doc)
     assert title.startswith("retire check of t at main (cccccccccccc, base bbbbbbbbbbbb) — driver fake (simulated)")
-    assert [r[1] for r in rows] == ["retire-candidate (needs review)", "superseded", "still-needed",
-                                    "conflict (does not apply)", "still failing"]
+    # one name per state (issue 36 item 5): `conflict`, never "conflict (does not apply)"
+    assert [r[1] for r in rows] == ["retire-candidate (needs review)", "superseded", "still-needed", "conflict",
+                                    "still-needed (does not apply)", "still failing"]
     assert rows[1][3] == "superseded because" and rows[2][3] == "still-needed because [code: patch-id]"
-    assert rows[4] == ["(no patch)", "still failing", "r:s", "crash on x"]
+    assert rows[5] == ["(no patch)", "still failing", "r:s", "crash on x"]
+    assert rt.NEEDED[rt.CONFLICT] == needed.CONFLICT == "conflict"
 
 
 def test_review_lines_say_what_to_read_for_each_candidate():
@@ -456,12 +460,10 @@ def test_the_upstreamed_detector_needs_the_hooks_code_signal(tmp_path):
     says_yes.code_signal = lambda patch, ref: None
     upstreamed.register_behaviour_hook(says_yes)
     try:
-        hit = upstreamed.detect(p, tmp_path / "x.diff", repo=tmp_path, ref="c" * 40, upstream_ids={},
-                                reverse_check=None, read_file=lambda path: None)
+        hit = upstreamed.behaviour_says(p, target=None, source=None, ref="c" * 40)
         assert hit is None  # behaviour alone is never "already upstream"
         says_yes.code_signal = lambda patch, ref: {"signal": "3-way", "commit": "d" * 40}
-        hit = upstreamed.detect(p, tmp_path / "x.diff", repo=tmp_path, ref="c" * 40, upstream_ids={},
-                                reverse_check=None, read_file=lambda path: None)
+        hit = upstreamed.behaviour_says(p, target=None, source=None, ref="c" * 40)
         assert hit.signal == "behaviour" and hit.commit == "d" * 40 and "code signal 3-way" in hit.detail
     finally:
         upstreamed.unregister_behaviour_hook(says_yes)
@@ -510,14 +512,14 @@ def test_the_rebase_judge_reads_the_report_and_downgrades_what_the_invariant_doe
     monkeypatch.setattr(rt.git, "try_resolve", lambda source, ref: ref)
     h = rt.target_reproducers(t)[0].hash
     commit = "c" * 40
-    for inv in (1, None):
+    for inv in (retirement.INVARIANT, 1, None):
         doc = _doc([_r("a", rt.SUPERSEDED, CODE, scenario="r:s"), _r("b", rt.RETIRE_CANDIDATE)], invariant=inv)
         doc["reproducers"] = [{"name": "r", "hash": h}]
         cache = tmp_path / f"cache{inv}"
         rt.save_report(doc, t, cache)
         j = rt.judge(t, tmp_path, commit, t.patches, cache=cache)
         assert j["b"].needed == "retire-candidate" and j["b"].driver == "fake"
-        if inv:
+        if inv == retirement.INVARIANT:
             assert j["a"].needed == "superseded" and j["a"].code_signal == CODE and retirement.may_drop(j["a"])
             assert j["a"].scenario == "r:s" and j["a"].reason == "superseded: superseded because"
         else:

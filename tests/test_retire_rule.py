@@ -20,6 +20,7 @@ import jsonschema
 import pytest
 
 from conftest import FIXTURES
+from lucepatch.engine import retirement
 from lucepatch.target import load_target
 from lucepatch.upstream import retire as rt
 from lucepatch.upstream.behaviour import DIFFERENT, IDENTICAL, INCONCLUSIVE, Lab, OnBuild
@@ -131,7 +132,7 @@ def test_an_upstream_fix_identical_in_behaviour_makes_exactly_that_patch_a_candi
     # the saved report is what a rebase session's `needed` reads: a candidate, never superseded
     j = rt.judge(world["t"], world["repo"], world["fixed"], world["t"].patches, cache=world["cache"])
     assert j[U].needed == "retire-candidate" and j[U].driver == "fake" and j[U].simulated is True
-    assert j[U].code_signal is None and j[U].invariant == 1
+    assert j[U].code_signal is None and j[U].invariant == retirement.INVARIANT
     assert j[R].needed == "still-needed" and j[B].needed == "untestable"
     other = rt.judge(world["t"], world["repo"], world["base"], world["t"].patches, cache=world["root"] / "nocache")
     assert {x.needed for x in other.values()} == {"not-judged"}

@@ -54,7 +54,7 @@ def test_rebase_line_writes_a_new_line_and_leaves_the_family_alone(line):
     assert bp["backport"] == c["u0"] and bp["applies"] == "exact" and bp["action"] == "carried"
     # the backport brings upstream's limit fix, so our own copy of it has nothing left to do
     lim = rows(doc)[cf.LIMIT]
-    assert (lim["applies"], lim["action"], lim["signal"]) == ("absorbed", "absorbed", "3-way")
+    assert (lim["applies"], lim["action"], lim["signal"]) == ("already-upstream", "absorbed", "3-way")
     toml = (tdir / "target.toml").read_text()
     assert 'name = "carry-v0.9"\nline_of = "carry"\nline = "v0.9"\n' in toml
     assert f'base = "{c["c0"]}"' in toml and 'version = "1.0.0"' in toml
@@ -63,7 +63,9 @@ def test_rebase_line_writes_a_new_line_and_leaves_the_family_alone(line):
     text = (tdir / series[0]).read_text()
     assert f"Upstream-Status: Backport [{c['u0']}]" in text
     assert "Signed-off-by: Line Keeper <keeper@example.invalid>" in text and "From: Upstream Dev" in text
-    assert sorted(p.name for p in (tdir / "absorbed").iterdir()) == sorted([cf.ASYNC, cf.FREE, cf.LIMIT])
+    # absorbed/: what upstream's code has (the 3-way no-op); dropped/: the person's skips (no code signal)
+    assert sorted(p.name for p in (tdir / "absorbed").iterdir()) == [cf.LIMIT]
+    assert sorted(p.name for p in (tdir / "dropped").iterdir()) == sorted([cf.ASYNC, cf.FREE])
 
 
 def test_list_status_lint_and_verify_know_the_lines(line):

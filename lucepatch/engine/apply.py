@@ -45,17 +45,15 @@ class PatchOutcome:
     commit: str | None = None
     detail: str = ""
     after_conflict: bool = False  # tried after an earlier patch conflicted
+    signal: str | None = None  # already-upstream by the one judge (engine/absorption.py): the code signal
 
     def to_json(self) -> dict:
-        return {
-            "name": self.patch.name,
-            "subject": self.patch.subject,
-            "patch_id": self.patch.patch_id,
-            "status": self.status,
-            "commit": self.commit,
-            "after_conflict": self.after_conflict,
-            "detail": self.detail,
-        }
+        doc = {"name": self.patch.name, "subject": self.patch.subject, "patch_id": self.patch.patch_id,
+               "status": self.status, "commit": self.commit, "after_conflict": self.after_conflict,
+               "detail": self.detail}
+        if self.signal:
+            doc["signal"] = self.signal
+        return doc
 
 
 @dataclass

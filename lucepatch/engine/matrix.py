@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucepatch import git, odb
+from lucepatch.engine.absorption import judge_cells
 from lucepatch.engine.apply import WorkArea, prepare_private
 from lucepatch.engine.core import ALREADY_UPSTREAM, APPLIED, APPLIED_3WAY, CONFLICT, IndexEngine
 from lucepatch.engine.matrix_batches import MISSING, Batches, Fallback, Item, PatchShape, patch_shape, trusted_patches
@@ -284,6 +285,7 @@ def _sub_matrix(st, src: Path, cache: Path, commits: list[str], independent: boo
             sfiles = prepare_private(checkout, st.target.patches, work, have[0])
             r = run_matrix(work.repo, work.path, st.target.patches, sfiles, have, [""] * len(have),
                            independent=independent, jobs=jobs)
+            judge_cells(work.repo, st.target.patches, sfiles, have, r.cells, work.path / "judge")
         by_link = dict(zip(have, r.cells))
         sm.states += r.states
         stats["submodule"] = r.stats
@@ -297,6 +299,7 @@ def _sub_matrix(st, src: Path, cache: Path, commits: list[str], independent: boo
             files = prepare_private(src, moved, work, commits[idx[0]], alternates=alternates)
             r = run_matrix(work.repo, work.path, moved, files, [commits[i] for i in idx], [""] * len(idx),
                            independent=independent, jobs=jobs)
+            judge_cells(work.repo, moved, files, [commits[i] for i in idx], r.cells, work.path / "judge")
         for i, cells in zip(idx, r.cells):
             sm.cells[i] = cells
         sm.states += r.states
@@ -320,5 +323,7 @@ def matrix_of(t, src: Path, cache: Path, rev_range: str, *, independent: bool = 
     with WorkArea(cache, f"matrix-{t.name}") as work:
         files = prepare_private(src, t.patches, work, commits[0])
         res = run_matrix(work.repo, work.path, t.patches, files, commits, subjects, independent=independent, jobs=jobs)
+        # a conflict the tree already has (a backport it contains, ...) is U, as check --onto says it
+        res.details.update(judge_cells(work.repo, t.patches, files, commits, res.cells, work.path / "judge"))
     subs = [_sub_matrix(st, src, cache, commits, independent, jobs) for st in sub_targets(t)[1:] if st.target.series]
     return res, subs

@@ -38,8 +38,9 @@ SUPERSEDED = "superseded"
 RETIRE_CANDIDATE = "retire-candidate"  # behaviour alone: needs a reviewer, never dropped
 UNTESTABLE = "untestable"
 INCONCLUSIVE = "inconclusive"
+CONFLICT = "conflict"  # does not apply at REF and nothing measured says it is needed: rebase it to judge
 NOT_JUDGED = "not-judged"
-VERDICTS = (STILL_NEEDED, SUPERSEDED, RETIRE_CANDIDATE, UNTESTABLE, INCONCLUSIVE, NOT_JUDGED)
+VERDICTS = (STILL_NEEDED, SUPERSEDED, RETIRE_CANDIDATE, UNTESTABLE, INCONCLUSIVE, CONFLICT, NOT_JUDGED)
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class Judgement:
     driver: str | None = None  # "fake" (simulated driver) / "real" / None (nothing ran)
     code_signal: dict | None = None  # that upstream contains the code (engine/retirement.py), when one was found
     invariant: int | None = None  # the rule the judgement was made under (retirement.INVARIANT; None: before it)
+    measured: str = ""  # what the deciding scenario did at REF without and with the patch (runs counted), if measured
 
     def __post_init__(self):
         if self.needed not in VERDICTS:
@@ -66,7 +68,7 @@ class Judgement:
     def from_json(cls, doc: dict | None) -> "Judgement":
         doc = doc or {}
         return cls(doc.get("needed", NOT_JUDGED), doc.get("reason", ""), doc.get("scenario"), doc.get("driver"),
-                   doc.get("code_signal"), doc.get("invariant"))
+                   doc.get("code_signal"), doc.get("invariant"), doc.get("measured", ""))
 
 
 Judge = Callable[["Target", Path, str, Sequence["Patch"]], dict]

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucepatch.engine import checkout as co
+from lucepatch.engine.absorption import judge_conflicts
 from lucepatch.engine.apply import SeriesResult, WorkArea, apply_series
 from lucepatch.engine.subtargets import applied_each, sub_targets
 from lucepatch.errors import UsageError
@@ -47,7 +48,9 @@ def apply_onto_checkout(t: Target, src: Path, cache: Path, *, partial: bool = Fa
             applied = [a for a in applied if not a.in_superproject]
         else:
             work = stack.enter_context(WorkArea(cache, f"apply-{t.name}"))
-            applied = [_Single(src, apply_series(t, src, t.patches, work, checkout=False, fetch=fetch), work)]
+            res = apply_series(t, src, t.patches, work, checkout=False, fetch=fetch)
+            judge_conflicts(res.outcomes, work.repo, res.base, res.base, work.path / "judge")  # as check does
+            applied = [_Single(src, res, work)]
         result = applied[0].result
         if not t.submodules:
             result.subs = []

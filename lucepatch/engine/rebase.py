@@ -18,9 +18,10 @@ from pathlib import Path
 import tomlkit
 
 from lucepatch import git, trailers
-from lucepatch.engine import session_subs, stale, upstreamed
+from lucepatch.engine import absorption, needed as needed_mod, retirement, session_subs, stale, upstreamed
 from lucepatch.engine.commits import FORMAT_PATCH_ARGS, PURE_ENV
 from lucepatch.engine.core import ALREADY_UPSTREAM, IndexEngine
+from lucepatch.engine.session_store import ABSORBED, DROPPED, PENDING, SKIPPED, PatchState
 from lucepatch.errors import UsageError
 from lucepatch.lines.fit import compat_data
 from lucepatch.series import Patch, read_series
@@ -55,6 +56,99 @@ def attribute(repo: Path, base: str, onto: str, work: Path, patch: Patch, f: Pat
         def has(c):
             return upstreamed.content_match(patch, upstreamed.tree_reader(repo, c))
     return upstreamed.first_commit_with(repo, base, onto, has)
+
+
+# ---- the one judge in a session (engine/absorption.py): what leaves the series, and what it records
+
+
+def judge_at_start(ps: PatchState, found, j, opts, onto: str, attribute_with) -> None:
+    """At the start of a session: the code judge's `found` at the new base and the measured
+    judgement `j` decide whether `ps` leaves the series (absorbed), and a person's --keep overrides
+    a drop; --drop-superseded drops only a superseded judgement under the invariant. What decided is
+    recorded in `ps.absorption` and said in `ps.detail`. `attribute_with(signal)`: the oldest upstream
+    commit where a tree signal holds."""
+    ps.needed = j.to_json()
+    ps.absorption = found.to_json()
+    if found.upstream:
+        d = absorption.decide(found, j)
+        ps.signal, ps.absorption = found.signal, {**found.to_json(), "decision": d.state, "reason": d.reason}
+        if ps.name in opts.keep:  # a person rejects the absorption: carried (or stopped for a human)
+            ps.detail = f"kept by a person (--keep); the code judge said: {d.reason}"
+            ps.absorption.update(decision=absorption.KEPT, reason=ps.detail)
+        elif d.drop:
+            ps.action, ps.applies, ps.detail = ABSORBED, absorption.ALREADY_UPSTREAM, d.reason
+            ps.upstream_commit = found.commit or attribute_with(found.signal) or onto
+        else:  # behaviour measured at REF still needs it: carried; the disagreement is said
+            ps.detail = d.reason
+    elif found.took:  # taken upstream and undone there: said, and carried
+        ps.detail = found.detail
+    # --drop-superseded: only a judgement under the invariant with a code signal (never behaviour alone)
+    if ps.action == PENDING and opts.drop_superseded and ps.name not in opts.keep and retirement.may_drop(j):
+        ps.action, ps.signal = DROPPED, "superseded"
+        ps.upstream_commit = (j.code_signal or {}).get("commit") or onto
+        ps.detail = f"judged superseded ({j.reason}); code signal {j.code_signal['signal']}; --drop-superseded"
+
+
+def judge_note(ps: PatchState, *more: str) -> str:
+    """What the judge said at the start that a later step must not lose ("kept: ...", "upstream
+    took it in X but reverted it in Y"), joined with `more` by "; "."""
+    a = ps.absorption or {}
+    said = a.get("reason") if a.get("decision") == absorption.KEPT else a.get("detail") if a.get("took") else ""
+    return "; ".join(x for x in (said, *more) if x)
+
+
+def drops_3way(ps: PatchState, detail: str, keep) -> bool:
+    """A 3-way no-op on the session's head: may the patch go (the one judge, with what behaviour
+    measured and what a person said)? Records the decision in `ps` either way."""
+    found = absorption.Finding(absorption.ALREADY_UPSTREAM, "3-way", None, detail or "3-way merge produced no change")
+    d = absorption.decide(found, needed_mod.Judgement.from_json(ps.needed))
+    ps.absorption = {**found.to_json(), "decision": d.state, "reason": d.reason}
+    if ps.name in keep:
+        ps.absorption["decision"] = absorption.KEPT
+        ps.detail = (f"kept by a person (--keep), but re-applied on the new base it changes nothing ({d.reason}): "
+                     f"change the work tree so the patch does what it must, or --skip {ps.slug_hint}")
+        return False
+    if not d.drop:
+        ps.detail = (f"{d.reason}; re-applied on the new base it changes nothing: make its change take effect in "
+                     f"the work tree, or --skip {ps.slug_hint}")
+        return False
+    ps.detail = d.reason
+    return True
+
+
+def skipped(ps: PatchState, onto: str) -> None:
+    """`--skip`: a person's decision. It is recorded as applied upstream only where the one judge
+    found the patch's code at the new base; otherwise it goes to dropped/, said to be unverified."""
+    ps.action, ps.conflict_files = SKIPPED, []
+    if (ps.absorption or {}).get("state") == absorption.ALREADY_UPSTREAM:
+        ps.signal = ps.absorption.get("signal")
+        ps.upstream_commit = ps.upstream_commit or ps.absorption.get("commit") or onto
+        ps.detail = f"skipped by a person (rebase --skip); the code judge found it upstream ({ps.signal})"
+    else:
+        ps.signal, ps.upstream_commit = "skipped", None
+        ps.detail = ("skipped by a person (rebase --skip); lucepatch found no code signal that upstream has it: "
+                     "recorded in dropped/, not as applied upstream")
+
+
+def dropped_why(ps: PatchState, onto: str) -> str:
+    """The `Dropped-Why:` of a patch a person skipped that the judge did not find upstream."""
+    return judge_note(ps, "rebase --skip by a person", f"lucepatch found no code signal that {onto[:12]} has it "
+                                                       "(not verified)")
+
+
+def left_signal(ps: PatchState) -> str:
+    """The Applied-Upstream-Signal of a patch leaving the series: the code signal and who decided."""
+    if ps.action == DROPPED:
+        return (f"superseded ({'simulated driver' if ps.needed.get('simulated') else ps.needed.get('driver') or 'judge'})"
+                f", code signal {(ps.needed.get('code_signal') or {}).get('signal')}")
+    a = ps.absorption or {}
+    if ps.action == SKIPPED:
+        return f"{a.get('signal')} (rebase --skip by a person)"
+    if a.get("decision") == absorption.SUPERSEDED:
+        return f"{ps.signal} + behaviour superseded ({'simulated driver' if ps.needed.get('simulated') else 'real driver'})"
+    measured = (ps.needed or {}).get("needed")
+    return f"{ps.signal} (code signal alone; behaviour " + \
+        ("not measured)" if measured in (None, needed_mod.NOT_JUDGED) else f"{measured})")
 
 
 def as_line(orig: Path, t: Target, line: str) -> None:
@@ -112,14 +206,16 @@ def backports(repo: Path, source: Path, orig: Path, opts, upstream: str | None =
 def build_target_dir(d: Path, t: Target, st, plan: dict) -> None:
     """Edit the staged copy `d` of the target folder into the rebased series. A moving sub-target's
     patches (`<sub-target>/<file>`, engine/session_subs.py) go back into its series_dir in its own
-    coordinates, and its [[submodule]] table says where --onto holds it."""
+    coordinates, and its [[submodule]] table says where --onto holds it. absorbed/: what upstream
+    has (Applied-Upstream); dropped/: a person's skip the one judge did not find upstream."""
     left: dict[Path, set[str]] = {}  # series folder (relative) -> names that leave it
-    for name, data in plan["absorbed"].items():
-        rel, data = session_subs.in_own_coordinates(t, st.subs, name, data, t.dir / name)
-        (d / rel.parent / "absorbed").mkdir(parents=True, exist_ok=True)
-        (d / rel.parent / "absorbed" / rel.name).write_bytes(data)
-        (d / rel).unlink(missing_ok=True)
-        left.setdefault(rel.parent, set()).add(rel.name)
+    for folder in ("absorbed", "dropped"):
+        for name, data in plan.get(folder, {}).items():
+            rel, data = session_subs.in_own_coordinates(t, st.subs, name, data, t.dir / name)
+            (d / rel.parent / folder).mkdir(parents=True, exist_ok=True)
+            (d / rel.parent / folder / rel.name).write_bytes(data)
+            (d / rel).unlink(missing_ok=True)
+            left.setdefault(rel.parent, set()).add(rel.name)
     for name, data in plan["files"].items():  # backports are new files
         rel, data = session_subs.in_own_coordinates(t, st.subs, name, data, t.dir / name)
         if not (d / rel).is_file() or (d / rel).read_bytes() != data:

@@ -2,9 +2,12 @@
 
 The invariant (issue 26; docs/design.md "Retirement"): nothing becomes `superseded` or
 `already-upstream`, no `Applied-Upstream:` trailer is written and no patch is dropped without a
-**code signal** that upstream contains the change:
+**code signal** that REF contains the change, read on REF's tree by the one judge
+(lucepatch.engine.absorption — its module doc has the rules and the words):
 
-  patch-id       an upstream commit in base..REF has the patch's `git patch-id --stable`
+  patch-id       an upstream commit in base..REF has the patch's `git patch-id --stable`, and REF's
+                 tree still has the change (a later revert or change of those lines cancels it)
+  backport       `Upstream-Status: Backport [sha]` and sha is an ancestor of REF (not reverted since)
   reverse-apply  the patch reverse-applies exactly to REF's tree
   content-match  every significant changed run of the patch is in REF (whitespace/context may differ)
   3-way          the patch re-applied on REF (3-way, after the series' earlier patches) changes nothing
@@ -14,9 +17,11 @@ Behaviour is evidence, not a signal: scenarios behaving alike with and without a
 the input space the scenarios use, mask the symptom, or move the bug). Retirement by behaviour
 (lucepatch.upstream.retire) therefore yields at most `retire-candidate (needs review)`, and an input
 sweep over the scenarios' declared parameters adds evidence to a candidate, never a code signal.
+And behaviour measured decides *against* code: a patch whose code upstream has but which a scenario
+still needs at REF is kept (absorption.decide).
 
 Every writer asks here: the retire report's statuses (`decide`), `status --behaviour` and the
-upstreamed detector (`accepts`), a rebase session's `--drop-superseded` (`may_drop`) and
+upstreamed detector (`accepts`), a rebase session's drops (`may_drop`, absorption.decide) and
 `bisect --record` (`code_signal_at`).
 """
 
@@ -25,21 +30,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from lucepatch import git
+from lucepatch.engine.absorption import CODE_SIGNALS, INVARIANT, UpstreamJudge, accepts, is_code_signal
 from lucepatch.engine.apply import WorkArea, open_state
 from lucepatch.engine.core import ALREADY_UPSTREAM
-from lucepatch.engine.upstreamed import CODE_SIGNALS, content_match, tree_reader, upstream_patch_ids
 
 SUPERSEDED = "superseded"
 RETIRE_CANDIDATE = "retire-candidate"
-# Reports and judgements made under this rule carry {"invariant": INVARIANT}; one without it (made
-# before the rule, when behaviour alone could say superseded) is read, never acted on.
-INVARIANT = 1
-
-
-def is_code_signal(sig) -> bool:
-    """A code signal: {"signal": one of CODE_SIGNALS, ...} (or an object with .signal)."""
-    name = sig.get("signal") if isinstance(sig, dict) else getattr(sig, "signal", None)
-    return name in CODE_SIGNALS
 
 
 def decide(behaviour: str, code) -> str:
@@ -50,49 +46,38 @@ def decide(behaviour: str, code) -> str:
     return behaviour
 
 
-def accepts(status: str, code, invariant) -> bool:
-    """May a recorded `status` (a retire report row, a rebase judgement) count as "upstream has it"?
-    Only `superseded` with a code signal, from a report made under this rule."""
-    return status == SUPERSEDED and is_code_signal(code) and invariant == INVARIANT
-
-
 def may_drop(judgement) -> bool:
     """A rebase session's --drop-superseded: the judgement (engine.needed.Judgement) is `superseded`,
     names its code signal and comes from a report made under the invariant."""
     return accepts(judgement.needed, judgement.code_signal, judgement.invariant)
 
 
-def code_signals(target, source: Path, base: str, ref: str, cache: Path) -> dict[str, dict | None]:
-    """{patch name: the code signal that REF contains it, or None} for every patch of `target`.
+def findings(target, source: Path, base: str, ref: str, cache: Path) -> dict:
+    """{patch name: absorption.Finding} for every patch of `target` at `ref`.
 
-    The textual signals first (patch-id over base..REF, reverse-apply, content-match), then each
-    patch re-applied on REF in series order with a 3-way merge (a patch that does not apply is
-    left out and the next one tried): a result identical to the tree before is the `3-way` signal."""
+    The judge's tree-read signals first (patch-id and backport counted only as absorption says,
+    reverse-apply, content-match), then each patch re-applied on REF in series order with a 3-way
+    merge (a patch that does not apply is left out and the next one tried): a result identical to
+    the tree before is the `3-way` signal."""
     source = Path(source)
-    out: dict[str, dict | None] = {}
-    ids = upstream_patch_ids(source, base, ref) if base != ref else {}
+    out: dict = {}
     with WorkArea(Path(cache), f"code-{target.name}") as work:
         state, files = open_state(source, target.patches, work, ref)
-        read = tree_reader(work.repo, ref)
+        judge = UpstreamJudge(work.repo, base, ref, work.path / "judge")
         for p, f in zip(target.patches, files):
-            sig = None
-            if p.patch_id in ids:
-                sig = {"signal": "patch-id", "commit": ids[p.patch_id],
-                       "detail": f"upstream commit {ids[p.patch_id][:12]} has patch-id {p.patch_id[:12]}"}
-            elif state.check_reverse(f):
-                sig = {"signal": "reverse-apply", "commit": None,
-                       "detail": f"the patch reverse-applies exactly to {ref[:12]}"}
-            elif content_match(p, read):
-                sig = {"signal": "content-match", "commit": None,
-                       "detail": f"every changed run is present in {ref[:12]} (whitespace/context differ)"}
+            found = judge.code(p, f)
             # applied cumulatively (a conflict leaves the index as it was and the next patch is tried)
             status, _ = state.apply(p, f)
-            if sig is None and status == ALREADY_UPSTREAM:
-                sig = {"signal": "3-way", "commit": None,
-                       "detail": f"re-applied on {ref[:12]} (3-way, after the series' earlier patches) it changes "
-                                 "nothing"}
-            out[p.name] = sig
+            if not found.upstream and status == ALREADY_UPSTREAM:
+                found = judge.three_way(p)
+            out[p.name] = found
     return out
+
+
+def code_signals(target, source: Path, base: str, ref: str, cache: Path) -> dict[str, dict | None]:
+    """{patch name: the code signal that REF contains it, or None} for every patch of `target`
+    (`findings`, as the retire report and bisect --record record them)."""
+    return {name: f.code_signal() for name, f in findings(target, source, base, ref, cache).items()}
 
 
 def code_signal_at(target, source: Path, patch, commit: str, cache: Path) -> dict | None:

@@ -31,15 +31,17 @@ from pathlib import Path
 from typing import Callable
 
 from lucepatch import git, odb, report, trailers
-from lucepatch.engine import needed as needed_mod, retirement
-from lucepatch.engine import session_subs, stale, transaction, upstreamed
+from lucepatch.engine import absorption, needed as needed_mod
+from lucepatch.engine import session_subs, stale, transaction
 from lucepatch.engine.apply import (TreeState, WorkArea, apply_loop, clone_private, commit_message, patch_author, pause_at, resolve_base, series_trailers, with_trailers)
 from lucepatch.engine.commits import PURE_ENV, format_commits
 from lucepatch.engine.checkout import clear_private_locks
 from lucepatch.engine.core import ALREADY_UPSTREAM, APPLIED, APPLIED_3WAY, CONFLICT, IndexEngine, validate_diffs
 from lucepatch.engine.safety import check_series_safety
 from lucepatch.errors import CheckFailed, UsageError
-from lucepatch.engine.rebase import as_line, attribute, backports, build_target_dir, bump_version, serves_at
+from lucepatch.engine.rebase import (as_line, attribute, backports, build_target_dir, bump_version, drops_3way,
+                                     dropped_why, judge_at_start, judge_note, left_signal, serves_at,
+                                     skipped)
 from lucepatch.engine.session_store import (ABSORBED, BACK, CARRIED, CONFLICT_PHASE, DROPPED, FORWARD, KEPT,  # noqa: F401
                                             LEFT, NONE, PENDING, READY, RESOLVED, SCHEMA, SIDEWAYS, SKIPPED, STOPPED,
                                             TABLE_COLUMNS, WALKING, WRITING, PatchState, State, Store, _now, describe,
@@ -70,6 +72,7 @@ class Options:
     line: str | None = None  # write the result as a new line of the family (patches/<family>-<line>)
     backports: tuple = ()  # upstream revisions to carry first, as `Upstream-Status: Backport [<commit>]`
     build_only: tuple = ()  # those of `backports` that only make the base build (Build-Only: yes)
+    keep: tuple = ()  # patches whose absorption a person rejects (--keep): carried, or stopped for a human
     # who answers `needed` (engine/needed.py), handed in by the caller: the retirement rule sits floors
     # above the engine. None: every patch not-judged. Not part of the session's state on disk.
     judge: Callable | None = field(default=None, compare=False, repr=False)
@@ -225,29 +228,17 @@ class Session:
         if bad:
             st.warnings.append(f"on its own base {st.base[:12]} the series does not apply cleanly ({', '.join(bad)}); "
                                "3-way merges of later patches may lack preimages")
-        up_ids = {**session_subs.patch_ids(repo, st.subs), **upstreamed.upstream_patch_ids(repo, st.base, st.onto)}
-        eng = IndexEngine(repo, self.root / "detect.index")
-        eng.reset(st.walk_base)
-        reader = upstreamed.tree_reader(repo, st.walk_base)
-        for ps, p, f in zip(st.patches, patches, files):
-            hit = upstreamed.detect(p, f, repo=repo, ref=st.onto, upstream_ids=up_ids, reverse_check=eng.check_reverse,
-                                    read_file=reader, target=self.t, source=source)
-            if hit:
-                commit = hit.commit or attribute(repo, st.base, st.onto, self.root, p, f, hit.signal) or st.onto
-                ps.action, ps.applies, ps.signal, ps.upstream_commit, ps.detail = ABSORBED, "absorbed", hit.signal, commit, hit.detail
         judged = needed_mod.judge(self.t, source, st.onto, self.t.patches, by=opts.judge, no_behaviour=opts.no_behaviour,
                                   cache=self.cache, reproducers=getattr(self, "_reproducers", None))
         for p in patches[len(self.t.patches):]:  # the judge reads the superproject's series only
             judged[p.name] = needed_mod.Judgement(needed_mod.NOT_JUDGED, "a sub-target's patch: the behaviour judge "
                                                   "runs the superproject's reproducers only")
-        for ps in st.patches:
-            j = judged[ps.name]
-            ps.needed = j.to_json()
-            # only a judgement under the invariant with a code signal drops (never behaviour alone)
-            if ps.action == PENDING and opts.drop_superseded and retirement.may_drop(j):
-                ps.action, ps.signal = DROPPED, "superseded"
-                ps.upstream_commit = (j.code_signal or {}).get("commit") or st.onto
-                ps.detail = f"judged superseded ({j.reason}); code signal {j.code_signal['signal']}; --drop-superseded"
+        # the one judge (engine/absorption.py) on the tree the walk starts from (a moving sub-target flattened)
+        judge = absorption.UpstreamJudge(repo, st.base, st.onto, self.root / "judge", tree=st.walk_base,
+                                         extra_ids=session_subs.patch_ids(repo, st.subs))
+        for ps, p, f in zip(st.patches, patches, files):
+            judge_at_start(ps, judge.code(p, f), judged[ps.name], opts, st.onto,
+                           lambda sig: attribute(repo, st.base, st.onto, self.root, p, f, sig))
 
     # ---- the walk
     @property
@@ -275,15 +266,23 @@ class Session:
             self.state.flush()  # the head saved below must be readable after a kill
             o = outcomes[0]
             if o.status in (APPLIED, APPLIED_3WAY):
-                ps.action, ps.applies, ps.commit, ps.detail = CARRIED, "exact" if o.status == APPLIED else "3-way", head, o.detail
+                ps.action, ps.applies, ps.commit = CARRIED, "exact" if o.status == APPLIED else "3-way", head
+                ps.detail = judge_note(ps, o.detail)  # what the judge said at the start (kept, undone upstream)
                 prev, st.head = st.head, head
                 if o.status == APPLIED_3WAY and stop_at_conflict and not self._accept(i, prev):
                     return st.phase  # what git merged without markers broke the patch's scenarios: a human looks
-            elif o.status == ALREADY_UPSTREAM:
+            elif o.status == ALREADY_UPSTREAM and drops_3way(ps, o.detail, st.options.get("keep", ())):
                 commit = attribute(self.repo, st.base, st.onto, self.root, p, self.patch_file(i), "3-way") or st.onto
-                ps.action, ps.applies, ps.signal, ps.upstream_commit, ps.detail = ABSORBED, "absorbed", "3-way", commit, o.detail
+                ps.action, ps.applies, ps.signal, ps.upstream_commit = ABSORBED, absorption.ALREADY_UPSTREAM, "3-way", commit
+            elif o.status == ALREADY_UPSTREAM:  # REF's tree has it, but behaviour (or a person) keeps it: a human decides
+                ps.applies = absorption.ALREADY_UPSTREAM
+                if not stop_at_conflict:
+                    ps.action = STOPPED
+                    continue
+                self._materialize(i)
+                return st.phase
             else:
-                ps.applies, ps.detail = "conflict", o.detail
+                ps.applies, ps.detail = "conflict", judge_note(ps, o.detail)
                 if not stop_at_conflict:  # a dry run: the files git named, as a session would list them
                     ps.action, ps.conflict_files = STOPPED, conflicted_paths(o.detail)
                     continue
@@ -308,8 +307,9 @@ class Session:
         ps = st.patches[i]
         unmerged, rejects = self._unmerged(), self._rejects()
         ps.action, ps.conflict_files = STOPPED, unmerged + rejects
-        ps.detail = ("3-way merge left conflict markers" if unmerged else "") + \
-            ("; " if unmerged and rejects else "") + ("hunks with no 3-way base are in .rej files" if rejects else "")
+        if unmerged or rejects or ps.applies != absorption.ALREADY_UPSTREAM:
+            ps.detail = judge_note(ps, "3-way merge left conflict markers" if unmerged else "",
+                                   "hunks with no 3-way base are in .rej files" if rejects else "")
         st.phase, st.current = CONFLICT_PHASE, i
         self.save()
 
@@ -408,8 +408,7 @@ class Session:
             _g(self.repo, "reset", "-q", "--hard", st.head)
             _g(self.repo, "clean", "-fdq")
             st.phase, st.current = WALKING, None
-        ps.action, ps.signal, ps.upstream_commit, ps.conflict_files = SKIPPED, "skipped", st.onto, []
-        ps.detail = "skipped by a human (rebase --skip); not verified by lucepatch"
+        skipped(ps, st.onto)
         self.save()
         return st.phase != CONFLICT_PHASE
 
@@ -430,7 +429,7 @@ class Session:
         if st.head != st.walk_base:
             for fpath, _pid, commit in format_commits(self.repo, st.walk_base, st.head, self.root / "export"):
                 fresh[commit] = fpath.read_bytes()
-        files, absorbed, kinds, rows = {}, {}, set(), []
+        files, absorbed, dropped, kinds, rows = {}, {}, {}, set(), []
         if st.base != st.onto:
             kinds.add("major")
         for ps, p in zip(st.patches, self.patches):
@@ -450,13 +449,14 @@ class Session:
                 elif new != was.raw:
                     kinds.add("patch")
                 files[p.name] = new
+            elif ps.action == SKIPPED and not (ps.absorption or {}).get("state") == absorption.ALREADY_UPSTREAM:
+                # a person's decision, not upstream's: no Applied-Upstream (the one judge found no code signal)
+                dropped[p.name] = with_trailers(mine or p, [f"Dropped-At: {st.onto}",
+                                                            f"Dropped-Why: {dropped_why(ps, st.onto)}"])
+                kinds.add("minor")
             elif ps.action in LEFT:
-                sig = ps.signal if ps.action == ABSORBED else (
-                    "skipped (rebase --skip by a human; not verified)" if ps.action == SKIPPED else
-                    f"superseded ({'simulated driver' if ps.needed.get('simulated') else ps.needed.get('driver') or 'judge'})"
-                    f", code signal {(ps.needed.get('code_signal') or {}).get('signal')}")
                 absorbed[p.name] = with_trailers(mine or p, [f"Applied-Upstream: {ps.upstream_commit or st.onto}",
-                                                             f"Applied-Upstream-Signal: {sig}"])
+                                                             f"Applied-Upstream-Signal: {left_signal(ps)}"])
                 kinds.add("minor")
             rows.append(row)
         if st.subs:  # a sub-target that moves changes what the series is applied to
@@ -486,7 +486,7 @@ class Session:
                  f"(review.toml lists each sentence); lucepatch pr refuses them until then"] if review else []
         notes += [said] if said else []
         notes += [f"regression guard(s) from what upstream fixed: {', '.join(guards)}"] if guards else []
-        return {"files": files, "absorbed": absorbed, "bump": bump, "new_version": new_version,
+        return {"files": files, "absorbed": absorbed, "dropped": dropped, "bump": bump, "new_version": new_version,
                 "range_diff": range_diff, "rows": rows, "review": review, "guards": guards, "serves": serves,
                 "notes": notes}
 

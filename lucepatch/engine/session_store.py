@@ -45,8 +45,8 @@ class PatchState:
     patch_id: str
     sha256: str
     action: str = PENDING
-    applies: str | None = None  # exact | 3-way | absorbed | conflict
-    signal: str | None = None  # why absorbed: patch-id, reverse-apply, content-match, 3-way, ...
+    applies: str | None = None  # exact | 3-way | already-upstream | conflict
+    signal: str | None = None  # why absorbed: patch-id, backport, reverse-apply, content-match, 3-way, ...
     upstream_commit: str | None = None
     needed: dict = field(default_factory=lambda: needed_mod.Judgement().to_json())
     commit: str | None = None  # its commit on the new base
@@ -56,6 +56,7 @@ class PatchState:
     # what the session checked before accepting a 3-way merge or a hand resolution (issue 36): state
     # accepted | rejected | not-run | skipped (--no-verify), the builds, the scenarios and their runs
     verify: dict = field(default_factory=dict)
+    absorption: dict | None = None  # the one judge's finding at the new base and its decision (engine/absorption.py)
 
     @property
     def slug_hint(self) -> str:

@@ -1,6 +1,7 @@
-"""`status`: each patch at a checkout's HEAD — applied (a Patch-Id trailer reachable from HEAD),
-already upstream (with the signal that says so), not applied (and how it would apply) or
-conflicting — for the target and each of its [[submodule]] sub-targets at their own HEADs.
+"""`status`: each patch at a checkout's HEAD — applied (a Patch-Id trailer reachable from HEAD, or its
+change in lucepatch's own commits), already upstream (the one judge, engine/absorption.py, on upstream's
+tree below lucepatch's commits, with the signal that says so), not applied (and how it would apply) or
+conflict — for the target and each of its [[submodule]] sub-targets at their own HEADs.
 Nothing in the checkouts is written."""
 
 from __future__ import annotations
@@ -9,14 +10,40 @@ from pathlib import Path
 
 from lucepatch import git
 from lucepatch.engine import layout, upstreamed
+from lucepatch.engine.absorption import UpstreamJudge
 from lucepatch.engine.apply import CONFLICT, WorkArea, open_state, resolve_base
-from lucepatch.engine.commits import applied_patch_ids
+from lucepatch.engine.commits import applied_patch_ids, patch_id_trailer
+from lucepatch.engine.core import ALREADY_UPSTREAM, IndexEngine
 from lucepatch.engine.subtargets import sub_targets
 
 APPLIED = "applied"
 NOT_APPLIED = "not-applied"
 UPSTREAM = "already-upstream"
-CONFLICTS = "conflicts"
+CONFLICTS = "conflict"  # one word per state (engine/absorption.py): as check and rebase say it
+
+
+def upstream_below(src: Path, base: str, head: str) -> str:
+    """The newest first-parent commit of HEAD that is upstream's: below lucepatch's own commits
+    (those with a `Lucepatch-Series:` trailer, from this series or any other version of it), so
+    "already upstream" is judged on upstream's tree, never on what lucepatch applied."""
+    if head == base:
+        return head
+    log = git.run(src, "log", "--first-parent", "--format=%H%x00%B%x01", "-n", "1000", f"{base}..{head}",
+                  env={"GIT_OPTIONAL_LOCKS": "0"}).stdout
+    for entry in log.split("\x01"):
+        if "\x00" not in entry:
+            continue
+        sha, body = entry.strip("\n").split("\x00", 1)
+        if "\nLucepatch-Series: " not in "\n" + body or not patch_id_trailer(body):
+            return sha
+    return base if len(log.split("\x01")) < 1001 else head
+
+
+def _three_way_noop(work, commit: str, p, f) -> bool:
+    """Does `p` alone, re-applied 3-way on `commit`'s tree, change nothing?"""
+    eng = IndexEngine(work.repo, work.path / "up.index")
+    eng.reset(commit)
+    return eng.apply(f, name=p.name)[0] == ALREADY_UPSTREAM
 
 
 def compute_status(t, src, work, head: str, base: str, patches: list | None = None) -> list[dict]:
@@ -24,9 +51,12 @@ def compute_status(t, src, work, head: str, base: str, patches: list | None = No
     patches with the superproject's checkout, HEAD and base."""
     patches = t.patches if patches is None else patches
     applied = applied_patch_ids(src, base, head)
-    up_ids = upstreamed.upstream_patch_ids(src, base, head)
+    up = upstream_below(src, base, head)
     state, files = open_state(src, patches, work, head)
-    reader = upstreamed.tree_reader(work.repo, head)
+    # the one judge (engine/absorption.py), on upstream's tree below lucepatch's commits
+    judge = UpstreamJudge(work.repo, base, up, work.path / "judge")
+    ours = UpstreamJudge(work.repo, up, head, work.path / "ours") if up != head else None
+    mine = f"lucepatch's own commits {up[:12]}..{head[:12]} (another version of the patch: no Patch-Id trailer matches)"
     rows = []
     for p, f in zip(patches, files):
         row = {"name": p.name, "subject": p.subject, "patch_id": p.patch_id, "status": None,
@@ -34,22 +64,33 @@ def compute_status(t, src, work, head: str, base: str, patches: list | None = No
         if p.patch_id in applied:
             row.update(status=APPLIED, commit=applied[p.patch_id], detail="Patch-Id trailer reachable from HEAD")
         else:
-            hit = upstreamed.detect(p, f, repo=work.repo, ref=head, upstream_ids=up_ids,
-                                    reverse_check=state.check_reverse, read_file=reader, target=t, source=src)
-            if hit:
-                row.update(status=UPSTREAM, signal=hit.signal, commit=hit.commit, detail=hit.detail)
+            found = judge.code(p, f)
+            if found.upstream:
+                row.update(status=UPSTREAM, signal=found.signal, commit=found.commit, detail=found.detail)
+            elif ours is not None and (sig := ours.tree_has(p, f)):  # HEAD has it, upstream's tree does not
+                row.update(status=APPLIED, detail=f"its change ({sig}) is in {mine}")
+            elif found.took:  # taken upstream, then reverted or changed there
+                row.update(detail=found.detail)
+            else:
+                hit = upstreamed.behaviour_says(p, target=t, source=src, ref=up)
+                if hit:
+                    row.update(status=UPSTREAM, signal=hit.signal, commit=hit.commit, detail=hit.detail)
         rows.append(row)
     # what is neither applied nor upstream: would it apply at HEAD (cumulatively, in series order)?
     for row, p, f in zip(rows, patches, files):
         if row["status"] is not None:
             continue
         status, detail = state.apply(p, f)
+        note = f"{row['detail']}; " if row["detail"] else ""
         if status == CONFLICT:
-            row.update(status=CONFLICTS, detail=detail)
-        elif status == "already-upstream":
-            row.update(status=UPSTREAM, signal="3-way", detail=detail)
+            row.update(status=CONFLICTS, detail=note + detail)
+        elif status == "already-upstream" and up != head and not _three_way_noop(work, up, p, f):
+            # HEAD has the change but upstream's tree below lucepatch's commits does not: lucepatch applied it
+            row.update(status=APPLIED, detail=note + f"its change (3-way) is in {mine}")
+        elif status == ALREADY_UPSTREAM:
+            row.update(status=UPSTREAM, signal="3-way", detail=note + detail)
         else:
-            row.update(status=NOT_APPLIED, would=status)
+            row.update(status=NOT_APPLIED, would=status, detail=row["detail"])
     return rows
 
 

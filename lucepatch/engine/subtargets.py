@@ -24,6 +24,7 @@ from typing import Callable
 
 from lucepatch import git, report
 from lucepatch.engine import layout
+from lucepatch.engine.absorption import judge_conflicts
 from lucepatch.engine.apply import SeriesResult, WorkArea, apply_series
 from lucepatch.engine.core import CONFLICT
 from lucepatch.engine.layout import Place
@@ -146,6 +147,7 @@ def applied_each(target: Target, source: Path, cache: Path, stack: contextlib.Ex
     res = apply_series(target, source, own + [p for *_, moved in inside for p in moved], work, base=base,
                        checkout=checkout, write_objects=write_objects, fetch=fetch, alternates=alternates,
                        base_label="--onto" if at else None)
+    _judge(res, source, target, work)
     whole = list(res.outcomes)
     res.outcomes = whole[:len(own)]
     out = [Applied(SubTarget(target.name, ".", target), source, res, work, own)]
@@ -173,9 +175,17 @@ def applied_each(target: Target, source: Path, cache: Path, stack: contextlib.Ex
         swork = stack.enter_context(WorkArea(cache, f"{label}-{st.target.name}"))
         sres = apply_series(st.target, src, patches, swork, base=pl.commit, checkout=checkout,
                             write_objects=write_objects, fetch=fetch)
+        _judge(sres, src, st.target, swork)
         sres.place = pl
         out.append(Applied(st, src, sres, swork, patches, pl))
     return out
+
+
+def _judge(res, source: Path, target: Target, work) -> None:
+    """What does not apply but the tree already has (a backport it contains, ...): the one judge,
+    as a rebase asks it, so apply, check, matrix and rebase agree (engine/absorption.py)."""
+    pinned = git.try_resolve(source, target.base) or res.base
+    judge_conflicts(res.outcomes, work.repo, pinned, res.base, work.path / "judge")
 
 
 def link_submodules(applied: list[Applied]) -> Path:

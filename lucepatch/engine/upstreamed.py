@@ -1,7 +1,9 @@
-"""Has upstream already merged a patch? Several signals, each named in the output.
+"""The signals that say upstream has a patch's change, each named in the output. Which of them
+counts, and how they meet measured behaviour, is the one judge's (lucepatch.engine.absorption):
+every verb asks it, never these functions on their own.
 
 - ``patch-id``: an upstream commit in base..REF has the same `git patch-id --stable` (exact change,
-  any context/offsets). Names that commit.
+  any context/offsets). Names that commit; counts only while REF's tree still has the change.
 - ``reverse-apply``: the patch reverse-applies exactly to REF's tree (upstream has the change, maybe
   split over commits or squashed with others).
 - ``content-match``: a hand-rewritten variant (different context, whitespace or line breaks): every
@@ -15,7 +17,8 @@
   (the invariant, lucepatch.engine.retirement): a hook's True counts only with the code signal it
   names through ``hook.code_signal(patch, ref)``.
 
-The first three (and the 3-way no-op of the series engine) are *code signals* (CODE_SIGNALS).
+The first three, `backport` (an `Upstream-Status: Backport [sha]` whose sha REF contains) and the
+3-way no-op of the series engine are *code signals* (CODE_SIGNALS).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from lucepatch.errors import LucepatchError
 from lucepatch.series import Patch
 
 SIGNALS = ("patch-id", "reverse-apply", "content-match", "behaviour")
-CODE_SIGNALS = ("patch-id", "reverse-apply", "content-match", "3-way")  # evidence that upstream has the code
+CODE_SIGNALS = ("patch-id", "backport", "reverse-apply", "content-match", "3-way")  # evidence that upstream has the code
 
 _behaviour_hooks: list[Callable] = []
 
@@ -183,17 +186,9 @@ def content_match(patch: Patch, read_file: Callable[[str], str | None]) -> bool:
     return evidence
 
 
-def detect(patch: Patch, patch_file: Path, *, repo: Path, ref: str, upstream_ids: dict[str, str],
-           reverse_check: Callable[[Path], bool] | None, read_file: Callable[[str], str | None],
-           target=None, source: Path | None = None) -> Upstreamed | None:
-    """The first signal (in SIGNALS order) saying `patch` is already in `ref`, or None."""
-    pid = patch.patch_id
-    if pid in upstream_ids:
-        return Upstreamed("patch-id", upstream_ids[pid], f"upstream commit {upstream_ids[pid][:12]} has patch-id {pid[:12]}")
-    if reverse_check is not None and reverse_check(patch_file):
-        return Upstreamed("reverse-apply", None, f"the patch reverse-applies exactly to {ref[:12]}")
-    if content_match(patch, read_file):
-        return Upstreamed("content-match", None, f"every changed run is present in {ref[:12]} (whitespace/context differ)")
+def behaviour_says(patch: Patch, *, target, source: Path | None, ref: str) -> Upstreamed | None:
+    """What the registered behaviour hooks say (`status --behaviour`): an Upstreamed with signal
+    `behaviour` only when a hook's True comes with the code signal it names, else None."""
     for hook in _behaviour_hooks:
         try:
             verdict = hook(target, patch, source, ref)

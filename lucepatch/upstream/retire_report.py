@@ -39,7 +39,7 @@ STATUSES = (SUPERSEDED, RETIRE_CANDIDATE, STILL_NEEDED, WORSE_UPSTREAM, NO_LONGE
             UNTESTABLE, INCONCLUSIVE, NOT_JUDGED)
 NEEDED = {SUPERSEDED: "superseded", RETIRE_CANDIDATE: "retire-candidate", STILL_NEEDED: "still-needed",
           WORSE_UPSTREAM: "still-needed", NO_LONGER_EFFECTIVE: "still-needed", REGRESSION: "inconclusive",
-          CONFLICT: "inconclusive", UNTESTABLE: "untestable", INCONCLUSIVE: "inconclusive", NOT_JUDGED: "not-judged"}
+          CONFLICT: "conflict", UNTESTABLE: "untestable", INCONCLUSIVE: "inconclusive", NOT_JUDGED: "not-judged"}
 # how the table names a status (a candidate is not a verdict: a person reads the code first)
 SHOWN = {RETIRE_CANDIDATE: "retire-candidate (needs review)", WORSE_UPSTREAM: "still-needed (upstream made it worse)"}
 # the report's schema is data (lucepatch/data/retire.schema.json), read by show too without this rule;
@@ -140,7 +140,9 @@ def format_retire_table(doc: dict) -> tuple[str, list[str], list[list[str]]]:
     for p in doc["patches"]:
         code = p.get("code_signal", p.get("textual"))
         sig = f" [code: {code['signal']}]" if code and p["status"] != SUPERSEDED else ""
-        rows.append([p["name"], SHOWN.get(p["status"], p["status"]) + ("" if p["applies"] else " (does not apply)"),
+        # `conflict` already says it does not apply (one name per state: engine/absorption.py)
+        apart = "" if p["applies"] or p["status"] == CONFLICT else " (does not apply)"
+        rows.append([p["name"], SHOWN.get(p["status"], p["status"]) + apart,
                      p.get("scenario") or "", p["reason"] + sig])
     for s in doc.get("still_failing", []):
         rows.append(["(no patch)", "still failing", s["scenario"], f"{s['behaviour']} on {s['build']}"])
