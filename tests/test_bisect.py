@@ -190,6 +190,28 @@ def test_unbuildable_range_end_is_inconclusive(cli, tmp_path):
     assert doc["result"] == "inconclusive" and "cannot judge the range end" in doc["reason"]
 
 
+def test_take_revert_refix_is_not_fixed_by_the_reverted_take(cli, tmp_path):
+    """Issue 41: upstream takes the limit patch byte for byte (c2), reverts it (c3) and lands its own
+    fix (c4). Before: `fixed by c2` after three probes, and --record wrote Applied-Upstream: c2 with
+    the take's patch-id as its code signal. Now every transition is found and reported, the last fix
+    (c4) is the answer, and nothing is recorded: c4 has none of the patch's code."""
+    repo, c = tb.upstream(tmp_path, ["one", "take-limit", "revert-last", "fix-limit", "five"])
+    ws = tb.workspace(tmp_path, c[0])
+    pfile = ws / "patches" / "twobugs" / LIMIT
+    raw = pfile.read_bytes()
+    res = cli("--workspace", ws, "--cache-dir", tmp_path / "cache", "bisect", "--source", repo, "--driver", "fake",
+              "--runs", "2", "--reproducer", "twobugs", "--scenario", "cumulative-limit", "--json",
+              "--record", LIMIT, f"{c[0]}..{c[-1]}")
+    assert res.code == 1, res.err
+    doc = res.json["bisect"]
+    assert doc["result"] == "found" and doc["first"]["commit"] == c[4]
+    assert [(t["commit"], t["direction"]) for t in doc["transitions"]] == [(c[2], "fixed"), (c[3], "broke"),
+                                                                          (c[4], "fixed")]
+    assert "not monotone, 3 transitions" in doc["reason"] and "of 6 commits probed" in doc["reason"]
+    assert doc["recorded"] is None and f"{c[4][:12]} has none of the patch's code" in res.err
+    assert pfile.read_bytes() == raw
+
+
 def test_set_trailers_keeps_the_diff():
     raw = (FIXTURES / "twobugs" / "patches" / LIMIT).read_bytes()
     out = set_trailers(raw, [("Applied-Upstream", "a" * 40)])

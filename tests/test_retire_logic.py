@@ -277,6 +277,43 @@ def test_the_joint_check_keeps_every_candidate_when_removing_them_all_changes_no
     assert all("without x, y behaves as the whole series" in r["reason"] for r in rows)
 
 
+def _skipped(build, scenario):
+    return _ob(build, scenario, [], skipped=10, extra=10, why="needs the real CUDA driver")
+
+
+def test_a_scenario_not_run_on_either_build_is_no_evidence_in_the_joint_check():
+    """Issue 41: removing x changes nothing on r:s; r:w ran on neither build. Before, "skipped on
+    both builds" counted as a change and kept x still-needed with a false reason."""
+    class Skips(JointLab):
+        def compare(self, without, with_, s):
+            if s == "r:w":
+                return Comparison(INCONCLUSIVE, s, _skipped("a", s), _skipped("b", s), "not run on either build (x)")
+            return Comparison(IDENTICAL, s, _ob("a", s, [(PASS, 10)]), _ob("b", s, [(PASS, 10)]), "")
+    full = B("ref+series", ("x",))
+    c = rt.Context("c" * 40, "cccccccccccc", [], full=full)
+    rows = [{"name": "x", "status": rt.RETIRE_CANDIDATE, "reason": "", "needed": ""}]
+    repros = {"r": SimpleNamespace(checked=[SimpleNamespace(name="s"), SimpleNamespace(name="w")])}
+    rt._joint(Skips(), SimpleNamespace(order=["x"]), c, rows, repros)
+    assert rows[0]["status"] == rt.RETIRE_CANDIDATE
+    assert rows[0]["reason"].endswith("behaves as the whole series on all 1 scenario(s) that ran "
+                                      "(1 not run on either build, not counted: r:w)")
+
+
+def test_a_scenario_not_run_on_either_build_is_not_counted_by_judge_patch():
+    same, gone = ([(PASS, 10)], [(PASS, 10)]), None
+    lab, ref, base = world(same, same, FIXED_AT_BASE, FIXED_AT_BASE)
+    for b in ("ref-bare", "ref-bare+p", "ref-series-p", "ref-series", "base-bare", "base-bare+p", "base-series-p",
+              "base-series"):
+        lab.results[(b, "r:w")] = _skipped(b, "r:w")
+    v = rt.judge_patch(lab, P, ["r:s", "r:w"], ref, base, [], rt.make_blame(lab, base.commit, ref.commit))
+    assert v.status == rt.RETIRE_CANDIDATE and v.reason.startswith("identical with and without it at aaaaaaaaaaaa "
+                                                                   "on r:s (1 scenario(s)")
+    assert v.reason.endswith("; not run on either build, not counted: r:w") and gone is None
+    # nothing that reaches it ran: inconclusive, and said so
+    v = rt.judge_patch(lab, P, ["r:w"], ref, base, [], rt.make_blame(lab, base.commit, ref.commit))
+    assert v.status == rt.INCONCLUSIVE and "every scenario that reaches it was not run on either build: r:w" in v.reason
+
+
 # ---- the input sweep ----------------------------------------------------------------------------
 
 
@@ -621,7 +658,7 @@ def test_compare_kinds_and_why():
     c = cmp([(PASS, 10)], [(PASS, 10)])
     assert c.kind == IDENTICAL and c.why == "pass (10/10) on both"
     c = cmp(_ob("w", "r:s", [], skipped=10, extra=10, why="2 GPUs"), _ob("x", "r:s", [], skipped=10, extra=10))
-    assert c.kind == INCONCLUSIVE and c.why == "skipped on both builds (2 GPUs)"
+    assert c.kind == INCONCLUSIVE and c.why == "not run on either build (2 GPUs)" and c.not_run
     c = cmp([(PASS, 10)], _ob("x", "r:s", [], skipped=10, extra=10, why="2 GPUs"))
     assert c.kind == INCONCLUSIVE and c.why == "x: skipped (2 GPUs)"
     c = cmp([(PASS, 10)], [(PASS, 10)], failing_controls={"w"})

@@ -156,9 +156,11 @@ class Bisected:
 
 def bisect(ws: Workspace, cache: Path, range_spec: str, reproducer: str, *, scenario: str | None = None,
            target: str | None = None, source: str | None = None, driver: str = "auto", runs: int | None = None,
-           record: str | None = None, progress=None) -> Bisected:
-    """The first commit of `range_spec` (first parent) where the reproducer's behaviour flips; with
-    `record`, Applied-Upstream: written into that patch when upstream there holds its code."""
+           record: str | None = None, progress=None, ref: str | None = None) -> Bisected:
+    """Where the reproducer's behaviour flips over `range_spec` (first parent): every transition
+    found, the one that holds at the end, and the state at `ref` (REF, default the range's end);
+    with `record`, Applied-Upstream: written into that patch only when the one judge says upstream
+    has it (upstream/bisect.py record_applied_upstream)."""
     repro = load_reproducer(ws, reproducer)
     t = load_target(ws, target or repro.target)
     patch = None
@@ -171,7 +173,7 @@ def bisect(ws: Workspace, cache: Path, range_spec: str, reproducer: str, *, scen
     drv = choose_driver(driver, cache)
     if progress:
         progress(f"workspace {ws.describe()}; driver {drv.chosen} ({drv.note or drv.requested})")
-    doc = bisect_behaviour(t, src, range_spec, repro, cache, drv, runs, scenario)
+    doc = bisect_behaviour(t, src, range_spec, repro, cache, drv, runs, scenario, ref=ref, patch=patch)
     doc["workspace"] = ws.to_json()
     out = Bisected(doc, t, bisect_exit_code(doc), patch)
     if patch is not None and doc["result"] == FOUND:

@@ -30,6 +30,9 @@ from lucepatch.verify.session import Execution, Variant, derive_driver, plan_exe
 from lucepatch.verify.verdict import tally
 
 IDENTICAL, DIFFERENT, INCONCLUSIVE = "identical", "different", "inconclusive"
+# a scenario skipped on both builds of a pair: no evidence of a change, nor of no change (issue 41) —
+# never counted either way, and every reason says so in these words
+NOT_RUN = "not run on either build"
 
 # Behaviour of one scenario on one build (bisect's vocabulary, and Behaviour.behaviour)
 B_PASS, B_FAIL, B_INVALID, B_SKIPPED, B_UNBUILT, B_MIXED = "pass", "fail", "invalid", "skipped", "not-built", "mixed"
@@ -166,6 +169,11 @@ class Comparison:
     without: OnBuild
     with_: OnBuild
     why: str = ""
+
+    @property
+    def not_run(self) -> bool:
+        """Skipped on both builds: it says nothing either way (NOT_RUN)."""
+        return self.kind == INCONCLUSIVE and self.without.state == B_SKIPPED and self.with_.state == B_SKIPPED
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "scenario": self.scenario, "why": self.why,
@@ -349,7 +357,7 @@ class Lab:
             if not ok:
                 return Comparison(INCONCLUSIVE, scenario, a, b, why)
         if a.state == B_SKIPPED and b.state == B_SKIPPED:
-            return Comparison(INCONCLUSIVE, scenario, a, b, f"skipped on both builds ({a.why})")
+            return Comparison(INCONCLUSIVE, scenario, a, b, f"{NOT_RUN} ({a.why})")
         for ob in (a, b):
             if ob.uniform is None:
                 return Comparison(INCONCLUSIVE, scenario, a, b, f"{ob.build}: {ob.describe()}")

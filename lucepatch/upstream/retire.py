@@ -81,7 +81,7 @@ from lucepatch.upstream.retire_report import (CONFLICT, INCONCLUSIVE, KIND, MIN_
                                               report_hook, reproducers_dir, retire_exit_code, review_lines,
                                               save_report, target_reproducers)
 from lucepatch.upstream.behaviour import (B_FAIL, B_MIXED, B_PASS, B_SKIPPED, DIFFERENT, IDENTICAL,  # noqa: F401
-                                          INCONCLUSIVE as C_INCONCLUSIVE, Behaviour, Comparison, Lab,
+                                          NOT_RUN, INCONCLUSIVE as C_INCONCLUSIVE, Behaviour, Comparison, Lab,
                                           describe_signature, made_worse, measure_behaviour, resolve_driver)
 from lucepatch.upstream.bisect import FOUND, bisect_behaviour
 from lucepatch.upstream.coverage import coverage_map
@@ -325,10 +325,17 @@ def judge_patch(lab: Lab, p: Patch, scen: list[str], ref: Context, base: Context
     if diffs:
         kind, s, c = diffs[0]
         return Verdict(REGRESSION, f"{kind} at {ref.label}: {s} passes without it and fails with it: {c.why}", s, details)
-    unsure = [(kind, s, c) for kind, s, c in cmp_ref if c.kind != IDENTICAL]
+    # a scenario not run on either build is no evidence either way: not counted, and said (issue 41)
+    unsure = [(kind, s, c) for kind, s, c in cmp_ref if c.kind != IDENTICAL and not c.not_run]
     if unsure:
         kind, s, c = unsure[0]
         return Verdict(INCONCLUSIVE, f"{kind} at {ref.label}: {s}: {blame(c)}", s, details)
+    ran = [s for s in scen if any(s2 == s and not c.not_run for _, s2, c in cmp_ref)]
+    not_run = [s for s in scen if s not in ran]
+    if not ran:
+        _, s, c = cmp_ref[0]
+        return Verdict(INCONCLUSIVE, f"at {ref.label} every scenario that reaches it was {NOT_RUN}: "
+                                     f"{', '.join(not_run)} ({c.why})", s, details)
     positive = [(kind, s, c) for kind, s, c in cmp_base if c.kind == DIFFERENT]
     if not positive:
         why = "; ".join(f"{s}: {c.why}" for _, s, c in cmp_base if c.kind != IDENTICAL)[:300]
@@ -343,10 +350,11 @@ def judge_patch(lab: Lab, p: Patch, scen: list[str], ref: Context, base: Context
         return Verdict(UNTESTABLE, f"{', '.join(unreached[:3])}{' …' if len(unreached) > 3 else ''} (at {ref.label}"
                                    f"+series) reached by no scenario", None, details)
     kind, s, c = positive[0]
+    skipped = f"; {NOT_RUN}, not counted: {', '.join(not_run)}" if not_run else ""
     # behaviour alone: at most a candidate (only a code signal makes it superseded, retirement.decide)
-    return Verdict(RETIRE_CANDIDATE, f"identical with and without it at {ref.label} on {', '.join(scen)} ({len(scen)} "
+    return Verdict(RETIRE_CANDIDATE, f"identical with and without it at {ref.label} on {', '.join(ran)} ({len(ran)} "
                                      f"scenario(s), add-one and leave-one-out); at the base it made a difference on "
-                                     f"{s} ({c.why})", s, details)
+                                     f"{s} ({c.why}){skipped}", s, details)
 
 
 def judge_conflict(lab: Lab, p: Patch, scen: list[str], ref: Context, base: Context, blame, cov=None) -> Verdict:
@@ -611,12 +619,16 @@ def _joint(lab: Lab, judge: Judge, cx: Context, rows: list[dict], repros: dict, 
     scen = [f"{n}:{s.name}" for n, r in repros.items() for s in r.checked]
     applicable = [n for n in judge.order if n not in cx.conflicts]
 
+    not_run: set[str] = set()  # scenarios no build of a pair ran: no evidence either way, never counted
+
     def same(removed: list[str]) -> Comparison | None:  # `removed` is never empty
         b = lab.build(f"{cx.label}+series-{_short(removed)}", cx.commit, [n for n in applicable if n not in removed])
         lab.measure_plan([(b, set(scen)), (cx.full, set(scen))])  # one batch, not one per scenario
         for s in scen:
             c = lab.compare(b, cx.full, s)
-            if c.kind != IDENTICAL:
+            if c.not_run:
+                not_run.add(s)
+            elif c.kind != IDENTICAL:
                 return c
         return None
 
@@ -642,8 +654,11 @@ def _joint(lab: Lab, judge: Judge, cx: Context, rows: list[dict], repros: dict, 
                             f"{c.scenario} ({c.why}) although alone it changes nothing there; "
                             f"{_attribute(cov, c.scenario, [r['name']])}")
         elif r["name"] in keep:
+            ran = len(scen) - len(not_run)
             r["reason"] += f"; joint check: {cx.label}+series without {', '.join(keep)} behaves as the whole series " \
-                           f"on all {len(scen)} scenario(s)"
+                           f"on all {ran} scenario(s) that ran" + \
+                           (f" ({len(not_run)} {NOT_RUN}, not counted: {', '.join(sorted(not_run)[:4])}"
+                            f"{' …' if len(not_run) > 4 else ''})" if not_run else "")
 
 
 def _sweep(lab: Lab, cx: Context, rows: list[dict], repros: dict) -> None:
@@ -701,7 +716,8 @@ def _name_upstream_commits(target, source, base, commit, cache, drv, n, rows, re
         rname, sname = r["scenario"].split(":", 1)
         spec = f"{base}..{commit}"
         try:
-            doc = bisect_behaviour(target, source, spec, repros[rname], cache, drv, n, sname)
+            doc = bisect_behaviour(target, source, spec, repros[rname], cache, drv, n, sname,
+                                   patch=_patch(target, r["name"]))
         except UsageError as exc:  # REF not on the base's first-parent line, ...
             r["applied_upstream"] = {"commit": None, "why": str(exc)}
             continue
