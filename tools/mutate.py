@@ -3,8 +3,10 @@
 decision code is wrong?
 
 A small AST mutator. Over the decision functions of lucepatch/upstream/retire.py (the rule) and
-retire_report.py (its report: exit code, table, kept reports), lucepatch/upstream/behaviour.py and
-lucepatch/verify/verdict.py it makes one mutant per change:
+retire_report.py (its report: exit code, table, kept reports), lucepatch/upstream/behaviour.py,
+lucepatch/verify/verdict.py and lucepatch/engine/absorption.py (the one judge of "already upstream":
+a revert ignored, or the code signal winning over a measured still-needed, must be noticed) it makes
+one mutant per change:
 
   compare   flip a comparison (== !=, < >=, > <=, in / not in, is / is not)
   boolop    and <-> or
@@ -60,6 +62,11 @@ FILES = {
     "lucepatch/upstream/behaviour.py": FAST + ["tests/test_retire_rule.py::test_identically_means_same_class_and_checks_on_every_run_controls_passing",
                                                "tests/test_retire_rule.py::test_an_invalid_or_skipped_run_makes_it_inconclusive"],
     "lucepatch/verify/verdict.py": ["tests/test_verdict.py"] + FAST,
+    # the judge on small git histories built once (seconds), and its decision table
+    "lucepatch/engine/absorption.py": ["tests/test_absorption.py::test_the_judge_reads_each_history_on_refs_tree",
+                                       "tests/test_absorption.py::test_decide_lets_measured_behaviour_keep_a_patch_and_says_when_code_alone_decided",
+                                       "tests/test_absorption.py::test_decide_never_absorbs_what_the_tree_lacks",
+                                       "tests/test_absorption.py::test_reversed_diff_gives_the_patch_id_of_a_revert"],
 }
 # functions left out: they build, run or bisect (minutes per test run); the fixture tests cover them
 SKIP = {
@@ -74,6 +81,11 @@ SKIP = {
                                         "Lab.driver_doc", "Build.key", "Build.to_json", "measure_behaviour",
                                         "resolve_driver", "Behaviour.to_json"},
     "lucepatch/verify/verdict.py": {"split_not_applicable"},
+    # the verbs' adapters (check's conflicts, the matrix's cells) are covered by the CLI tests of
+    # tests/test_absorption.py (tens of seconds); identity and reporting helpers decide nothing
+    "lucepatch/engine/absorption.py": {"judge_conflicts", "judge_cells", "_reverted_by", "UpstreamJudge.__init__",
+                                       "UpstreamJudge.ids", "UpstreamJudge._reader", "UpstreamJudge._touched",
+                                       "UpstreamJudge.three_way", "Finding.to_json", "Finding.code_signal"},
 }
 EQUIVALENT_FILE = ROOT / "tools" / "mutants-equivalent.txt"
 
