@@ -332,8 +332,11 @@ def test_a_conflict_in_the_vendored_folder_stops_for_a_human(world, tmp_path):
         elif how == "skip":
             r = lp(ws, "rebase", "super", "--skip", "lib/fix-lib", cache=cache)
             assert r.returncode == 0, r.stderr
-            absorbed = (ws / "patches/super/submodules/lib/absorbed/fix-lib.patch").read_text()
-            assert "skipped (rebase --skip by a human; not verified)" in absorbed
+            # a person's skip, not upstream's code: dropped/ in the sub-target's own folder, never
+            # Applied-Upstream (issue 41: only the one judge writes that)
+            dropped = (ws / "patches/super/submodules/lib/dropped/fix-lib.patch").read_text()
+            assert "Dropped-Why: rebase --skip by a person" in dropped and "Applied-Upstream" not in dropped
+            assert "diff --git a/lib.c b/lib.c" in dropped  # in the sub-target's own coordinates
         else:
             r = lp(ws, "rebase", "super", "--abort", cache=cache)
             assert r.returncode == 0 and _files(ws) == before, r.stderr

@@ -322,7 +322,8 @@ def test_rebase_carries_a_submodule_that_moves_in_the_same_session(sup, cli):
     assert r.code == 0, r.err
     subs = {m["path"]: m for m in r.json["submodules"]}
     assert not subs["deps/a"]["moved"] and subs["deps/b"]["moved"] and subs["deps/b"]["onto"] == fixed
-    assert [(p["status"], p["signal"]) for p in subs["deps/b"]["patches"]] == [("absorbed", "patch-id")]
+    assert [(p["status"], p["action"], p["signal"]) for p in subs["deps/b"]["patches"]] == [
+        ("already-upstream", "absorbed", "patch-id")]  # the state, as check says it; the action the session takes
     rows = {row["name"]: row for row in r.json["patches"]}
     assert rows["b/fix-b.patch"]["upstream_commit"] == fixed and rows["fix-main.patch"]["action"] == "carried"
     assert "submodule deps/a (a) stays at" in r.err and "sub-target b (deps/b) moves" in r.err
