@@ -207,6 +207,35 @@ def test_a_person_rejects_an_absorption_by_code_alone(up, ws, tmp_path):
     assert "kept by a person (--keep)" in row["detail"] and "--skip" in row["detail"]
 
 
+def test_a_person_confirms_or_rejects_an_absorption_in_the_session(up, ws, tmp_path):
+    """The terminal's answer before the walk (services.rebase.run(on_absorbed=)): `keep` carries the
+    exact take anyway (it then stops: re-applied it changes nothing), `drop` confirms it and says so."""
+    from lucepatch.engine import session as S
+    from lucepatch.services import rebase as svc
+
+    c = up["c"]
+    t = _target(ws)
+    asked = []
+
+    def answer(choice):
+        def on_absorbed(sess, ps):
+            asked.append(ps.name)
+            return choice
+        return on_absorbed
+
+    sess = svc.start(tmp_path / "cache", t, up["repo"], c["et_ref"], S.Options(no_behaviour=True))
+    out = svc.run(sess, on_absorbed=answer("keep"))
+    row = _rows(out.doc)[LIMIT_PATCH]
+    assert asked == [LIMIT_PATCH] and out.code == 1 and row["action"] == "stopped"
+    assert row["detail"].startswith("kept by a person (--keep), but re-applied on the new base it changes nothing")
+    svc.run(svc.open_session(resolve_workspace(ws), tmp_path / "cache", "lim"), abort=True)
+    sess = svc.start(tmp_path / "cache", t, up["repo"], c["et_ref"], S.Options(no_behaviour=True))
+    out = svc.run(sess, on_absorbed=answer("drop"))
+    row = _rows(out.doc)[LIMIT_PATCH]
+    assert out.code == 0 and row["action"] == "absorbed" and row["detail"].endswith("; confirmed by a person")
+    assert row["absorption"]["confirmed"] is True
+
+
 # ---- backports: `Upstream-Status: Backport [sha]` counts when sha is an ancestor of REF -----------
 
 

@@ -101,7 +101,8 @@ def test_a_patch_that_no_longer_applies_is_never_superseded(twobugs):
     doc = retire_report(twobugs["target"], twobugs["upstream"], reworded, twobugs["cache"], "fake", 10)
     jsonschema.validate(doc, RETIRE_SCHEMA)
     by = _by(doc)
-    assert by[LIMIT]["applies"] is False and by[LIMIT]["status"] == CONFLICT and by[LIMIT]["needed"] == "inconclusive"
+    # one name for the state (issue 36 item 5): `conflict` in the status and in `needed`
+    assert by[LIMIT]["applies"] is False and by[LIMIT]["status"] == CONFLICT and by[LIMIT]["needed"] == "conflict"
     assert "already behaves as it did with it at the base" in by[LIMIT]["reason"] and "rebase it" in by[LIMIT]["reason"]
     full = next(b for b in doc["builds"] if b["name"] == f"{reworded[:12]}+series")
     assert full["patches"] == [MEMINFO]
@@ -117,6 +118,30 @@ def test_conflicting_patch_whose_behaviour_upstream_did_not_fix(tmp_path):
     assert by[LIMIT]["status"] == STILL_NEEDED and by[LIMIT]["applies"] is False
     assert "rebase it" in by[LIMIT]["reason"] and by[LIMIT]["scenario"] == "twobugs:cumulative-limit"
     assert by[MEMINFO]["status"] == STILL_NEEDED
+
+
+def test_lines_present_but_inactive_keep_the_patch_in_a_rebase(tmp_path, cli):
+    """Issue 39, case 3, end to end on the simulated driver: upstream's tree has the limit patch's
+    line, inside `#if 0` (a content match), so its behaviour is not active. `verify --retire REF`
+    measures the patch still needed; the rebase's dry run then keeps it and says why. Before: the dry
+    run marked it `absorbed` (content-match) while its own `needed` column said still-needed."""
+    repo, commits = tb.upstream(tmp_path, ["inactive-limit"])
+    ws = tb.workspace(tmp_path, commits[0])
+    cache = tmp_path / "cache"
+    r = cli("--workspace", ws, "--cache-dir", cache, "verify", "--retire", commits[1], "--target", "twobugs",
+            "--source", repo, "--driver", "fake", "--json")
+    assert r.code in (0, 1), r.err
+    lim = _by(r.json)[LIMIT]
+    assert lim["status"] == STILL_NEEDED and lim["code_signal"]["signal"] == "content-match"
+    assert "yet behaviour differs" in lim["reason"]
+    r = cli("--workspace", ws, "--cache-dir", cache, "rebase", "twobugs", "--source", repo, "--onto", commits[1],
+            "--dry-run", "--json")
+    row = _by(r.json)[LIMIT]
+    assert row["action"] != "absorbed" and row["needed"]["needed"] == "still-needed" and row["needed"]["simulated"]
+    assert row["detail"].startswith(f"kept: upstream has the lines (content-match {commits[1][:12]}) but "
+                                    "twobugs:cumulative-limit still fails at REF without the patch (clean error")
+    assert f"(10/10) on {commits[1][:12]}+build-only" in row["detail"]
+    assert row["detail"].split("; ")[0].endswith("simulated driver)")
 
 
 def test_patches_without_trailers_are_judged_through_the_coverage_map(tmp_path):

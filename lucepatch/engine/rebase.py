@@ -10,6 +10,7 @@ oldest first-parent commit of base..onto where its signal first holds.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import tomllib
@@ -21,7 +22,7 @@ from lucepatch import git, trailers
 from lucepatch.engine import absorption, needed as needed_mod, retirement, session_subs, stale, upstreamed
 from lucepatch.engine.commits import FORMAT_PATCH_ARGS, PURE_ENV
 from lucepatch.engine.core import ALREADY_UPSTREAM, IndexEngine
-from lucepatch.engine.session_store import ABSORBED, DROPPED, PENDING, SKIPPED, PatchState
+from lucepatch.engine.session_store import ABSORBED, CARRIED, DROPPED, PENDING, RESOLVED, SKIPPED, STOPPED, PatchState
 from lucepatch.errors import UsageError
 from lucepatch.lines.fit import compat_data
 from lucepatch.series import Patch, read_series
@@ -70,6 +71,8 @@ def judge_at_start(ps: PatchState, found, j, opts, onto: str, attribute_with) ->
     ps.needed = j.to_json()
     ps.absorption = found.to_json()
     if found.upstream:
+        if not found.commit:  # the commit where REF's tree signal first holds: named whatever is decided
+            found = dataclasses.replace(found, commit=attribute_with(found.signal))
         d = absorption.decide(found, j)
         ps.signal, ps.absorption = found.signal, {**found.to_json(), "decision": d.state, "reason": d.reason}
         if ps.name in opts.keep:  # a person rejects the absorption: carried (or stopped for a human)
@@ -77,7 +80,7 @@ def judge_at_start(ps: PatchState, found, j, opts, onto: str, attribute_with) ->
             ps.absorption.update(decision=absorption.KEPT, reason=ps.detail)
         elif d.drop:
             ps.action, ps.applies, ps.detail = ABSORBED, absorption.ALREADY_UPSTREAM, d.reason
-            ps.upstream_commit = found.commit or attribute_with(found.signal) or onto
+            ps.upstream_commit = found.commit or onto
         else:  # behaviour measured at REF still needs it: carried; the disagreement is said
             ps.detail = d.reason
     elif found.took:  # taken upstream and undone there: said, and carried
@@ -95,6 +98,38 @@ def judge_note(ps: PatchState, *more: str) -> str:
     a = ps.absorption or {}
     said = a.get("reason") if a.get("decision") == absorption.KEPT else a.get("detail") if a.get("took") else ""
     return "; ".join(x for x in (said, *more) if x)
+
+
+def code_alone(st) -> list[PatchState]:
+    """The patches the session absorbed on a code signal alone (nothing measured) that no person has
+    confirmed yet: what an interactive session asks about before it walks."""
+    return [ps for ps in st.patches if ps.action == ABSORBED and (ps.absorption or {}).get("decision") ==
+            absorption.ABSORBED and not ps.absorption.get("confirmed")]
+
+
+def confirm_absorption(st, i: int) -> None:
+    """A person confirms the absorption of patch `i` (by code alone): recorded, the patch still leaves."""
+    ps = st.patches[i]
+    ps.absorption = {**(ps.absorption or {}), "confirmed": True}
+    ps.detail += "; confirmed by a person"
+
+
+def reject_absorption(st, i: int) -> None:
+    """A person rejects the absorption of patch `i`: it is carried (or stops for a human where,
+    re-applied, it changes nothing). Only before the walk has passed it: later patches were applied
+    without it."""
+    ps = st.patches[i]
+    if ps.action != ABSORBED:
+        raise UsageError(f"--keep {ps.slug_hint}: {ps.name} is {ps.action} in this session, not absorbed")
+    later = next((q for q in st.patches[i + 1:] if q.action in (CARRIED, RESOLVED, STOPPED, SKIPPED)), None)
+    if later is not None:
+        raise UsageError(f"--keep {ps.slug_hint}: the session has walked past it ({later.name} is {later.action}); "
+                         f"--abort and start again with --keep {ps.slug_hint}")
+    said = (ps.absorption or {}).get("reason", "")
+    ps.action, ps.applies, ps.upstream_commit, ps.signal = PENDING, None, None, None
+    ps.detail = f"kept by a person; the code judge said: {said}"
+    ps.absorption = {**(ps.absorption or {}), "decision": absorption.KEPT, "reason": ps.detail}
+    st.options["keep"] = [*st.options.get("keep", ()), ps.name]
 
 
 def drops_3way(ps: PatchState, detail: str, keep) -> bool:

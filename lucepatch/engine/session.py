@@ -39,7 +39,8 @@ from lucepatch.engine.checkout import clear_private_locks
 from lucepatch.engine.core import ALREADY_UPSTREAM, APPLIED, APPLIED_3WAY, CONFLICT, IndexEngine, validate_diffs
 from lucepatch.engine.safety import check_series_safety
 from lucepatch.errors import CheckFailed, UsageError
-from lucepatch.engine.rebase import (as_line, attribute, backports, build_target_dir, bump_version, drops_3way,
+from lucepatch.engine.rebase import (as_line, attribute, backports, build_target_dir, bump_version,
+                                     confirm_absorption, drops_3way, reject_absorption,
                                      dropped_why, judge_at_start, judge_note, left_signal, serves_at,
                                      skipped)
 from lucepatch.engine.session_store import (ABSORBED, BACK, CARRIED, CONFLICT_PHASE, DROPPED, FORWARD, KEPT,  # noqa: F401
@@ -395,6 +396,17 @@ class Session:
         self.save()
         return False
 
+    def reject(self, name: str) -> None:
+        """A person rejects an absorption (the terminal's answer, `--keep` on a started session)."""
+        p = find_patch(self.patches, name, where=f"the rebase session of {self.st.target}", flag="--keep")
+        reject_absorption(self.st, self.patches.index(p))
+        self.save()
+
+    def confirm(self, name: str) -> None:
+        p = find_patch(self.patches, name, where=f"the rebase session of {self.st.target}", flag="--keep")
+        confirm_absorption(self.st, self.patches.index(p))
+        self.save()
+
     def skip(self, name: str) -> bool:
         """--skip NAME; True when the walk should go on (the stopped patch was skipped)."""
         st = self.st
@@ -520,6 +532,15 @@ class Session:
                 self.save()
             raise
         self.store.remove()
+
+
+def ask_absorbed(sess: Session, ps: PatchState) -> str:
+    """Interactive mode: a patch absorbed by a code signal alone (nothing measured) — drop it or keep it?"""
+    import click  # lazy: the library (lucepatch.api) never loads click (tests/test_api.py), 6 ms
+
+    report.err.print(f"{ps.name}: {ps.detail}", markup=False)
+    return click.prompt("drop it (upstream has it) or keep it (carry it)", err=True,
+                        type=click.Choice(["drop", "keep"]), default="drop")
 
 
 def ask_human(sess: Session) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from lucepatch.engine import session as S
 from lucepatch.engine.apply import pause_at
+from lucepatch.engine.rebase import code_alone
 from lucepatch.engine.checkout import open_checkout
 from lucepatch.engine.subtargets import for_rebase
 from lucepatch.engine.session import Options, Session, ask_human
@@ -21,8 +22,8 @@ from lucepatch.services import rebase_check
 from lucepatch.upstream import retire
 from lucepatch.workspace import Workspace, resolve_source
 
-__all__ = ["rebase", "start", "run", "prepare", "open_session", "session_status", "table", "ask_human", "Options",
-           "Outcome", "Session"]
+__all__ = ["rebase", "start", "run", "prepare", "open_session", "session_status", "table", "ask_human", "ask_absorbed",
+           "Options", "Outcome", "Session"]
 
 
 @dataclass
@@ -116,10 +117,12 @@ def rebase(t: Target, src: Path, cache: Path, onto: str, *, dry_run: bool = Fals
 
 
 def run(sess: Session, *, resumed: bool = False, abort: bool = False, skip: str | None = None,
-        cont: bool = False, on_conflict=None) -> Outcome:
+        cont: bool = False, on_conflict=None, on_absorbed=None) -> Outcome:
     """One step of a session, then the walk until it stops or is written; the session is closed
     (unlocked) at the end, whatever happens. `on_conflict(sess)` answers continue / skip / abort /
-    quit at a conflict (the terminal's prompt); None stops there."""
+    quit at a conflict (the terminal's prompt); None stops there. `on_absorbed(sess, patch state)`
+    answers drop / keep for each patch absorbed on a code signal alone, before the walk (the
+    terminal's prompt: S.ask_absorbed); None leaves them absorbed, as their rows say."""
     try:
         if abort:
             return _aborted(sess)
@@ -129,6 +132,9 @@ def run(sess: Session, *, resumed: bool = False, abort: bool = False, skip: str 
                 return _stopped(sess)
             if cont and sess.st.phase == S.CONFLICT_PHASE:
                 sess.resolve()
+        if on_absorbed is not None and sess.st.phase == S.WALKING:
+            for ps in code_alone(sess.st):  # a person confirms or rejects what code alone would drop
+                (sess.reject if on_absorbed(sess, ps) == "keep" else sess.confirm)(ps.name)
         return _drive(sess, on_conflict)
     finally:
         sess.close()
@@ -159,3 +165,8 @@ def _aborted(sess: Session) -> Outcome:
 
 def _stopped(sess: Session) -> Outcome:
     return Outcome(S.summary(sess.st, sess.store), S.describe(sess.st, sess.store), EXIT_CHECK_FAILED)
+
+
+def ask_absorbed(sess: Session, ps) -> str:
+    """The terminal's answer for a patch absorbed by code alone (drop / keep)."""
+    return S.ask_absorbed(sess, ps)

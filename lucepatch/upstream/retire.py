@@ -794,8 +794,19 @@ def judge(target: Target, source: Path, ref: str, patches, *, cache: Path | None
             verdict = needed.RETIRE_CANDIDATE
             reason = "behaviour alone (a report without the code-signal rule): needs review; " + reason
         out[row["name"]] = needed.Judgement(verdict, reason[:400], row.get("scenario"), drv, row.get("code_signal"),
-                                            doc.get("invariant"))
+                                            doc.get("invariant"), _measured(row))
     return out
+
+
+def _measured(row: dict) -> str:
+    """What the deciding scenario did at REF without the patch (and with it), runs counted, from the
+    row's comparisons: what a rebase prints when it keeps a patch code alone would drop."""
+    for d in row.get("scenarios") or []:
+        if d.get("scenario") == row.get("scenario") and d.get("at") == "ref" and d.get("without"):
+            w, wi = d["without"], d.get("with")
+            return f"{w.get('summary')} on {w.get('build')}" + (f"; {wi.get('summary')} on {wi.get('build')}"
+                                                               if wi else "")
+    return ""
 
 
 def coverage_map_at(target, source, ref: str, cache: Path, driver="auto", *, workspace=None,
