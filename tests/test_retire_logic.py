@@ -413,8 +413,8 @@ def test_decide_writes_what_decided_into_the_reason():
     assert row["reason"].startswith("behaviour alone — no code signal") and row["reason"].endswith("; identical")
     row = {"status": rt.STILL_NEEDED, "reason": "add-one", "code_signal": CODE}
     rt._decide(row)
-    assert row["status"] == rt.STILL_NEEDED and row["reason"].endswith("(REF's code matches it by patch-id, yet "
-                                                                       "behaviour differs: the behaviour decides)")
+    assert row["status"] == rt.STILL_NEEDED and row["reason"] == ("kept: upstream has the lines (patch-id cccccccccccc) but "
+                                                                   "behaviour at REF still needs it: add-one")
     row = {"status": rt.UNTESTABLE, "reason": "no scenario", "code_signal": CODE}
     rt._decide(row)
     assert row == {"status": rt.UNTESTABLE, "reason": "no scenario", "code_signal": CODE, "needed": "untestable"}

@@ -33,9 +33,11 @@ measured.
     code says upstream  measured at REF                         state        drop
     ------------------  --------------------------------------  -----------  -----
     no                  anything                                not-upstream no
-    yes                 still-needed                            kept         no    "kept: upstream has the lines (...) but ..."
+    yes                 still-needed                            kept         no    "kept: upstream has the lines
+                                                                                       (...) but ..."
     yes                 superseded (code signal, the invariant) superseded   yes
-    yes                 nothing measured / not-judged / other   absorbed     yes   "... code signal alone (behaviour not measured)"
+    yes                 nothing measured / not-judged / other   absorbed     yes   "... code signal alone
+                                                                                       (behaviour not measured)"
 
 So `--drop-superseded` and a session's own drops never override a measured `still-needed`, and an
 absorption by code alone says so (a person can reject it: `rebase --keep PATCH`).
@@ -354,5 +356,6 @@ def decide(found: Finding | None, judgement=None) -> Decision:
                                     f"{j.needed} ({j.reason[:160]})")
 
 
-__all__ = ["UpstreamJudge", "Finding", "Decision", "decide", "judge_conflicts", "judge_cells", "accepts", "is_code_signal", "INVARIANT", "CODE_SIGNALS", "backport_commit", "reversed_diff", "ALREADY_UPSTREAM",
+__all__ = ["UpstreamJudge", "Finding", "Decision", "decide", "judge_conflicts", "judge_cells", "accepts",
+           "is_code_signal", "INVARIANT", "CODE_SIGNALS", "backport_commit", "reversed_diff", "ALREADY_UPSTREAM",
            "NOT_UPSTREAM", "ABSORBED", "SUPERSEDED", "KEPT", "TREE_SIGNALS", "HISTORY_SIGNALS"]

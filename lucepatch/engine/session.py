@@ -36,7 +36,7 @@ from lucepatch.engine import session_subs, stale, transaction
 from lucepatch.engine.apply import (TreeState, WorkArea, apply_loop, clone_private, commit_message, patch_author, pause_at, resolve_base, series_trailers, with_trailers)
 from lucepatch.engine.commits import PURE_ENV, format_commits
 from lucepatch.engine.checkout import clear_private_locks
-from lucepatch.engine.core import ALREADY_UPSTREAM, APPLIED, APPLIED_3WAY, CONFLICT, IndexEngine, validate_diffs
+from lucepatch.engine.core import ALREADY_UPSTREAM, APPLIED, APPLIED_3WAY, CONFLICT, validate_diffs
 from lucepatch.engine.safety import check_series_safety
 from lucepatch.errors import CheckFailed, UsageError
 from lucepatch.engine.rebase import (as_line, attribute, backports, build_target_dir, bump_version,

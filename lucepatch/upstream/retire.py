@@ -598,7 +598,10 @@ def _decide(row: dict) -> None:
         row["reason"] = ("behaviour alone — no code signal (no patch-id, reverse-apply, content or 3-way match at REF): "
                          "needs review of its hunks against REF's code; " + row["reason"])
     elif sig and status in (STILL_NEEDED, WORSE_UPSTREAM, NO_LONGER_EFFECTIVE, REGRESSION):
-        row["reason"] += f" (REF's code matches it by {sig['signal']}, yet behaviour differs: the behaviour decides)"
+        # measured behaviour decides against code (engine/absorption.decide): the patch stays, said in its word
+        at = f" {sig['commit'][:12]}" if sig.get("commit") else ""
+        row["reason"] = f"kept: upstream has the lines ({sig['signal']}{at}) but behaviour at REF still needs it: " \
+                        f"{row['reason']}"
     row.update(status=status, needed=NEEDED[status])
 
 
