@@ -195,7 +195,7 @@ def test_lines_present_but_inactive_are_kept_when_behaviour_says_needed(up, ws, 
 
 
 def test_a_person_rejects_an_absorption_by_code_alone(up, ws, tmp_path):
-    """`keep` (rebase --keep PATCH): the exact take is carried anyway; the session stops for a human,
+    """`keep` (session.Options.keep): the exact take is carried anyway; the session stops for a human,
     since re-applied on REF the patch changes nothing, and says why."""
     from lucepatch.engine import session as S
 
@@ -204,7 +204,7 @@ def test_a_person_rejects_an_absorption_by_code_alone(up, ws, tmp_path):
     doc = S.dry_run(tmp_path / "cache", t, up["repo"], c["et_ref"], S.Options(no_behaviour=True, keep=(LIMIT_PATCH,)))
     row = _rows(doc)[LIMIT_PATCH]
     assert row["action"] == "would stop" and row["applies"] == "already-upstream"
-    assert "kept by a person (--keep)" in row["detail"] and "--skip" in row["detail"]
+    assert "kept by a person" in row["detail"] and "--skip" in row["detail"]
 
 
 def test_a_person_confirms_or_rejects_an_absorption_in_the_session(up, ws, tmp_path):
@@ -227,7 +227,7 @@ def test_a_person_confirms_or_rejects_an_absorption_in_the_session(up, ws, tmp_p
     out = svc.run(sess, on_absorbed=answer("keep"))
     row = _rows(out.doc)[LIMIT_PATCH]
     assert asked == [LIMIT_PATCH] and out.code == 1 and row["action"] == "stopped"
-    assert row["detail"].startswith("kept by a person (--keep), but re-applied on the new base it changes nothing")
+    assert row["detail"].startswith("kept by a person, but re-applied on the new base it changes nothing")
     svc.run(svc.open_session(resolve_workspace(ws), tmp_path / "cache", "lim"), abort=True)
     sess = svc.start(tmp_path / "cache", t, up["repo"], c["et_ref"], S.Options(no_behaviour=True))
     out = svc.run(sess, on_absorbed=answer("drop"))

@@ -73,7 +73,7 @@ class Options:
     line: str | None = None  # write the result as a new line of the family (patches/<family>-<line>)
     backports: tuple = ()  # upstream revisions to carry first, as `Upstream-Status: Backport [<commit>]`
     build_only: tuple = ()  # those of `backports` that only make the base build (Build-Only: yes)
-    keep: tuple = ()  # patches whose absorption a person rejects (--keep): carried, or stopped for a human
+    keep: tuple = ()  # patches whose absorption a person rejects: carried, or stopped for a human
     # who answers `needed` (engine/needed.py), handed in by the caller: the retirement rule sits floors
     # above the engine. None: every patch not-judged. Not part of the session's state on disk.
     judge: Callable | None = field(default=None, compare=False, repr=False)
@@ -397,13 +397,13 @@ class Session:
         return False
 
     def reject(self, name: str) -> None:
-        """A person rejects an absorption (the terminal's answer, `--keep` on a started session)."""
-        p = find_patch(self.patches, name, where=f"the rebase session of {self.st.target}", flag="--keep")
+        """A person rejects an absorption (the terminal's answer before the walk)."""
+        p = find_patch(self.patches, name, where=f"the rebase session of {self.st.target}")
         reject_absorption(self.st, self.patches.index(p))
         self.save()
 
     def confirm(self, name: str) -> None:
-        p = find_patch(self.patches, name, where=f"the rebase session of {self.st.target}", flag="--keep")
+        p = find_patch(self.patches, name, where=f"the rebase session of {self.st.target}")
         confirm_absorption(self.st, self.patches.index(p))
         self.save()
 
