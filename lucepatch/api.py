@@ -35,7 +35,8 @@ SERVICES: dict[str, str] = {
     "lucepatch.services.lint": "lint LINT_ERROR=ERROR",
     "lucepatch.services.rebase": "rebase rebase_prepare=prepare rebase_start=start rebase_run=run "
                                  "rebase_open=open_session rebase_status=session_status rebase_table=table "
-                                 "rebase_ask=ask_human RebaseOptions=Options RebaseOutcome=Outcome",
+                                 "rebase_ask=ask_human rebase_ask_absorbed=ask_absorbed RebaseOptions=Options "
+                                 "RebaseOutcome=Outcome",
     "lucepatch.services.builds": "build build_profiles builds_per_profile build_image render_image build_device_plugin "
                                  "image_provenance probe",
     "lucepatch.services.verify": "verify selection reproducers cluster_backend print_verdicts retire retire_or_map "

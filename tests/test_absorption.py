@@ -172,26 +172,22 @@ def _still_needed(target, source, ref, patches, **where):
                                           "fail (10/10) on x+build-only, pass (10/10) on x+build-only+fix-limit")}
 
 
-@pytest.fixture
-def measured():
-    needed.register_judge(_still_needed)
-    yield
-    needed.unregister_judge(_still_needed)
+def test_lines_present_but_inactive_are_kept_when_behaviour_says_needed(up, ws, tmp_path):
+    from lucepatch.engine import session as S
 
-
-def test_lines_present_but_inactive_are_kept_when_behaviour_says_needed(up, ws, cli, tmp_path, measured):
     c = up["c"]
     found = _code(ws, up, c["in_ref"], tmp_path / "cache")[LIMIT_PATCH]
     assert found.state == ALREADY_UPSTREAM and found.signal == "content-match"  # the code alone says upstream
-    r = cli("--workspace", ws, "rebase", "lim", "--source", up["repo"], "--onto", c["in_ref"], "--dry-run", "--json")
-    row = _rows(r.json)[LIMIT_PATCH]
+    t = _target(ws)
+    doc = S.dry_run(tmp_path / "cache", t, up["repo"], c["in_ref"], S.Options(judge=_still_needed))
+    row = _rows(doc)[LIMIT_PATCH]
     assert row["action"] != "absorbed" and row["needed"]["needed"] == "still-needed", row
-    assert row["detail"].startswith("kept: upstream has the lines (content-match")
+    assert row["detail"].startswith(f"kept: upstream has the lines (content-match {c['in_ref'][:12]})")
     assert "lim:count-in-use still fails at REF without the patch (fail (10/10)" in row["detail"]
     # --drop-superseded never overrides a measured still-needed
-    r = cli("--workspace", ws, "rebase", "lim", "--source", up["repo"], "--onto", c["in_ref"], "--dry-run",
-            "--drop-superseded", "--json")
-    assert _rows(r.json)[LIMIT_PATCH]["action"] not in ("absorbed", "dropped")
+    doc = S.dry_run(tmp_path / "cache", t, up["repo"], c["in_ref"], S.Options(judge=_still_needed,
+                                                                              drop_superseded=True))
+    assert _rows(doc)[LIMIT_PATCH]["action"] not in ("absorbed", "dropped")
 
 
 def test_a_person_rejects_an_absorption_by_code_alone(up, ws, tmp_path):
@@ -204,7 +200,20 @@ def test_a_person_rejects_an_absorption_by_code_alone(up, ws, tmp_path):
     doc = S.dry_run(tmp_path / "cache", t, up["repo"], c["et_ref"], S.Options(no_behaviour=True, keep=(LIMIT_PATCH,)))
     row = _rows(doc)[LIMIT_PATCH]
     assert row["action"] == "would stop" and row["applies"] == "already-upstream"
-    assert "kept by a person" in row["detail"] and "--skip" in row["detail"]
+    assert "kept by a person (--keep)" in row["detail"] and "--skip" in row["detail"]
+
+
+def test_rebase_keep_on_the_command_line(up, ws, cli):
+    c = up["c"]
+    r = cli("--workspace", ws, "rebase", "lim", "--source", up["repo"], "--onto", c["et_ref"], "--dry-run",
+            "--no-behaviour", "--keep", LIMIT_PATCH[:-6], "--json")
+    row = _rows(r.json)[LIMIT_PATCH]
+    assert r.code == 1 and row["action"] == "would stop" and "kept by a person (--keep)" in row["detail"]
+    r = cli("--workspace", ws, "rebase", "lim", "--source", up["repo"], "--onto", c["et_ref"], "--dry-run",
+            "--keep", "no-such-patch")
+    assert r.code == 2 and "--keep" in r.err and len(r.err.strip().splitlines()) == 1, r.err
+    r = cli("--workspace", ws, "rebase", "lim", "--status", "--keep", LIMIT_PATCH)
+    assert r.code == 2 and "--keep" in r.err  # a mode that does not use it refuses it
 
 
 def test_a_person_confirms_or_rejects_an_absorption_in_the_session(up, ws, tmp_path):
@@ -227,7 +236,7 @@ def test_a_person_confirms_or_rejects_an_absorption_in_the_session(up, ws, tmp_p
     out = svc.run(sess, on_absorbed=answer("keep"))
     row = _rows(out.doc)[LIMIT_PATCH]
     assert asked == [LIMIT_PATCH] and out.code == 1 and row["action"] == "stopped"
-    assert row["detail"].startswith("kept by a person, but re-applied on the new base it changes nothing")
+    assert row["detail"].startswith("kept by a person (--keep), but re-applied on the new base it changes nothing")
     svc.run(svc.open_session(resolve_workspace(ws), tmp_path / "cache", "lim"), abort=True)
     sess = svc.start(tmp_path / "cache", t, up["repo"], c["et_ref"], S.Options(no_behaviour=True))
     out = svc.run(sess, on_absorbed=answer("drop"))

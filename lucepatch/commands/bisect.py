@@ -27,17 +27,21 @@ from lucepatch.commands._common import cache, json_option, refuse_unused, source
               help="Runs per probed commit (default: the reproducer's default_runs). A commit fails when any run fails.")
 @click.option("--record", "record_patch", default=None, metavar="PATCH",
               help="Write Applied-Upstream: <commit> (signal: behaviour + code) into PATCH's trailers when a fix is "
-                   "found and upstream there contains the patch's code (patch-id, reverse-apply, content or 3-way "
-                   "match); behaviour alone is refused.")
+                   "found that holds at REF, and upstream's tree there and at REF holds the patch's code (reverse-apply, "
+                   "content or 3-way match, a patch-id or backport not undone since) with no measured still-needed; "
+                   "behaviour alone is refused.")
+@click.option("--ref", "ref", default=None, metavar="REF",
+              help="Check the state found at REF too, a descendant of B (default B): if it is broken again there, the "
+                   "commit that broke it is named and --record refuses.")
 @json_option
 @click.pass_context
-def command(ctx, range_spec, reproducer_name, scenario, target_name, source, driver, runs, record_patch, as_json):
+def command(ctx, range_spec, reproducer_name, scenario, target_name, source, driver, runs, record_patch, ref, as_json):
     """Find the first upstream commit in A..B (first parent) where R's scenario flips (fixed or broke),
     judged on unpatched upstream (+ Build-Only patches) built in a private clone."""
     refuse_unused(ctx, "bisect")
     ws = workspace(ctx)
     b = api.bisect(ws, cache(ctx), range_spec, reproducer_name, scenario=scenario, target=target_name, source=source,
-                   driver=driver, runs=runs, record=record_patch, progress=report.progress)
+                   driver=driver, runs=runs, record=record_patch, progress=report.progress, ref=ref)
     doc, t, patch, rc, record_error = b.doc, b.target, b.patch, b.code, b.record_error
     if as_json:
         report.emit_json("bisect", {"bisect": doc})
@@ -45,6 +49,9 @@ def command(ctx, range_spec, reproducer_name, scenario, target_name, source, dri
     report.table(f"bisect {'+'.join(doc['scenarios'])} over {doc['range']['spec']} — driver {doc['driver'].get('kind')}"
                  f"{' (simulated)' if doc.get('simulated') else ''}, {doc['runs']} run(s) per probe",
                  ["commit", "#", "behaviour", "why"], rows, as_json=as_json)
+    if len(doc.get("transitions") or []) > 1:  # not monotone: every flip found, the last one answers
+        for tr in doc["transitions"]:
+            report.progress(f"  {tr['direction']} at {tr['commit'][:12]} {tr['subject'][:60]}")
     if doc["result"] == api.BISECT_FOUND:
         report.result(f"{doc['direction']} by {doc['first']['commit']} {doc['first']['subject']}", as_json=as_json)
         report.progress(doc["reason"])

@@ -29,6 +29,10 @@ from lucepatch.errors import UsageError
 @click.option("--drop-superseded", is_flag=True,
               help="Move patches judged superseded (behaviour and a code signal that upstream has the code, by a "
                    "verify --retire report under that rule) to absorbed/; a retire-candidate is never moved.")
+@click.option("--keep", "keep", multiple=True, metavar="PATCH",
+              help="Carry PATCH even where upstream's code has it (reject an absorption by code alone): it is applied, "
+                   "or the session stops for a human where re-applied it changes nothing. On a terminal the session "
+                   "asks about each absorption by code alone before it walks.")
 @click.option("--dry-run", is_flag=True, help="Walk the whole series and report; no session, nothing written.")
 @click.option("--no-verify", is_flag=True,
               help="Accept 3-way merges and hand resolutions without building them and running their Reproducer: "
@@ -37,7 +41,7 @@ from lucepatch.errors import UsageError
 @json_option
 @click.pass_context
 def command(ctx, target, source, onto, show, cont, skip, abort, line, backport, build_only, no_interactive,
-            no_behaviour, drop_superseded, dry_run, no_verify, fetch, as_json):
+            no_behaviour, drop_superseded, keep, dry_run, no_verify, fetch, as_json):
     """Carry TARGET's series from its base to --onto REF, stopping for a human on conflicts."""
     modes = [m for m, on in zip(("--onto", "--status", "--continue", "--skip", "--abort"), (onto, show, cont, skip, abort)) if on]
     if len(modes) != 1:
@@ -52,13 +56,14 @@ def command(ctx, target, source, onto, show, cont, skip, abort, line, backport, 
     else:
         t, src = api.rebase_prepare(ws, target, source, dry_run=dry_run)
         opts = api.RebaseOptions(drop_superseded, no_behaviour, line, tuple(backport), tuple(build_only),
-                                 verify=not no_verify)
+                                 verify=not no_verify, keep=tuple(keep))
         sess = api.rebase_start(c, t, src, onto, opts, dry_run=dry_run, fetch=fetch)
         if isinstance(sess, api.RebaseOutcome):  # a dry run: reported, nothing kept
             return _emit(as_json, sess)
     interactive = not no_interactive and sys.stdin.isatty() and not as_json
     return _emit(as_json, api.rebase_run(sess, resumed=not onto, abort=abort, skip=skip, cont=cont,
-                                         on_conflict=api.rebase_ask if interactive else None))
+                                         on_conflict=api.rebase_ask if interactive else None,
+                                         on_absorbed=api.rebase_ask_absorbed if interactive and onto else None))
 
 
 def _emit(as_json: bool, out) -> int:

@@ -40,7 +40,7 @@ measured.
                                                                                        (behaviour not measured)"
 
 So `--drop-superseded` and a session's own drops never override a measured `still-needed`, and an
-absorption by code alone says so (a person can reject it: session.Options.keep, or the terminal's answer
+absorption by code alone says so (a person can reject it: `rebase --keep PATCH`, or the terminal's answer
 before the walk: services.rebase.run(on_absorbed=)).
 
 The words (docs/design.md "Verdicts", one name per state, every verb): `already-upstream` (REF's

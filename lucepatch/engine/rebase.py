@@ -76,7 +76,7 @@ def judge_at_start(ps: PatchState, found, j, opts, onto: str, attribute_with) ->
         d = absorption.decide(found, j)
         ps.signal, ps.absorption = found.signal, {**found.to_json(), "decision": d.state, "reason": d.reason}
         if ps.name in opts.keep:  # a person rejects the absorption: carried (or stopped for a human)
-            ps.detail = f"kept by a person; the code judge said: {d.reason}"
+            ps.detail = f"kept by a person (--keep); the code judge said: {d.reason}"
             ps.absorption.update(decision=absorption.KEPT, reason=ps.detail)
         elif d.drop:
             ps.action, ps.applies, ps.detail = ABSORBED, absorption.ALREADY_UPSTREAM, d.reason
@@ -123,8 +123,8 @@ def reject_absorption(st, i: int) -> None:
         raise UsageError(f"{ps.name} is {ps.action} in this session, not absorbed: there is no absorption to reject")
     later = next((q for q in st.patches[i + 1:] if q.action in (CARRIED, RESOLVED, STOPPED, SKIPPED)), None)
     if later is not None:
-        raise UsageError(f"the session has walked past {ps.name} ({later.name} is {later.action}): abort it "
-                         f"(lucepatch rebase {st.target} --abort) and start again keeping {ps.slug_hint}")
+        raise UsageError(f"the session has walked past {ps.name} ({later.name} is {later.action}): "
+                         f"lucepatch rebase {st.target} --abort, then start again with --keep {ps.slug_hint}")
     said = (ps.absorption or {}).get("reason", "")
     ps.action, ps.applies, ps.upstream_commit, ps.signal = PENDING, None, None, None
     ps.detail = f"kept by a person; the code judge said: {said}"
@@ -140,7 +140,7 @@ def drops_3way(ps: PatchState, detail: str, keep) -> bool:
     ps.absorption = {**found.to_json(), "decision": d.state, "reason": d.reason}
     if ps.name in keep:
         ps.absorption["decision"] = absorption.KEPT
-        ps.detail = (f"kept by a person, but re-applied on the new base it changes nothing ({d.reason}): "
+        ps.detail = (f"kept by a person (--keep), but re-applied on the new base it changes nothing ({d.reason}): "
                      f"change the work tree so the patch does what it must, or --skip {ps.slug_hint}")
         return False
     if not d.drop:

@@ -26,7 +26,7 @@ import hashlib
 import os
 import re
 import shutil
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -121,6 +121,9 @@ class Session:
         folder for --dry-run, outside the store."""
         name = line_name(t.family, opts.line) if opts.line else t.name
         target_dir = t.dir.parent / name
+        # a person's keeps, by name or slug, checked before anything is made (one line for a bad name)
+        opts = replace(opts, keep=tuple(find_patch(t.patches, k, where=f"{t.name}'s series", flag="--keep").name
+                                        for k in opts.keep))
         if opts.line and target_dir.exists():
             raise UsageError(f"line {opts.line} of {t.family} exists already ({target_dir}); rebase that target instead")
         store = Store(cache, target_dir, name)

@@ -96,7 +96,11 @@ def start(cache: Path, t: Target, src: Path, onto: str, opts: Options, *, dry_ru
                              "signal": r["signal"], "detail": r["detail"]} for r in rows]
             d["conflicts"] = sum(r["applies"] == "conflict" for r in rows)
         n = len(doc["conflicts"])
-        return Outcome(doc, f"dry run: {n} conflict(s); nothing written", EXIT_CHECK_FAILED if n else 0)
+        # a patch a session would stop at without a textual conflict: kept (by behaviour or a person) where,
+        # re-applied, it changes nothing
+        other = sum(r["action"] == "would stop" and r["applies"] != "conflict" for r in doc["patches"])
+        more = f", {other} other stop(s) for a human" if other else ""
+        return Outcome(doc, f"dry run: {n} conflict(s){more}; nothing written", EXIT_CHECK_FAILED if n or other else 0)
     sess = Session.start(cache, t, src, onto, opts, fetch=fetch)
     sess.checker = rebase_check.make_checker(retire.reproducers_dir(t))
     return sess

@@ -178,7 +178,8 @@ def bisect(ws: Workspace, cache: Path, range_spec: str, reproducer: str, *, scen
     out = Bisected(doc, t, bisect_exit_code(doc), patch)
     if patch is not None and doc["result"] == FOUND:
         try:
-            doc["recorded"] = record_applied_upstream(patch, doc, target=t, source=src, cache=cache)
+            doc["recorded"] = record_applied_upstream(patch, doc, target=t, source=src, cache=cache,
+                                                      judge=rule.judge)
         except LucepatchError as exc:
             out.record_error = exc
     return out
