@@ -15,7 +15,7 @@ from lucepatch.engine.apply import pause_at
 from lucepatch.engine.rebase import code_alone
 from lucepatch.engine.checkout import open_checkout
 from lucepatch.engine.subtargets import for_rebase
-from lucepatch.engine.session import Options, Session, ask_human
+from lucepatch.engine.session import Options, Session, ask_absorbed, ask_human
 from lucepatch.errors import EXIT_CHECK_FAILED, UsageError
 from lucepatch.target import Target, list_targets, load_target
 from lucepatch.services import rebase_check
@@ -169,8 +169,3 @@ def _aborted(sess: Session) -> Outcome:
 
 def _stopped(sess: Session) -> Outcome:
     return Outcome(S.summary(sess.st, sess.store), S.describe(sess.st, sess.store), EXIT_CHECK_FAILED)
-
-
-def ask_absorbed(sess: Session, ps) -> str:
-    """The terminal's answer for a patch absorbed by code alone (drop / keep)."""
-    return S.ask_absorbed(sess, ps)
