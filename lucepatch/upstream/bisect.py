@@ -31,6 +31,10 @@ commit's tree *and* REF's tree hold the patch's code, the state holds at both en
 no measured judgement at REF (the retire report) still needs the patch. A behaviour flip alone
 proves that the bisected scenario behaves differently there, not that upstream fixed what the patch
 fixes; it is refused with what to review.
+
+Long: the search (Search, the probes, the state at REF) and the record read one document and one
+set of probes — the transitions the record refuses on are the ones the search found — so they stay
+one module; the probe's build and runs are verify's (service.build_variants, behaviour.measure_behaviour).
 """
 
 from __future__ import annotations
