@@ -524,7 +524,7 @@ print(f'main job x{sys.argv[3]}: {float(sys.argv[2]) - float(sys.argv[1]):.2f} s
       # (~6-7 min; a torch run is ~5-10 s). RUNS=10: the sequential rule's 5 + 10 per fix.
       need_52f33fc || continue
       mkdir -p "$OUT/commit"; s0=$(now)
-      for t in hami-core hami-core-v2.9 hami-core-v2.5; do
+      for t in ${I36_TARGETS:-hami-core hami-core-v2.9 hami-core-v2.5}; do  # I36_TARGETS: fewer lines where device time is short
         extra=""; [ $t = hami-core ] && extra="--reproducer async-sched"
         lp verify --target $t --reproducer graph-capture $extra --source $SRC --driver $DRIVER --runs ${RUNS:-10} \
           --jobs $JOBS --evidence "$OUT/commit/i36-graph-capture-$t.$TAG.json" 2>&1 | tee "$OUT/verify-i36-graph-capture-$t.log"
