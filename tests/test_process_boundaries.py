@@ -17,6 +17,7 @@ PROCESS_HELPERS = {
     "lucepatch/git.py": "git",
     "lucepatch/children.py": "the process groups that die with lucepatch (builds, compiles, runs, driver probes)",
     "lucepatch/native/compiling.py": "the C compiler (cached compiles)",
+    "lucepatch/native/objcache.py": "the compiler launcher CMake runs: the preprocessor, the compiler (issue 36)",
     "lucepatch/builders/driverless.py": "ldconfig -p, unshare (a link as a driver-less builder sees it)",
     "lucepatch/builders/native.py": "cmake (native builds)",
     "lucepatch/builders/probe.py": "cmake, ninja, nvcc, ld.so, cuobjdump (probes)",

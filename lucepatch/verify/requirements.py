@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from functools import lru_cache
 
@@ -40,9 +39,8 @@ def _missing_modules(python: str, modules: tuple[str, ...], pythonpath: str) -> 
 
 def device_count(driver_env: dict) -> int:
     """CUDA devices the driver in `driver_env` reports (0 when it cannot be asked)."""
-    r = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=60,
-                       env={**os.environ, **driver_env})
-    parts = r.stdout.split()
+    r = children.run_helper([sys.executable, "-c", _PROBE], timeout=60, env={**os.environ, **driver_env})
+    parts = r.stdout.split() if r is not None else []
     return int(parts[1]) if len(parts) == 2 and parts[0] == "devices" else 0
 
 
