@@ -3,8 +3,11 @@ docs/design.md "Commands in the documentation").
 
 The fenced blocks are read by .ci/readme_commands.py. A ```sh block is commands: it runs here, verbatim,
 with `bash -e -o pipefail`, in the order the documents give, as one reader's session — a fresh clone of
-this tree at ~/lucepatch (HEAD plus the working tree's changes), a venv of its own whose `pip install .`
-is the README's first line, `~` a scratch home, no LUCEPATCH_* variables. The one thing replaced is the
+this tree at ~/lucepatch (HEAD plus the working tree's changes), `~` a scratch home, no LUCEPATCH_*
+variables, and a venv per install line: a document runs where its own `pip install ...` line puts it
+(README.md: `pip install .`; a document without one is read after the README, in the README's venv),
+and that venv sees exactly the distributions that install brings (tests/venvs.make_exact: the running
+environment's copies, nothing of `[test]` or another extra), so a command that needs more fails here. The one thing replaced is the
 network: git's `url.<local>.insteadOf` makes `git clone https://github.com/Project-HAMi/HAMi-core` clone
 the checkout LUCEPATCH_SRC_HAMI_CORE names (CI: the clone of ../shared/upstream/hami-core.bundle), so
 the clone line runs as written. A ```python block (docs/api.md's example) runs the same way.
@@ -181,6 +184,23 @@ def _fresh_clone(dest: Path) -> None:
         shutil.copy2(REPO_ROOT / rel, dest / rel)
 
 
+_INSTALL = re.compile(r"^pip install (?:-e )?['\"]?\.(?:\[([\w,-]+)\])?['\"]?(?:\s|$)")
+
+
+def install_line(doc: Path) -> str:
+    """The `pip install` line a document's reader runs: its own (the first in its blocks), else the README's."""
+    for b in rc.blocks(doc):
+        for line in b.commands():
+            if _INSTALL.match(line.strip()):
+                return line.split("  #", 1)[0].strip()
+    return install_line(REPO_ROOT / "README.md") if doc.name != "README.md" or doc.parent != REPO_ROOT else "pip install ."
+
+
+def install_extras(line: str) -> tuple[str, ...]:
+    m = _INSTALL.match(line)
+    return tuple(e for e in (m.group(1) or "").split(",") if e) if m else ()
+
+
 class Session:
     def __init__(self, root: Path, upstream: Path):
         self.home = root / "home"
@@ -191,27 +211,37 @@ class Session:
         for key, value in (("user.name", "Doc Reader"), ("user.email", "reader@example.invalid"),
                            (f"url.{upstream}.insteadOf", HAMI_URL)):
             subprocess.run(["git", "config", "--file", str(cfg), key, value], check=True)
-        venv = self.home / "venv"
-        # the venv sees the running environment's packages (lucepatch's dependencies, no download),
-        # never its lucepatch: `pip install .` of the fresh clone puts that one first on PATH
-        venvs.make(venv, with_pip=True)
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("LUCEPATCH_", "PYTHON", "XDG_", "GIT_", "VIRTUAL_ENV", "PIP_"))}
         real_home = os.environ.get("HOME", "")
-        env.update(HOME=str(self.home), PATH=f"{venv / 'bin'}:{os.environ['PATH']}", VIRTUAL_ENV=str(venv),
-                   PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_CACHE_DIR=os.environ.get("PIP_CACHE_DIR") or
+        env.update(HOME=str(self.home), PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_CACHE_DIR=os.environ.get("PIP_CACHE_DIR") or
                    str(Path(real_home, ".cache", "pip")), PYTHONDONTWRITEBYTECODE="1")
         for k in ("LUCEPATCH_BASE_IMAGE", "DOCKER_HOST"):  # where the machine's services are, not the reader's choice
             if os.environ.get(k):
                 env[k] = os.environ[k]
         self.env = env
-        self.python = venv / "bin" / "python"
+        self.venvs: dict[str, Path] = {}  # install line -> its venv, made once
         self.results: dict[str, subprocess.CompletedProcess] = {}
 
+    def venv(self, line: str) -> Path:
+        """The venv of an install line: exactly the distributions it brings (its lucepatch comes when the
+        document's own `pip install` line runs in it)."""
+        if line not in self.venvs:
+            where = self.home / f"venv{len(self.venvs) or ''}"
+            venvs.make_exact(where, self.checkout / "pyproject.toml", install_extras(line), with_pip=True)
+            self.venvs[line] = where
+        return self.venvs[line]
+
+    @property
+    def python(self) -> Path:  # the README's reader's
+        return self.venv(install_line(REPO_ROOT / "README.md")) / "bin" / "python"
+
     def run(self, b: rc.Block, extra_env: dict) -> subprocess.CompletedProcess:
-        cmd = (["bash", "-e", "-o", "pipefail", "-c", b.text] if b.info == "sh" else [str(self.python), "-c", b.text])
-        r = subprocess.run(cmd, cwd=self.checkout, env={**self.env, **extra_env}, capture_output=True, text=True,
-                           timeout=1500)
+        venv = self.venv(install_line(b.path))
+        env = {**self.env, "PATH": f"{venv / 'bin'}:{os.environ['PATH']}", "VIRTUAL_ENV": str(venv), **extra_env}
+        cmd = (["bash", "-e", "-o", "pipefail", "-c", b.text] if b.info == "sh" else
+               [str(venv / "bin" / "python"), "-c", b.text])
+        r = subprocess.run(cmd, cwd=self.checkout, env=env, capture_output=True, text=True, timeout=1500)
         self.results[b.where] = r
         return r
 
@@ -227,6 +257,17 @@ def session(tmp_path_factory):
         pytest.skip(f"no-upstream: the HAMi-core checkout in LUCEPATCH_SRC_HAMI_CORE lacks the pinned base {base[:7]} "
                     "(git fetch ../shared/upstream/hami-core-main-2026-07-23.bundle main-2026-07-23:main-2026-07-23)")
     return Session(tmp_path_factory.mktemp("docs"), Path(src).resolve())
+
+
+def test_each_document_runs_where_its_own_install_puts_it(session):
+    """The README's reader has `pip install .` and nothing else: what `[test]` brings (pytest, the
+    kubernetes client) is not there, what the base install brings (PyYAML, cpplint, nvml.h) is."""
+    assert install_line(REPO_ROOT / "README.md") == "pip install ."
+    assert install_extras("pip install -e '.[test,k8s]'") == ("test", "k8s")
+    py = str(session.python)
+    assert subprocess.run([py, "-c", "import yaml, cpplint, jinja2, git, nvidia"], capture_output=True).returncode == 0
+    for extra in ("pytest", "hypothesis", "kubernetes", "docker"):
+        assert subprocess.run([py, "-c", f"import {extra}"], capture_output=True).returncode != 0, extra
 
 
 def _gap(b: rc.Block) -> str | None:

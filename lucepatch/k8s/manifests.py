@@ -4,7 +4,7 @@ Sets: ``lucebox`` (Deployment, Service, PVC), ``rbac`` (what lucepatch itself ne
 ``verify-job`` (one Job per variant), ``hami-core-swap`` (ConfigMap + privileged DaemonSet), ``bench-job``
 (`lucepatch bench` against the node's own libvgpu.so, issue 38).
 Every scalar is emitted through the ``q`` filter (JSON, which is valid YAML), so values can
-never break the document structure. Rendering needs only jinja2; ``to_objects`` needs PyYAML.
+never break the document structure. Rendering needs only jinja2; ``to_objects`` parses with PyYAML.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import jinja2
 
-from lucepatch.errors import EnvironmentMissing, UsageError
+from lucepatch.errors import UsageError
 from lucepatch.k8s import jobs, swap
 
 SETS = ("lucebox", "rbac", "verify-job", "hami-core-swap", "bench-job")
@@ -188,10 +188,8 @@ def render_verify_jobs(vals: dict) -> list[Rendered]:
 
 
 def to_objects(docs: list[Rendered]) -> list[dict]:
-    try:
-        import yaml  # optional: the k8s extra (PyYAML)
-    except ModuleNotFoundError:
-        raise EnvironmentMissing("PyYAML is needed to parse manifests: pip install 'lucepatch[k8s]'")
+    import yaml  # lazy: YAML parsing, only where manifests are read back, 174 ms
+
     objs = []
     for d in docs:
         objs += [o for o in yaml.safe_load_all(d.text) if o]

@@ -32,10 +32,12 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from lucepatch.errors import EnvironmentMissing, UsageError
+from lucepatch.errors import UsageError
 from lucepatch.k8s import chart, manifests, values
 
 MANIFEST_VERSION = "0.12.0"
@@ -146,7 +148,7 @@ def manifest(vals: dict) -> dict:
 
 
 def manifest_text(doc: dict) -> str:
-    import yaml  # optional: the k8s extra (PyYAML)
+    import yaml  # lazy: OlaresManifest.yaml only, 174 ms
 
     head = ("# Rendered by lucepatch (`lucepatch render olares lucebox`): OlaresManifest 0.12.0, apiVersion v3.\n"
             "# No template expressions here (0.12.0 renders none); the chart's values carry the rest.\n"
@@ -168,24 +170,29 @@ class OlaresPackage:
 
 
 def render_olares(out: Path, overrides: dict) -> OlaresPackage:
-    try:
-        import yaml  # optional: the k8s extra (PyYAML)  # noqa: F401
-    except ModuleNotFoundError:
-        raise EnvironmentMissing("PyYAML is needed to write OlaresManifest.yaml: pip install 'lucepatch[k8s]'")
+    """The package is made and linted in a folder of its own first: a package Olares' rules refuse
+    leaves `out` as it was (nothing written before the checks pass)."""
     vals = package_values(overrides)
     doc = manifest(vals)
-    written = chart.write_chart(Path(out), vals, flavour="olares", closed_schema=False, header=(
-        "Lucebox Olares app values (`lucepatch render olares lucebox`): the chart's values with Olares'.\n"
-        "model_cache_host_path and env expand Olares' injected values (tpl); OlaresManifest.yaml is concrete."))
-    (written.path / "OlaresManifest.yaml").write_text(manifest_text(doc))
-    (written.path / "owners").write_text("lucepatch\n")
-    files = sorted(str(p.relative_to(written.path)) for p in written.path.rglob("*") if p.is_file())
-    problems = lint(written.path, objects=objects_for(vals))
-    if problems:
-        raise UsageError(f"the Olares package breaks {len(problems)} Olares lint rule(s), first: {problems[0]}")
+    dest = Path(out) / chart.CHART_NAME
+    if dest.exists() and not (dest / "Chart.yaml").is_file():
+        raise UsageError(f"{dest} exists and is not a chart: choose another --out")
+    with tempfile.TemporaryDirectory(prefix="lucepatch-olares-") as stage:
+        staged = chart.write_chart(Path(stage), vals, flavour="olares", closed_schema=False, header=(
+            "Lucebox Olares app values (`lucepatch render olares lucebox`): the chart's values with Olares'.\n"
+            "model_cache_host_path and env expand Olares' injected values (tpl); OlaresManifest.yaml is concrete."))
+        (staged.path / "OlaresManifest.yaml").write_text(manifest_text(doc))
+        (staged.path / "owners").write_text("lucepatch\n")
+        files = sorted(str(p.relative_to(staged.path)) for p in staged.path.rglob("*") if p.is_file())
+        problems = lint(staged.path, objects=objects_for(vals))
+        if problems:
+            raise UsageError(f"the Olares package breaks {len(problems)} Olares lint rule(s), first: {problems[0]}")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.move(str(staged.path), str(dest))
     # beside the package, not in it: the chart renders only with what Olares injects (userspace, olaresEnv)
-    injected = injected_values_file(written.path.parent / f"{written.path.name}.olares-values.json")
-    return OlaresPackage(written.path, files, vals, doc, injected)
+    injected = injected_values_file(dest.parent / f"{dest.name}.olares-values.json")
+    return OlaresPackage(dest, files, vals, doc, injected)
 
 
 def objects_for(vals: dict, namespace: str = "app-namespace") -> list[dict]:
@@ -247,7 +254,7 @@ def quantity(q) -> float:
 def lint(pkg: Path, *, objects: list[dict]) -> list[str]:
     """Olares' app lint rules (see the module doc) over a package folder and the objects it installs.
     Returns the problems, each naming its rule; [] = passes."""
-    import yaml  # optional: the k8s extra (PyYAML)
+    import yaml  # lazy: the Olares lint only, 174 ms
 
     p: list[str] = []
     pkg = Path(pkg)

@@ -84,31 +84,30 @@ class Rendered:
 def render_set(name: str, *, values_file: str | None, sets, node_driver: str | None, node_report: str | None,
                validate_versions: str | None, out: str | None) -> Rendered:
     """`render k8s SET`: the manifests (validated against Kubernetes versions when asked), written
-    to `out` as <set>.yaml files and a kustomization.yaml when given."""
+    to `out` as <set>.yaml files and a kustomization.yaml when given — only once everything is
+    rendered, parsed and validated: a refusal leaves `out` as it was."""
     from lucepatch.k8s import manifests, validate, values  # lazy: `render k8s` only, 18 ms
 
     vals = values.resolve(name, values.load_file(values_file) if values_file else {}, values.parse_set(sets))
     driver_gate(vals, node_driver, node_report, lucebox=name == "lucebox")
     docs = manifests.render_verify_jobs(vals) if name == "verify-job" else manifests.render(name, vals)
+    objects = manifests.to_objects(docs)
     if validate_versions:
-        problems = validate.strict_validate(manifests.to_objects(docs), [v.strip() for v in validate_versions.split(",")])
+        problems = validate.strict_validate(objects, [v.strip() for v in validate_versions.split(",")])
         if problems:
             raise CheckFailed(f"{len(problems)} schema problem(s), first: {problems[0]}")
         report.progress(f"validated against Kubernetes {validate_versions}")
+    # `kubectl apply -k DIR` / `kubectl kustomize DIR` take the folder as it is
+    files = {d.filename: d.text for d in docs} | {"kustomization.yaml": manifests.kustomization(docs)}
     written = []
     if out:
         Path(out).mkdir(parents=True, exist_ok=True)
-        for d in docs:
-            p = Path(out) / d.filename
-            p.write_text(d.text, encoding="utf-8")
+        for fname, text in files.items():
+            p = Path(out) / fname
+            p.write_text(text, encoding="utf-8")
             written.append(str(p))
             report.progress(f"wrote {p}")
-        # `kubectl apply -k DIR` / `kubectl kustomize DIR` take the folder as it is
-        k = Path(out) / "kustomization.yaml"
-        k.write_text(manifests.kustomization(docs))
-        written.append(str(k))
-        report.progress(f"wrote {k}")
-    return Rendered(name, manifests.join(docs), manifests.to_objects(docs), written)
+    return Rendered(name, manifests.join(docs), objects, written)
 
 
 def render_helm(out: str, *, values_file: str | None, sets, node_driver: str | None, node_report: str | None):
