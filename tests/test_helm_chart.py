@@ -97,9 +97,10 @@ def test_chart_metadata_and_values_are_todays(charts):
     assert ch["apiVersion"] == "v2" and ch["name"] == "lucebox" and ch["version"] == chart.CHART_VERSION
     assert ch["appVersion"] == load_target_dir(REPO / "patches" / "lucebox").version
     vals = yaml.safe_load((charts["helm"] / "values.yaml").read_text())
-    assert vals == values.resolve("lucebox")  # today's values, every one
+    assert vals == {**values.resolve("lucebox"), "namespace": ""}  # today's values; the namespace: the release's
     schema = json.loads((charts["helm"] / "values.schema.json").read_text())
     assert set(schema["properties"]) == set(values.LUCEBOX) | {"workloads"} and schema["additionalProperties"] is False
+    assert schema == {**values.schema("lucebox"), "title": "Lucebox chart values"}  # the one render checks by
     for f in ("templates/_helpers.tpl", "templates/NOTES.txt", "files/prepare-cache.sh"):
         assert (charts["helm"] / f).is_file(), f
     assert (charts["helm"] / "files" / "prepare-cache.sh").read_text() == manifests.PREPARE_CACHE_SCRIPT
@@ -110,7 +111,7 @@ def test_helm_template_renders_what_render_k8s_renders(charts, line):
     helm = needs.tool("helm")
     args = shlex.split(line)
     sets = [args[i + 1] for i, a in enumerate(args) if a == "--set"]
-    r = _run([helm, "template", "lucebox", str(charts["helm"]), *[x for s in sets for x in ("--set", s)]])
+    r = _run([helm, "template", "lucebox", str(charts["helm"]), *args[4:]])  # -n lucebox and the --sets, as shown
     assert r.returncode == 0, r.stderr
     from_helm = _objs(r.stdout)
     from_render = _objs(manifests.join(manifests.render("lucebox", values.resolve("lucebox", values.parse_set(sets)))))
@@ -125,6 +126,26 @@ def test_schema_rejects_what_render_k8s_rejects(charts, cli):
     assert cli("render", "k8s", "lucebox", "--set", "gpu_mem=1").code == 2
     r = _run([helm, "template", "lucebox", str(charts["helm"]), "--set", "port=eighty"])
     assert r.returncode != 0 and "port" in r.stderr
+    # the same schema decides in render (issue 35: at 38ae54e `--set port=abc --validate 1.35` exited 0 with
+    # containerPort 0 and said "validated"): refused, nothing rendered, nothing written
+    for bad, what in (("port=abc", "port: 'abc' is not of type 'integer'"), ("port=70000", "port: 70000 is greater"),
+                      ("gpu_cores=101", "gpu_cores: 101 is greater"), ("service_type=Ingress", "service_type: 'Ingress'")):
+        r = _run([helm, "template", "lucebox", str(charts["helm"]), "--set", bad])
+        assert r.returncode != 0 and bad.split("=")[0] in r.stderr, (bad, r.stderr)
+        c = cli("render", "k8s", "lucebox", "--set", bad, "--validate", "1.35", "--out", str(charts["base"] / "no"))
+        assert c.code == 2 and what in c.err and c.err.count("\n") == 1 and not c.out, (bad, c.err)
+        assert not (charts["base"] / "no").exists()
+
+
+def test_the_chart_follows_the_release_namespace(charts):
+    """`helm install -n NS` puts the objects in NS (at 38ae54e values.yaml said namespace: lucebox, so
+    every object went there whatever -n said); `--set namespace=X` still pins them."""
+    helm = needs.tool("helm")
+    for args, ns in ((["-n", "team-a"], "team-a"), ([], "default"), (["-n", "team-a", "--set", "namespace=pinned"], "pinned")):
+        r = _run([helm, "template", "lucebox", str(charts["helm"]), *args])
+        assert r.returncode == 0, r.stderr
+        spaces = {o["metadata"].get("namespace") for o in _objs(r.stdout)}
+        assert spaces == {ns}, (args, spaces)
 
 
 def test_kubectl_kustomize_takes_the_rendered_folder(tmp_path, cli):

@@ -47,9 +47,30 @@ def strip_our_trailers(msg: str) -> tuple[str, str | None]:
     return trailers.edit(msg, remove=OUR_TRAILER_KEYS), patch_id_trailer(msg)
 
 
+def upstream_merge(repo: Path, base: str, head: str) -> tuple[str, str, str] | None:
+    """The first merge on base..head's first-parent chain that merges the upstream's mainline into the
+    branch — its second parent on a remote's default branch (refs/remotes/*/HEAD), its first parent
+    not — as (merge, its second parent, subject); None when there is none. Its first-parent diff
+    would be upstream's own changes, not the branch's (issue 35: HAMi-core PR heads)."""
+    mainline = [r for r in git.run(repo, "for-each-ref", "--format=%(refname)", "refs/remotes/*/HEAD").stdout.split()]
+    if not mainline:
+        return None
+
+    def on_mainline(c: str) -> bool:
+        return any(git.run(repo, "merge-base", "--is-ancestor", c, r, check=False).status == 0 for r in mainline)
+
+    for line in git.run(repo, "rev-list", "--first-parent", "--reverse", "--parents", f"{base}..{head}").stdout.splitlines():
+        c, *parents = line.split()
+        if len(parents) > 1 and on_mainline(parents[1]) and not on_mainline(parents[0]):
+            return c, parents[1], git.run(repo, "log", "-1", "--format=%s", c).stdout.strip()
+    return None
+
+
 def format_commits(repo: Path, base: str, head: str, out_dir: Path) -> list[tuple[Path, str | None, str]]:
-    """Format base..head (our trailers removed) as patch files: [(file, Patch-Id trailer, commit)]."""
-    commits = git.run(repo, "rev-list", "--reverse", "--no-merges", f"{base}..{head}").stdout.split()
+    """Format base..head (our trailers removed) as patch files: [(file, Patch-Id trailer, commit)]. A
+    range with merges is linearised by first parent: each patch is one step of the chain (a merge: what
+    it brought in), so no patch undoes another side's lines for the next to put back (issue 35)."""
+    commits = git.run(repo, "rev-list", "--reverse", "--first-parent", f"{base}..{head}").stdout.split()
     prev = base
     pid_of: list[tuple[str | None, str]] = []
     for c in commits:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from lucepatch import git
 from lucepatch.engine.apply import TreeState, WorkArea, apply_loop, clone_private, resolve_base
-from lucepatch.engine.commits import PURE_ENV, format_commits, format_patch_slug
+from lucepatch.engine.commits import PURE_ENV, format_commits, format_patch_slug, upstream_merge
 from lucepatch.engine.core import ALREADY_UPSTREAM, CONFLICT
 from lucepatch.engine.safety import MAX_PATCH_BYTES, check_patch_paths, check_patch_shape
 from lucepatch.errors import UsageError
@@ -185,6 +185,13 @@ def import_patches(ws: Workspace, target: str, cache: Path, *, from_path: str | 
             a_sha = git.resolve_commit(src, a, what="--from-branch start", remedy="pass an existing ref")
             b_sha = git.resolve_commit(src, b or "HEAD", what="--from-branch end",
                                        remedy="pass an existing ref")
+            merged = upstream_merge(src, a_sha, b_sha)
+            if merged:
+                m, side, subject = merged
+                raise UsageError(f"--from-branch {from_branch}: {m[:12]} ({subject}) merges upstream {side[:12]} into "
+                                 "the branch, and its patch would carry upstream's changes, not the branch's; rebase "
+                                 f"the branch onto {side[:12]} (and the target onto it) first, or import from "
+                                 f"{m[:12]} on")
             clone_private(src, work.repo)
             files = format_commits(work.repo, a_sha, b_sha, work.path / "out")
             incoming = [(format_patch_slug(f.name), f.read_bytes()) for f, _, _ in files]

@@ -46,17 +46,10 @@ class WrittenChart:
 
 
 def values_schema(closed: bool = True) -> dict:
-    """values.schema.json from the model. `closed`: no keys beyond the model (Olares injects its own
-    values — userspace, bfl, GPU, olaresEnv... — so its package leaves the schema open)."""
-    props = {k: {"type": v.json_type(), "description": v.doc} for k, v in values.LUCEBOX.items()}
-    for k, v in values.LUCEBOX.items():
-        if isinstance(v.default, dict) and k in ("labels", "env", "node_selector"):
-            props[k]["additionalProperties"] = {"type": ["string", "number", "boolean"]} if k != "labels" else \
-                {"type": "string"}
-    props["workloads"] = {"type": "object", "description": "Olares: workloads.<name>.replicaCount (OlaresManifest "
-                                                            "workloadReplicas) overrides replicas."}
-    return {"$schema": "https://json-schema.org/draft-07/schema#", "title": "Lucebox chart values",
-            "type": "object", "properties": props, "additionalProperties": not closed}
+    """values.schema.json: the model's schema (values.schema), the one `render` checks values against.
+    `closed`: no keys beyond the model (Olares injects its own values — userspace, bfl, GPU,
+    olaresEnv... — so its package leaves the schema open)."""
+    return {**values.schema("lucebox", closed=closed), "title": "Lucebox chart values"}
 
 
 def values_yaml(vals: dict, header: str) -> str:
@@ -116,5 +109,9 @@ def write_chart(out: Path, vals: dict, *, flavour: str = "helm", closed_schema: 
 
 
 def render_helm(out: Path, overrides: dict) -> WrittenChart:
+    """The chart with these values; its namespace is the release's (`helm install -n NS`) unless the
+    values name one (`--set namespace=...`): values.yaml leaves it empty (templates/_helpers.tpl)."""
     vals = values.resolve("lucebox", overrides)
+    if "namespace" not in overrides:
+        vals["namespace"] = ""
     return write_chart(out, vals)

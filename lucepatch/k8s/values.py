@@ -1,9 +1,12 @@
-"""Values for the rendered manifests: every key, its default and what it does.
+"""Values for the rendered manifests: every key, its default, its type and range, and what it does.
 
-Each manifest set has one schema: ``{key: Value(default, doc)}``. User values (a YAML or JSON
-file, ``--values FILE``, or ``--set key=value``) are merged over the defaults; an unknown key is
-a usage error naming the known ones, so a typo never renders silently. ``docs/cluster.md``
-and ``lucepatch render k8s SET --show-values`` print these tables.
+Each manifest set has one model: ``{key: Value(default, doc, type, minimum=, maximum=, enum=)}``,
+and one JSON schema made from it (``schema``): the Helm chart's values.schema.json is that schema, so
+helm and ``render`` check a value the same way. User values (a YAML or JSON file, ``--values FILE``,
+or ``--set key=value``) are merged over the defaults and the result is checked against the schema
+before anything is rendered or written: an unknown key, a wrong type or a value out of range is one
+usage error naming every bad value. ``docs/cluster.md`` and ``lucepatch render k8s SET --show-values``
+print these tables.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lucepatch.errors import EnvironmentMissing, UsageError
+from lucepatch.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -23,12 +26,22 @@ class Value:
     # JSON-schema type(s) of the value (the Helm chart's values.schema.json is generated from these);
     # None = inferred from the default
     type: str | tuple[str, ...] | None = None
+    minimum: int | None = None  # the range a number must be in (schema minimum / maximum)
+    maximum: int | None = None
+    enum: tuple | None = None  # the only values it takes
 
     def json_type(self) -> str | list[str]:
         if self.type is not None:
             return self.type if isinstance(self.type, str) else list(self.type)
         return {bool: "boolean", int: "integer", float: "number", str: "string", dict: "object",
                 list: "array"}.get(type(self.default), "string")
+
+    def json_schema(self) -> dict:
+        out = {"type": self.json_type(), "description": self.doc}
+        out |= {k: v for k, v in (("minimum", self.minimum), ("maximum", self.maximum)) if v is not None}
+        if self.enum is not None:
+            out["enum"] = list(self.enum) + ([None] if "null" in out["type"] else [])
+        return out
 
 
 # a Kubernetes quantity ("4", 4, "500m", "16Gi") or null; `--set cpu_limit=8` arrives as a number
@@ -52,12 +65,15 @@ LUCEBOX = {
     "image_cuda": Value("13.0", "CUDA runtime version of the image (the profile's base, label "
                                 "org.lucepatch.cuda-version): `--node-driver` refuses an image the node's driver "
                                 "cannot start (lucepatch/data/cuda_drivers.toml)."),
-    "image_pull_policy": Value("IfNotPresent", "imagePullPolicy of the server container."),
-    "replicas": Value(1, "Deployment replicas (one GPU each)."),
-    "gpu_count": Value(1, "`nvidia.com/gpu` limit (HAMi vGPU count)."),
+    "image_pull_policy": Value("IfNotPresent", "imagePullPolicy of the server container.",
+                               enum=("Always", "IfNotPresent", "Never")),
+    "replicas": Value(1, "Deployment replicas (one GPU each).", minimum=0),
+    "gpu_count": Value(1, "`nvidia.com/gpu` limit (HAMi vGPU count).", minimum=1),
     "gpu_mem_mib": Value(None, "`nvidia.com/gpumem` limit in MiB; null = none requested (Olares then sets "
-                               "CUDA_DEVICE_MEMORY_LIMIT_0=0m, see cuda_device_memory_limit).", ("integer", "null")),
-    "gpu_cores": Value(None, "`nvidia.com/gpucores` limit (percent of SMs); null = not requested.", ("integer", "null")),
+                               "CUDA_DEVICE_MEMORY_LIMIT_0=0m, see cuda_device_memory_limit).", ("integer", "null"),
+                         minimum=1),
+    "gpu_cores": Value(None, "`nvidia.com/gpucores` limit (percent of SMs); null = not requested.", ("integer", "null"),
+                       minimum=0, maximum=100),
     "scheduler_name": Value(None, "Pod schedulerName, e.g. `hami-scheduler`; null = cluster default.", ("string", "null")),
     "olares_gpu_inject": Value(False, "Add the Olares annotation `applications.app.bytetrade.io/gpu-inject: \"true\"` "
                                       "(on the Deployment, where Olares' app-service webhook reads it, and its pods)."),
@@ -79,20 +95,21 @@ LUCEBOX = {
                                         "null = the server image. Olares admits root init containers only from "
                                         "trusted registries: its package uses docker.io/beclab/aboveos-busybox.",
                                   ("string", "null")),
-    "run_as_user": Value(10001, "Pod runAsUser: the image's user (profile `uid`, default 10001)."),
-    "run_as_group": Value(10001, "Pod runAsGroup: the image's group."),
+    "run_as_user": Value(10001, "Pod runAsUser: the image's user (profile `uid`, default 10001).", minimum=0),
+    "run_as_group": Value(10001, "Pod runAsGroup: the image's group.", minimum=0),
     "fs_group": Value(10001, "Pod fsGroup: a fresh PVC / emptyDir is group-owned and writable by it "
-                             "(fsGroupChangePolicy OnRootMismatch); null = none.", ("integer", "null")),
+                             "(fsGroupChangePolicy OnRootMismatch); null = none.", ("integer", "null"), minimum=0),
     "port": Value(8080, "Server port: the container port, the probes, the Service and the PORT the entrypoint passes "
-                        "to dflash_server (`--port $PORT`)."),
+                        "to dflash_server (`--port $PORT`).", minimum=1, maximum=65535),
     "health_path": Value("/health", "HTTP path of the startup and readiness probes."),
-    "startup_period_seconds": Value(10, "startupProbe periodSeconds."),
+    "startup_period_seconds": Value(10, "startupProbe periodSeconds.", minimum=1),
     "model_download_init": Value(True, "Fetch the models in an init container (the image's entrypoint with "
                                        "DOWNLOAD_ONLY=1) so the download is outside the startup probe's budget."),
     "startup_failure_threshold": Value(180, "startupProbe failureThreshold: period x threshold = time allowed for "
                                             "model load + first-boot JIT (default 30 min; the download runs "
-                                            "before, in the init container, unless model_download_init is off)."),
-    "readiness_period_seconds": Value(10, "readinessProbe periodSeconds."),
+                                            "before, in the init container, unless model_download_init is off).",
+                                      minimum=1),
+    "readiness_period_seconds": Value(10, "readinessProbe periodSeconds.", minimum=1),
     "cpu_request": Value("4", "CPU request.", QUANTITY),
     "cpu_limit": Value(None, "CPU limit; null = none.", QUANTITY),
     "memory_request": Value("16Gi", "Memory request.", QUANTITY),
@@ -100,7 +117,8 @@ LUCEBOX = {
     "env": Value({}, "Extra environment variables (dict name -> string); the Helm chart expands templates in "
                      "them (tpl), e.g. Olares' `{{ .Values.olaresEnv.HF_TOKEN }}`."),
     "node_selector": Value({}, "nodeSelector (dict)."),
-    "service_type": Value("ClusterIP", "Service type (ClusterIP, NodePort, LoadBalancer)."),
+    "service_type": Value("ClusterIP", "Service type (ClusterIP, NodePort, LoadBalancer).",
+                          enum=("ClusterIP", "NodePort", "LoadBalancer")),
 }
 
 # The static copier `build hami-core --image` puts in its FROM scratch library image (builders/image.py
@@ -118,48 +136,55 @@ RBAC = {
 
 VERIFY_JOB = {
     **COMMON,
-    "variant": Value("patched", "`baseline` or `patched`: which library this Job preloads."),
+    "variant": Value("patched", "`baseline` or `patched`: which library this Job preloads.",
+                     enum=("baseline", "patched")),
     "run_id": Value("manual", "Identifier shared by the Jobs of one `verify --in-cluster` (label lucepatch.dev/run-id)."),
     "reproducer": Value("async-sched", "Reproducer name (folder under reproducers/)."),
     "reproducer_cmd": Value(["/lucepatch/bin/reproducer"], "Command of the reproducer inside the image (list)."),
     "image": Value("lucepatch/reproducers:latest", "Image holding the reproducer binaries (and the libs if lib_image is null)."),
-    "lib_image": Value(None, "Image holding the variant's libvgpu.so, copied by an init container; null = in `image`."),
+    "lib_image": Value(None, "Image holding the variant's libvgpu.so, copied by an init container; null = in `image`.",
+                       ("string", "null")),
     "lib_path_in_image": Value("/lucepatch/lib/libvgpu.so", "Path of the variant library inside lib_image (or image)."),
     "lib_copy_command": Value([LIB_COPIER], LIB_COPY_DOC),
-    "lib_sha256": Value(None, "Expected sha256 of the variant library; the runner refuses to run on a mismatch."),
-    "runs": Value(20, "Runs of the reproducer in this Job (serial: HAMi's host-wide /tmp/vgpulock)."),
+    "lib_sha256": Value(None, "Expected sha256 of the variant library; the runner refuses to run on a mismatch.",
+                        ("string", "null")),
+    "runs": Value(20, "Runs of the reproducer in this Job (serial: HAMi's host-wide /tmp/vgpulock).", minimum=1),
     "env": Value({}, "Extra environment of the reproducer (dict), e.g. the reproducer.toml [env] such as "
                      "CUDA_DEVICE_MEMORY_LIMIT; HAMi's own per-pod variables still come from the device plugin."),
-    "run_timeout_seconds": Value(120, "Per-run timeout (timeout(1)); a timeout is recorded as returncode 124."),
-    "node": Value(None, "Pin to this node (kubernetes.io/hostname); null = any HAMi node."),
-    "gpu_count": Value(1, "`nvidia.com/gpu` limit."),
-    "gpu_mem_mib": Value(None, "`nvidia.com/gpumem` limit in MiB; null = none."),
-    "scheduler_name": Value(None, "schedulerName, e.g. `hami-scheduler`."),
-    "ttl_seconds_after_finished": Value(3600, "Job ttlSecondsAfterFinished (cluster deletes it after)."),
-    "active_deadline_seconds": Value(3600, "Job activeDeadlineSeconds."),
+    "run_timeout_seconds": Value(120, "Per-run timeout (timeout(1)); a timeout is recorded as returncode 124.",
+                                 minimum=1),
+    "node": Value(None, "Pin to this node (kubernetes.io/hostname); null = any HAMi node.", ("string", "null")),
+    "gpu_count": Value(1, "`nvidia.com/gpu` limit.", minimum=1),
+    "gpu_mem_mib": Value(None, "`nvidia.com/gpumem` limit in MiB; null = none.", ("integer", "null"), minimum=1),
+    "scheduler_name": Value(None, "schedulerName, e.g. `hami-scheduler`.", ("string", "null")),
+    "ttl_seconds_after_finished": Value(3600, "Job ttlSecondsAfterFinished (cluster deletes it after).", minimum=0),
+    "active_deadline_seconds": Value(3600, "Job activeDeadlineSeconds.", minimum=1),
     "owner": Value(None, "ownerReference dict {apiVersion, kind, name, uid} (e.g. a ConfigMap per verify run) "
-                         "so deleting the owner deletes the Jobs; null = none."),
-    "service_account": Value(None, "ServiceAccount of the Job's pod; null = the namespace default (the pod needs no API access)."),
+                         "so deleting the owner deletes the Jobs; null = none.", ("object", "null")),
+    "service_account": Value(None, "ServiceAccount of the Job's pod; null = the namespace default (the pod needs no API "
+                                   "access).", ("string", "null")),
 }
 
 SWAP = {
     **COMMON,
     "namespace": Value("lucepatch-system", "Namespace of the swap DaemonSet and its ConfigMap."),
     "name": Value("lucepatch-hami-core-swap", "Name of the DaemonSet and ConfigMap."),
-    "action": Value("install", "`install` the library or `rollback` to the backed-up original."),
+    "action": Value("install", "`install` the library or `rollback` to the backed-up original.",
+                    enum=("install", "rollback")),
     "image": Value("docker.io/library/buildpack-deps:bookworm",
                    "Image running the swap script: needs bash, coreutils, util-linux (flock) and binutils (nm, objdump)."),
     "lib_image": Value(None, "Image holding the patched library (required for install), copied out by an init "
-                             "container running lib_copy_command."),
+                             "container running lib_copy_command.", ("string", "null")),
     "lib_path_in_image": Value("/lucepatch/lib/libvgpu.so", "Path of the patched library inside lib_image (where "
                                                             "`lucepatch build hami-core --image` puts it)."),
     "lib_copy_command": Value([LIB_COPIER], LIB_COPY_DOC),
-    "lib_sha256": Value(None, "sha256 of the patched library (required for install): the evidence's patched artifact."),
+    "lib_sha256": Value(None, "sha256 of the patched library (required for install): the evidence's patched artifact.",
+                        ("string", "null")),
     "host_lib_dir": Value("/usr/local/vgpu", "HAMi's library directory on the node (chart devicePlugin.libPath)."),
     "lib_name": Value("libvgpu.so", "File swapped inside host_lib_dir."),
     "node_selector": Value({"gpu": "on"}, "nodeSelector of the DaemonSet (HAMi labels GPU nodes gpu=on)."),
     "reassert_seconds": Value(0, "If > 0, re-check every N seconds and re-install when the library was overwritten "
-                                 "(e.g. by a HAMi device-plugin restart); 0 = install once, then idle."),
+                                 "(e.g. by a HAMi device-plugin restart); 0 = install once, then idle.", minimum=0),
     "tolerations": Value([{"operator": "Exists"}], "Tolerations (default: run on every tainted GPU node too)."),
 }
 
@@ -189,6 +214,37 @@ BENCH_JOB = {
 SCHEMAS = {"lucebox": LUCEBOX, "rbac": RBAC, "verify-job": VERIFY_JOB, "hami-core-swap": SWAP, "bench-job": BENCH_JOB}
 
 
+# dict values: what their entries may be (helm's --set a.b=1 makes a number, hence numbers in env)
+ENTRIES = {"labels": {"type": "string"}, "env": {"type": ["string", "number", "boolean"]},
+           "node_selector": {"type": ["string", "number", "boolean"]}}
+
+
+def schema(set_name: str, *, closed: bool = True) -> dict:
+    """The JSON schema of a set's values: the Helm chart's values.schema.json (lucebox) and what
+    `resolve` checks every set's values against. `closed`: no keys beyond the model (Olares' package
+    leaves it open for the values Olares injects)."""
+    props = {k: v.json_schema() for k, v in SCHEMAS[set_name].items()}
+    for k, entries in ENTRIES.items():
+        if k in props and isinstance(SCHEMAS[set_name][k].default, dict):
+            props[k]["additionalProperties"] = entries
+    if set_name == "lucebox":
+        props["workloads"] = {"type": "object", "description": "Olares: workloads.<name>.replicaCount (OlaresManifest "
+                                                                "workloadReplicas) overrides replicas."}
+    return {"$schema": "https://json-schema.org/draft-07/schema#", "title": f"{set_name} values",
+            "type": "object", "properties": props, "additionalProperties": not closed}
+
+
+def check(set_name: str, vals: dict) -> None:
+    """Every value against the set's schema (the one helm reads from values.schema.json): UsageError
+    naming each bad value, as `helm template` refuses them."""
+    import jsonschema  # lazy: the values' schema check, 716 ms (a loaded 2-core machine)
+
+    errors = sorted(jsonschema.Draft7Validator(schema(set_name)).iter_errors(vals), key=lambda e: list(e.path))
+    if errors:
+        bad = "; ".join(f"{'.'.join(str(p) for p in e.path) or '(values)'}: {e.message}" for e in errors)
+        raise UsageError(f"values refused by the {set_name} schema (values.schema.json, as helm checks it): {bad}")
+
+
 def defaults(schema: dict[str, Value]) -> dict:
     return {k: json.loads(json.dumps(v.default)) for k, v in schema.items()}
 
@@ -198,10 +254,8 @@ def load_file(path: str | Path) -> dict:
     if str(path).endswith(".json"):
         data = json.loads(text)
     else:
-        try:
-            import yaml  # optional: the k8s extra (PyYAML)
-        except ModuleNotFoundError:
-            raise EnvironmentMissing("PyYAML is needed to read a YAML values file: pip install 'lucepatch[k8s]'")
+        import yaml  # lazy: a YAML values file only, 174 ms
+
         data = yaml.safe_load(text) or {}
     if not isinstance(data, dict):
         raise UsageError(f"values file {path} must hold a mapping of key: value")
@@ -247,6 +301,7 @@ def resolve(set_name: str, *overrides: dict) -> dict:
                 values[key] = {**values[key], **val}  # as Helm merges maps: --set labels.a=1 adds a key
             else:
                 values[key] = val
+    check(set_name, values)
     return values
 
 

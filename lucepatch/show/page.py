@@ -28,5 +28,9 @@ def write_html(view: View, path: Path) -> Path:
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"--html {path} is a directory; give a file name")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return write_atomic(path, html(view), mode=0o666)
+    page = html(view)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return write_atomic(path, page, mode=0o666)
+    except OSError as exc:  # a folder no file can be made in (/proc, a read-only mount, a file as its parent)
+        raise UsageError(f"cannot write the page to {path}: {exc.strerror or exc}; give a file in a folder you can write")
