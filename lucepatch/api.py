@@ -50,7 +50,7 @@ SERVICES: dict[str, str] = {
     "lucepatch.services.nodes": "identify_library node_report=load_node_report inspect_node_library what_a_line_drops "
                                 "report_lines drops_lines identity_lines Identity NodeReport",
     "lucepatch.services.cluster": "render_set render_helm render_olares set_values real_clients deploy_hami_core "
-                                  "cluster_status K8S_SETS=SETS K8S_SET_ALIASES=SET_ALIASES",
+                                  "cluster_status K8S_SETS=SETS K8S_SET_ALIASES=SET_ALIASES LUCEBOX_APPS=APPS",
     "lucepatch.services.bench": "bench=run bench_rows=table_rows write_bench_page=write_page BenchRequest "
                                 "BENCH_COLUMNS=COLUMNS",
 }

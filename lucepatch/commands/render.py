@@ -1,6 +1,7 @@
 """`lucepatch render k8s SET`: render cluster manifests (Lucebox, RBAC, verify Jobs, swap DaemonSet).
-`lucepatch render helm lucebox --out DIR`: the Lucebox Helm chart (same model as `render k8s lucebox`).
-`lucepatch render olares lucebox --out DIR`: the Lucebox Olares app (that chart + OlaresManifest.yaml).
+`lucepatch render helm lucebox|lucebox-vendored --out DIR`: the Lucebox Helm chart of that line (same model as
+`render k8s` of the same name).
+`lucepatch render olares lucebox|lucebox-vendored --out DIR`: the Lucebox Olares app (that chart + OlaresManifest.yaml).
 `lucepatch render real-clients --evidence F...`: the "Real clients" table (README, PR body) from evidence."""
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def real_clients(ctx, paths, target_name, as_json):
 @click.option("--node-report", default=None, type=click.Path(dir_okay=False),
               help="lucebox: the node report JSON (driver_version) to check image_cuda against.")
 def k8s(manifest_set, values_file, sets, out, show_values, validate_versions, as_json, node_driver, node_report):
-    """Render SET: lucebox | rbac | verify-job (both variants) | hami-core-swap (alias daemonset)."""
+    """Render SET: lucebox | lucebox-vendored | rbac | verify-job (both variants) | hami-core-swap (alias daemonset)."""
     refuse_unused(click.get_current_context(), "render k8s")
     name = api.K8S_SET_ALIASES.get(manifest_set, manifest_set)
     if show_values:
@@ -75,8 +76,9 @@ def k8s(manifest_set, values_file, sets, out, show_values, validate_versions, as
 def _chart_options(f):
     f = json_option(f)
     for opt in reversed([
-        click.argument("app", metavar="APP", type=click.Choice(["lucebox"])),
-        click.option("--out", type=click.Path(file_okay=False), required=True, help="Write the package to OUT/lucebox/."),
+        click.argument("app", metavar="APP", type=click.Choice(api.LUCEBOX_APPS)),
+        click.option("--out", type=click.Path(file_okay=False), required=True,
+                     help="Write the package to OUT/lucebox/ (the chart's name for either line)."),
         click.option("--values", "values_file", type=click.Path(dir_okay=False), default=None,
                      help="YAML or JSON file of values (render k8s lucebox --show-values)."),
         click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override one value (JSON-parsed)."),
@@ -103,10 +105,12 @@ def _emit(what: str, kind: str, path, files: list[str], as_json: bool, extra: di
 def helm(app, out, values_file, sets, node_driver, node_report, as_json):
     """Write the Lucebox Helm chart (Chart.yaml v2, values.yaml, values.schema.json, templates) to OUT/lucebox/.
 
-    It renders the objects `render k8s lucebox` renders for the same values: `helm template lucebox
-    OUT/lucebox --set port=9000` = `lucepatch render k8s lucebox --set port=9000`."""
+    APP is the line: lucebox (8305b6c, lucepatch's image) or lucebox-vendored (62880e2, upstream's image
+    and entrypoint). It renders the objects `render k8s APP` renders for the same values: `helm template
+    lucebox OUT/lucebox --set port=9000` = `lucepatch render k8s APP --set port=9000`."""
     refuse_unused(click.get_current_context(), "render helm")
-    w = api.render_helm(out, values_file=values_file, sets=sets, node_driver=node_driver, node_report=node_report)
+    w = api.render_helm(out, values_file=values_file, sets=sets, node_driver=node_driver, node_report=node_report,
+                        app=app)
     _emit("helm", "Helm chart", w.path, w.files, as_json)
 
 
@@ -115,11 +119,12 @@ def helm(app, out, values_file, sets, node_driver, node_report, as_json):
 def olares(app, out, values_file, sets, node_driver, node_report, as_json):
     """Write the Lucebox Olares app (the Helm chart with Olares values + OlaresManifest.yaml) to OUT/lucebox/.
 
-    OlaresManifest 0.12.0, apiVersion v3, Olares >= 1.12.6, one nvidia accelerator; checked against
+    APP is the line (lucebox or lucebox-vendored), as for `render helm`. OlaresManifest 0.12.0, apiVersion v3, Olares >= 1.12.6, one nvidia accelerator; checked against
     Olares' app lint rules before it is written. The image's CUDA is gated against the oldest driver
     Olares ships (lucepatch/data/cuda_drivers.toml) unless --node-driver / --node-report name the node."""
     refuse_unused(click.get_current_context(), "render olares")
-    pkg = api.render_olares(out, values_file=values_file, sets=sets, node_driver=node_driver, node_report=node_report)
+    pkg = api.render_olares(out, values_file=values_file, sets=sets, node_driver=node_driver, node_report=node_report,
+                            app=app)
     report.progress(f"the chart renders with what Olares injects at install: helm lint --strict {pkg.path} "
                     f"-f {pkg.injected}")
     _emit("olares", "Olares app", pkg.path, pkg.files, as_json,

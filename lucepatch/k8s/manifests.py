@@ -1,8 +1,9 @@
 """Render the cluster manifests from jinja2 templates (lucepatch/templates/k8s/*.yaml.j2).
 
-Sets: ``lucebox`` (Deployment, Service, PVC), ``rbac`` (what lucepatch itself needs),
-``verify-job`` (one Job per variant), ``hami-core-swap`` (ConfigMap + privileged DaemonSet), ``bench-job``
-(`lucepatch bench` against the node's own libvgpu.so, issue 38).
+Sets: ``lucebox`` (Deployment, Service, PVC; the 8305b6c line's image), ``lucebox-vendored`` (the same
+objects for the vendored line's image: upstream's entrypoint and its DFLASH_* variables), ``rbac`` (what
+lucepatch itself needs), ``verify-job`` (one Job per variant), ``hami-core-swap`` (ConfigMap + privileged
+DaemonSet), ``bench-job`` (`lucepatch bench` against the node's own libvgpu.so, issue 38).
 Every scalar is emitted through the ``q`` filter (JSON, which is valid YAML), so values can
 never break the document structure. Rendering needs only jinja2; ``to_objects`` parses with PyYAML.
 """
@@ -16,9 +17,9 @@ from dataclasses import dataclass
 import jinja2
 
 from lucepatch.errors import UsageError
-from lucepatch.k8s import jobs, swap
+from lucepatch.k8s import entrypoint, jobs, swap, values
 
-SETS = ("lucebox", "rbac", "verify-job", "hami-core-swap", "bench-job")
+SETS = ("lucebox", "lucebox-vendored", "rbac", "verify-job", "hami-core-swap", "bench-job")
 VARIANTS = ("baseline", "patched")
 
 # The lucebox `prepare-cache` init container (root): make a hostPath cache folder the image user's.
@@ -31,6 +32,20 @@ find "$d" -xdev ! -user "$CACHE_UID" -exec chown "$CACHE_UID:$CACHE_GID" {} +
 chmod u+rwx "$d"
 echo "prepare-cache: $d is owned by $CACHE_UID:$CACHE_GID"
 """.strip() + "\n"
+
+# The lucebox-vendored `fetch-models` init container: upstream's entrypoint passes a command it does not know
+# to exec, so `bash -c` runs here with the image's own `hf` (its venv); the values arrive as arguments
+# ($1 folder, $2/$3 target repository and file, $4/$5 draft repository and file, empty = no draft). `hf
+# download --local-dir` resumes a partial file and skips a complete one.
+FETCH_MODELS_SCRIPT = r"""
+set -eu
+hf={hf}
+"$hf" download "$2" "$3" --local-dir "$1"
+if [ -n "$4" ]; then
+  "$hf" download "$4" "$5" --local-dir "$1/draft"
+fi
+echo "fetch-models: $1/$3 present${{4:+, draft $1/draft/$5}}"
+""".strip().format(hf=values.UPSTREAM_HF) + "\n"
 
 # The DaemonSet container: run the swap once, print its exit code, then idle (or re-assert).
 SWAP_LOOP = r"""
@@ -107,11 +122,33 @@ def _check(set_name: str, v: dict) -> None:
                 raise UsageError("lib_sha256 must be the 64-hex sha256 of the patched library (from the evidence)")
         if "/" in v["lib_name"]:
             raise UsageError("lib_name must be a file name inside host_lib_dir")
-    if set_name == "lucebox":
+    if set_name in values.LUCEBOX_SETS:
         if int(v["gpu_count"]) < 1:
             raise UsageError("gpu_count must be at least 1")
+    if set_name == "lucebox-vendored":
+        _check_vendored(v)
     if set_name == "bench-job":
         bench_command(v)  # refuses what `lucepatch bench` would refuse
+
+
+def _check_vendored(v: dict) -> None:
+    """What the schema cannot say about the vendored line: the entrypoint's names only through `dflash`
+    (or the chart's own values), a fetch that has something to fetch, a target the entrypoint finds."""
+    why = entrypoint.clash(v["env"])
+    if why:
+        raise UsageError(why)
+    fetch_owned = {"HF_HOME"} | ({"HF_TOKEN"} if v["hf_token_secret"] else set())
+    if set(v["fetch_env"]) & fetch_owned:
+        raise UsageError(f"fetch_env.{sorted(set(v['fetch_env']) & fetch_owned)[0]} is set by the chart "
+                         "(HF_HOME: the cache's own folder; HF_TOKEN: from hf_token_secret, or set that to null)")
+    if (v["model_draft_repo"] is None) != (v["model_draft_file"] is None):
+        raise UsageError("model_draft_repo and model_draft_file go together: both, or both null (no draft)")
+    if v["model_download_init"] and not v["model_target_file"]:
+        raise UsageError("model_download_init fetches model_target_file from model_target_repo: name the file, "
+                         "or set model_download_init=false and put the target in the cache yourself")
+    if not v["model_target_file"] and v["model_cache_mount"] != values.UPSTREAM_MODELS:
+        raise UsageError(f"with model_target_file null the entrypoint looks for a target under {values.UPSTREAM_MODELS} "
+                         f"only, not under model_cache_mount {v['model_cache_mount']}: name the file")
 
 
 def render(set_name: str, vals: dict) -> list[Rendered]:
@@ -133,16 +170,19 @@ def render(set_name: str, vals: dict) -> list[Rendered]:
         # label values: <= 63 chars, alphanumeric ends
         for key in ("run_id", "reproducer"):
             vals[key] = dns_label(vals[key])
-    if set_name == "lucebox":
+    if set_name in values.LUCEBOX_SETS:
         ctx["prepare_script"] = PREPARE_CACHE_SCRIPT
+        ctx["fetch_script"] = FETCH_MODELS_SCRIPT
+        ctx["line"] = set_name  # templates/k8s/lucebox-lines/<set>.j2: what differs between the lines' images
     if set_name == "hami-core-swap":
         ctx["script"] = swap.script_text()
         ctx["loop"] = SWAP_LOOP
     if set_name == "bench-job":
         vals["name"] = dns_label(vals["name"])
         ctx["bench_cmd"] = bench_command(vals)
-    tmpl = {"lucebox": "lucebox.yaml.j2", "rbac": "rbac.yaml.j2", "verify-job": "verify-job.yaml.j2",
-            "hami-core-swap": "hami-core-swap.yaml.j2", "bench-job": "bench-job.yaml.j2"}[set_name]
+    tmpl = {"lucebox": "lucebox.yaml.j2", "lucebox-vendored": "lucebox.yaml.j2", "rbac": "rbac.yaml.j2",
+            "verify-job": "verify-job.yaml.j2", "hami-core-swap": "hami-core-swap.yaml.j2",
+            "bench-job": "bench-job.yaml.j2"}[set_name]
     text = env.get_template(tmpl).render(**ctx).strip() + "\n"
     fname = f"{set_name}-{vals['variant']}.yaml" if set_name == "verify-job" else f"{set_name}.yaml"
     return [Rendered(set_name, fname, text)]

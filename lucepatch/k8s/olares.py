@@ -79,10 +79,22 @@ OVERRIDES = {
     "memory_request": "16Gi",
     "memory_limit": "48Gi",
 }
+# The vendored line's package: upstream's image, whose entrypoint reads no HF_* (the fetch-models container
+# does). No -hami image: upstream's Dockerfile has no build argument for GGML_CUDA_NO_VMM, so the image keeps
+# ggml's VMM pool (docs/cluster.md says what that means under HAMi).
+VENDORED_OVERRIDES = {
+    **{k: v for k, v in OVERRIDES.items() if k not in ("image", "env")},
+    "image": values.LUCEBOX_VENDORED_IMAGE,
+    "fetch_env": OVERRIDES["env"],
+}
+PACKAGE_OVERRIDES = {"lucebox": OVERRIDES, "lucebox-vendored": VENDORED_OVERRIDES}
+UPSTREAM = {"lucebox": "https://github.com/Luce-Org/lucebox-hub", "lucebox-vendored": "https://github.com/Luce-Org/lucebox"}
+BUILT = {"lucebox": "built by lucepatch with its patch series",
+         "lucebox-vendored": "built from Luce-Org/lucebox's own Dockerfile with lucepatch's patch series"}
 
 
-def package_values(overrides: dict) -> dict:
-    vals = values.resolve("lucebox", OVERRIDES, overrides)
+def package_values(overrides: dict, set_name: str = "lucebox") -> dict:
+    vals = values.resolve(set_name, PACKAGE_OVERRIDES[set_name], overrides)
     # workloadReplicas' counterpart in values.yaml (app-service sets it; the Deployment follows it)
     return {**vals, "workloads": {vals["name"]: {"replicaCount": int(vals["replicas"])}}}
 
@@ -91,7 +103,7 @@ def _gi(mib: int) -> str:
     return f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"
 
 
-def manifest(vals: dict) -> dict:
+def manifest(vals: dict, set_name: str = "lucebox") -> dict:
     """OlaresManifest.yaml as data, every field concrete (0.12.0 renders no templates)."""
     if not vals.get("gpu_mem_mib"):
         raise UsageError("an Olares app declares its GPU memory: set gpu_mem_mib (MiB), e.g. 22528")
@@ -112,14 +124,14 @@ def manifest(vals: dict) -> dict:
         "entrances": [{"name": name, "host": name, "port": int(vals["port"]), "title": "Lucebox API",
                        "icon": ICON, "authLevel": "internal", "openMethod": "window"}],
         "spec": {
-            "versionName": chart.app_version(),
+            "versionName": chart.app_version(set_name),
             "fullDescription": (
-                "Lucebox's DFlash server (speculative decoding with a DFlash draft) built by lucepatch with its "
-                "patch series for CUDA 13 and consumer Blackwell (sm_120). The first start downloads the target "
+                f"Lucebox's DFlash server (speculative decoding with a DFlash draft) {BUILT[set_name]} "
+                "for CUDA 13 and consumer Blackwell (sm_120). The first start downloads the target "
                 f"GGUF and the draft into the app's data folder; the API listens on port {vals['port']}."),
             "developer": "Luce-Org",
-            "website": "https://github.com/Luce-Org/lucebox-hub",
-            "sourceCode": "https://github.com/Luce-Org/lucebox-hub",
+            "website": UPSTREAM[set_name],
+            "sourceCode": UPSTREAM[set_name],
             "submitter": "lucepatch",
             "locale": ["en-US"],
             "supportArch": ["amd64"],
@@ -147,10 +159,10 @@ def manifest(vals: dict) -> dict:
     }
 
 
-def manifest_text(doc: dict) -> str:
+def manifest_text(doc: dict, set_name: str = "lucebox") -> str:
     import yaml  # lazy: OlaresManifest.yaml only, 174 ms
 
-    head = ("# Rendered by lucepatch (`lucepatch render olares lucebox`): OlaresManifest 0.12.0, apiVersion v3.\n"
+    head = (f"# Rendered by lucepatch (`lucepatch render olares {set_name}`): OlaresManifest 0.12.0, apiVersion v3.\n"
             "# No template expressions here (0.12.0 renders none); the chart's values carry the rest.\n"
             # quoted, as Olares writes them: a version is a string, never a number
             f"olaresManifest.version: '{doc['olaresManifest.version']}'\n"
@@ -169,22 +181,22 @@ class OlaresPackage:
     injected: Path | None = None  # OUT/<app>.olares-values.json: Olares' install-time values, for helm -f
 
 
-def render_olares(out: Path, overrides: dict) -> OlaresPackage:
-    """The package is made and linted in a folder of its own first: a package Olares' rules refuse
-    leaves `out` as it was (nothing written before the checks pass)."""
-    vals = package_values(overrides)
-    doc = manifest(vals)
+def render_olares(out: Path, overrides: dict, set_name: str = "lucebox") -> OlaresPackage:
+    """The package of one line of the series. It is made and linted in a folder of its own first: a
+    package Olares' rules refuse leaves `out` as it was (nothing written before the checks pass)."""
+    vals = package_values(overrides, set_name)
+    doc = manifest(vals, set_name)
     dest = Path(out) / chart.CHART_NAME
     if dest.exists() and not (dest / "Chart.yaml").is_file():
         raise UsageError(f"{dest} exists and is not a chart: choose another --out")
     with tempfile.TemporaryDirectory(prefix="lucepatch-olares-") as stage:
-        staged = chart.write_chart(Path(stage), vals, flavour="olares", closed_schema=False, header=(
-            "Lucebox Olares app values (`lucepatch render olares lucebox`): the chart's values with Olares'.\n"
+        staged = chart.write_chart(Path(stage), vals, set_name=set_name, flavour="olares", closed_schema=False, header=(
+            f"Lucebox Olares app values (`lucepatch render olares {set_name}`): the chart's values with Olares'.\n"
             "model_cache_host_path and env expand Olares' injected values (tpl); OlaresManifest.yaml is concrete."))
-        (staged.path / "OlaresManifest.yaml").write_text(manifest_text(doc))
+        (staged.path / "OlaresManifest.yaml").write_text(manifest_text(doc, set_name))
         (staged.path / "owners").write_text("lucepatch\n")
         files = sorted(str(p.relative_to(staged.path)) for p in staged.path.rglob("*") if p.is_file())
-        problems = lint(staged.path, objects=objects_for(vals))
+        problems = lint(staged.path, objects=objects_for(vals, set_name=set_name))
         if problems:
             raise UsageError(f"the Olares package breaks {len(problems)} Olares lint rule(s), first: {problems[0]}")
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -195,16 +207,18 @@ def render_olares(out: Path, overrides: dict) -> OlaresPackage:
     return OlaresPackage(dest, files, vals, doc, injected)
 
 
-def objects_for(vals: dict, namespace: str = "app-namespace") -> list[dict]:
+def objects_for(vals: dict, namespace: str = "app-namespace", set_name: str = "lucebox") -> list[dict]:
     """The objects Olares would install, from the same model (render k8s), with its injected values."""
     resolved = dict(vals)
     resolved["namespace"] = vals["namespace"] or namespace
     for key in ("model_cache_host_path",):
         if resolved.get(key):
             resolved[key] = _expand(resolved[key])
-    resolved["env"] = {k: _expand(v) for k, v in (vals.get("env") or {}).items()}
-    resolved = {k: v for k, v in resolved.items() if k in values.LUCEBOX}
-    objs = manifests.to_objects(manifests.render("lucebox", resolved))
+    for key in ("env", "fetch_env"):
+        if key in resolved:
+            resolved[key] = {k: _expand(v) for k, v in (vals.get(key) or {}).items()}
+    resolved = {k: v for k, v in resolved.items() if k in values.SCHEMAS[set_name]}
+    objs = manifests.to_objects(manifests.render(set_name, resolved))
     reps = (vals.get("workloads") or {}).get(vals["name"])
     for o in objs:
         if o["kind"] == "Deployment" and reps:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from lucepatch.errors import UsageError
+from lucepatch.k8s import entrypoint
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,61 @@ LUCEBOX = {
                           enum=("ClusterIP", "NodePort", "LoadBalancer")),
 }
 
+# The vendored line (Luce-Org/lucebox 62880e2): the image is upstream's own Dockerfile built by `build
+# lucebox-vendored --image` (builders/image.py build_upstream_image), so the pod speaks to upstream's entrypoint
+# (server/scripts/entrypoint.sh): DFLASH_* variables (k8s/entrypoint.py), models under its $DFLASH_DIR/models.
+LUCEBOX_VENDORED_IMAGE = "lucepatch/lucebox-vendored:sm120-cuda13-1.0.0"
+UPSTREAM_MODELS = "/opt/lucebox-hub/server/models"  # $DFLASH_DIR/models, the Dockerfile's VOLUME
+# The image's own Hugging Face CLI: huggingface-hub 1.16.1 (uv.lock) in the venv its Dockerfile syncs
+UPSTREAM_HF = "/opt/lucebox-hub/.venv/bin/hf"
+
+LUCEBOX_VENDORED = {
+    **LUCEBOX,
+    "image": Value(LUCEBOX_VENDORED_IMAGE, "Lucebox server image: the tag `lucepatch build lucebox-vendored --image` "
+                                           "makes from upstream's own Dockerfile (lucepatch/lucebox-vendored:<profile>-"
+                                           "<series version>); its ENTRYPOINT is upstream's server/scripts/entrypoint.sh."),
+    "hf_token_secret": Value("hf-token", "Secret holding the Hugging Face token (HF_TOKEN of the fetch-models container "
+                                         "only: the server reads none); null = no token. Optional at runtime.",
+                             ("string", "null")),
+    "model_cache_mount": Value(UPSTREAM_MODELS, "Where the model cache is mounted: upstream's $DFLASH_DIR/models (the "
+                                                "image's VOLUME). DFLASH_TARGET and DFLASH_DRAFT point inside it."),
+    "model_download_init": Value(True, "Fetch the models before the server starts, in an init container running the "
+                                       "image's own `hf download` (upstream's entrypoint fetches nothing and stops when "
+                                       "no target is there), outside the startup probe's budget. Off: put the files in "
+                                       "the cache yourself (upstream's README: `hf download ... --local-dir "
+                                       "server/models/`)."),
+    "run_as_user": Value(10001, "Pod runAsUser. Upstream's image declares no USER; its host wrapper runs it as the "
+                                "host's uid and its Dockerfile makes the venv and /opt/lucebox-hub world-readable for "
+                                "that. The pod runs it as this non-root uid.", minimum=0),
+    "port": Value(8080, "Server port: the container port, the probes, the Service and DFLASH_PORT, which upstream's "
+                        "entrypoint passes to dflash_server (`--port \"$DFLASH_PORT\"`).", minimum=1, maximum=65535),
+    "health_path": Value("/health", "HTTP path of the startup and readiness probes (dflash_server answers GET /health, "
+                                    "server/src/server/http_server.cpp)."),
+    "env": Value({}, "Extra environment of the server container (dict name -> string), e.g. the server's own "
+                     "DFLASH27B_KV_* (upstream server/docs/ENVIRONMENT.md); the entrypoint's variables go in `dflash`, "
+                     "or are the chart's. The Helm chart expands templates in them (tpl)."),
+    "model_target_repo": Value("unsloth/Qwen3.6-27B-GGUF", "Hugging Face repository of the target GGUF (upstream's "
+                                                           "README, Quick Start With Docker)."),
+    "model_target_file": Value("Qwen3.6-27B-Q4_K_M.gguf", "The target GGUF in that repository, fetched to "
+                                                          "<model_cache_mount>/<file>; the server gets DFLASH_TARGET="
+                                                          "that path. null = DFLASH_TARGET unset: the entrypoint takes "
+                                                          "the one .gguf of 5 GB or more under " + UPSTREAM_MODELS +
+                                                          " (nothing is fetched).", ("string", "null")),
+    "model_draft_repo": Value("Lucebox/Qwen3.6-27B-DFlash-GGUF", "Hugging Face repository of the DFlash draft "
+                                                                 "(upstream's README); null = no draft (the server "
+                                                                 "runs target-only, slower).", ("string", "null")),
+    "model_draft_file": Value("dflash-draft-3.6-q4_k_m.gguf", "The draft file, fetched to <model_cache_mount>/draft/; "
+                                                              "the server gets DFLASH_DRAFT=<model_cache_mount>/draft "
+                                                              "(the entrypoint picks the draft of the target's family "
+                                                              "there).", ("string", "null")),
+    "dflash": Value({}, "Upstream's entrypoint settings (dict NAME -> value), e.g. `DFLASH_MAX_CTX: 32768`, "
+                        "`DFLASH_BUDGET: 16`: only the names it turns into server arguments (lucepatch/data/"
+                        "lucebox_entrypoint.toml, role setting). Unset ones keep its defaults and its VRAM-tiered "
+                        "autotune (nvidia-smi's memory.total)."),
+    "fetch_env": Value({}, "Extra environment of the fetch-models container (dict), e.g. huggingface_hub's "
+                           "HF_ENDPOINT; the Helm chart expands templates in them (tpl)."),
+}
+
 # The static copier `build hami-core --image` puts in its FROM scratch library image (builders/image.py
 # LIB_COPIER_PATH; the image has no shell and no cp). tests/test_k8s_lib_image.py runs it for real.
 LIB_COPIER = "/lucepatch/bin/lucepatch-copy"
@@ -211,12 +267,17 @@ BENCH_JOB = {
     "active_deadline_seconds": Value(3600, "Job activeDeadlineSeconds."),
 }
 
-SCHEMAS = {"lucebox": LUCEBOX, "rbac": RBAC, "verify-job": VERIFY_JOB, "hami-core-swap": SWAP, "bench-job": BENCH_JOB}
+SCHEMAS = {"lucebox": LUCEBOX, "lucebox-vendored": LUCEBOX_VENDORED, "rbac": RBAC, "verify-job": VERIFY_JOB,
+           "hami-core-swap": SWAP, "bench-job": BENCH_JOB}
 
 
 # dict values: what their entries may be (helm's --set a.b=1 makes a number, hence numbers in env)
 ENTRIES = {"labels": {"type": "string"}, "env": {"type": ["string", "number", "boolean"]},
-           "node_selector": {"type": ["string", "number", "boolean"]}}
+           "node_selector": {"type": ["string", "number", "boolean"]}, "dflash": {"type": ["string", "number"]},
+           "fetch_env": {"type": ["string", "number"]}}
+# the sets of the Lucebox server, one per line of the series: the 8305b6c line's image and entrypoint are
+# lucepatch's (rendered Dockerfile), the vendored line's are upstream's
+LUCEBOX_SETS = ("lucebox", "lucebox-vendored")
 
 
 def schema(set_name: str, *, closed: bool = True) -> dict:
@@ -227,7 +288,12 @@ def schema(set_name: str, *, closed: bool = True) -> dict:
     for k, entries in ENTRIES.items():
         if k in props and isinstance(SCHEMAS[set_name][k].default, dict):
             props[k]["additionalProperties"] = entries
-    if set_name == "lucebox":
+    if "dflash" in props:  # only what upstream's entrypoint reads as a setting (k8s/entrypoint.py)
+        props["dflash"]["propertyNames"] = {"enum": entrypoint.settings()}
+        # the rest of its names are the chart's or the image's: not in the free env (helm refuses them too)
+        props["env"]["propertyNames"] = {"not": {"enum": entrypoint.names()}}
+        props["fetch_env"]["propertyNames"] = {"not": {"enum": ["HF_HOME"]}}
+    if set_name in LUCEBOX_SETS:
         props["workloads"] = {"type": "object", "description": "Olares: workloads.<name>.replicaCount (OlaresManifest "
                                                                 "workloadReplicas) overrides replicas."}
     return {"$schema": "https://json-schema.org/draft-07/schema#", "title": f"{set_name} values",
@@ -297,10 +363,12 @@ def resolve(set_name: str, *overrides: dict) -> dict:
                 raise UsageError(f"unknown value {key!r} for {set_name}: known are {', '.join(sorted(schema))}")
             if schema[key].json_type() == "string" and isinstance(val, (int, float)) and not isinstance(val, bool):
                 val = str(val)  # a string value given as a number (--set image_cuda=13.0), as Helm keeps it
-            if isinstance(val, dict) and isinstance(values.get(key), dict) and set_name == "lucebox":
+            if isinstance(val, dict) and isinstance(values.get(key), dict) and set_name in LUCEBOX_SETS:
                 values[key] = {**values[key], **val}  # as Helm merges maps: --set labels.a=1 adds a key
             else:
                 values[key] = val
+    if "dflash" in schema and isinstance(values.get("env"), dict) and entrypoint.clash(values["env"]):
+        raise UsageError(entrypoint.clash(values["env"]))  # before the schema's check: this says where it goes
     check(set_name, values)
     return values
 

@@ -14,7 +14,10 @@ from lucepatch.verify.reproducer import list_reproducers
 
 SET_ALIASES = {"daemonset": "hami-core-swap", "swap": "hami-core-swap", "verify-jobs": "verify-job", "job": "verify-job",
                "bench": "bench-job"}
-SETS = ["lucebox", "rbac", "verify-job", "hami-core-swap", "bench-job", *SET_ALIASES]
+SETS = ["lucebox", "lucebox-vendored", "rbac", "verify-job", "hami-core-swap", "bench-job", *SET_ALIASES]
+# the Lucebox server, one set / chart / Olares app per line of the series: `lucebox` (8305b6c, lucepatch's image)
+# and `lucebox-vendored` (62880e2, upstream's own image and entrypoint); k8s/values.py LUCEBOX_SETS
+APPS = ["lucebox", "lucebox-vendored"]
 
 
 # ---- cluster status -----------------------------------------------------------------------------
@@ -69,7 +72,7 @@ def driver_gate(vals: dict, node_driver: str | None, node_report: str | None, *,
     if d is None:
         return
     if not lucebox:
-        raise UsageError("--node-driver / --node-report apply to the lucebox set (its image_cuda)")
+        raise UsageError("--node-driver / --node-report apply to the lucebox sets (their image_cuda)")
     report.progress(f"node driver: {drv.require(str(vals['image_cuda']), d).message}")
 
 
@@ -89,7 +92,7 @@ def render_set(name: str, *, values_file: str | None, sets, node_driver: str | N
     from lucepatch.k8s import manifests, validate, values  # lazy: `render k8s` only, 18 ms
 
     vals = values.resolve(name, values.load_file(values_file) if values_file else {}, values.parse_set(sets))
-    driver_gate(vals, node_driver, node_report, lucebox=name == "lucebox")
+    driver_gate(vals, node_driver, node_report, lucebox=name in APPS)
     docs = manifests.render_verify_jobs(vals) if name == "verify-job" else manifests.render(name, vals)
     objects = manifests.to_objects(docs)
     if validate_versions:
@@ -110,26 +113,28 @@ def render_set(name: str, *, values_file: str | None, sets, node_driver: str | N
     return Rendered(name, manifests.join(docs), objects, written)
 
 
-def render_helm(out: str, *, values_file: str | None, sets, node_driver: str | None, node_report: str | None):
-    """`render helm lucebox`: the chart (its `helm template` = `render k8s lucebox`)."""
+def render_helm(out: str, *, values_file: str | None, sets, node_driver: str | None, node_report: str | None,
+                app: str = "lucebox"):
+    """`render helm APP`: the chart of one Lucebox line (its `helm template` = `render k8s APP`)."""
     from lucepatch.k8s import chart, values  # lazy: `render chart` only, 19 ms
 
     overrides = [values.load_file(values_file) if values_file else {}, values.parse_set(sets)]
-    driver_gate(values.resolve("lucebox", *overrides), node_driver, node_report, lucebox=True)
-    return chart.render_helm(Path(out), {k: v for o in overrides for k, v in o.items()})
+    driver_gate(values.resolve(app, *overrides), node_driver, node_report, lucebox=True)
+    return chart.render_helm(Path(out), {k: v for o in overrides for k, v in o.items()}, set_name=app)
 
 
-def render_olares(out: str, *, values_file: str | None, sets, node_driver: str | None, node_report: str | None):
-    """`render olares lucebox`: the Olares app, gated against the oldest driver Olares ships unless
-    the node's is named."""
+def render_olares(out: str, *, values_file: str | None, sets, node_driver: str | None, node_report: str | None,
+                  app: str = "lucebox"):
+    """`render olares APP`: the Olares app of one Lucebox line, gated against the oldest driver Olares
+    ships unless the node's is named."""
     from lucepatch.k8s import olares as ol, values  # lazy: `render olares` only, 19 ms
 
     overrides = {}
     for o in (values.load_file(values_file) if values_file else {}, values.parse_set(sets)):
         overrides.update(o)
-    vals = ol.package_values(overrides)
+    vals = ol.package_values(overrides, set_name=app)
     driver_gate(vals, node_driver, node_report, lucebox=True, default=min(drv.platform_drivers("olares")))
-    return ol.render_olares(Path(out), overrides)
+    return ol.render_olares(Path(out), overrides, set_name=app)
 
 
 def real_clients(ws, paths: list[str], target: str) -> dict:

@@ -42,3 +42,9 @@ does, so a value cannot inject YAML.
               value: {{ tpl ($v | toString) $ | toJson }}
 {{- end }}
 {{- end -}}
+
+{{/* a setting as the string `render k8s` writes: helm reads a values file's numbers as float64, whose
+toString would give 1.048576e+06 for 1048576 */}}
+{{- define "lucebox.envString" -}}
+{{- if and (kindIs "float64" .) (eq (. | int64 | float64) .) -}}{{ . | int64 | toString }}{{- else -}}{{ . | toString }}{{- end -}}
+{{- end -}}
