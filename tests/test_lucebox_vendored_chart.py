@@ -381,3 +381,27 @@ def test_the_old_line_keeps_its_own_chart(tmp_path):
     env = [e["name"] for e in _container(manifests.to_objects(manifests.render("lucebox", values.resolve("lucebox"))),
                                          "server")["env"]]
     assert env[:2] == ["MODEL_DIR", "PORT"]
+
+
+# ---------------------------------------------------------------------------------- the GPU step
+def test_the_gpu_step_runs_the_rendered_server_env_through_upstreams_entrypoint(upstream_entrypoint, tmp_path):
+    """tools/gpu_session.sh lbv-chart off the GPU (DRIVER=fake: a stand-in server, said in the JSON): the
+    rendered environment through the real entrypoint, as uid 10001 where this runs as root, and GET /health."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ep = tmp_path / "entrypoint.sh"
+    ep.write_text(upstream_entrypoint)
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "DRIVER": "fake", "LBV_ENTRYPOINT": str(ep),
+           "LBV_CHART_PORT": str(port), "PYTHONPATH": str(REPO)}
+    r = subprocess.run(["bash", "tools/gpu_session.sh", "lbv-chart"], cwd=REPO, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads((tmp_path / "out" / "commit" / "chart-entrypoint.fake.json").read_text())
+    assert doc["health"]["status"] == 200 and doc["server_is_elf"] is False
+    assert doc["uid"] == (10001 if os.getuid() == 0 else os.getuid())
+    argv = doc["server_argv"]
+    assert argv[argv.index("--port") + 1] == str(port) and argv[argv.index("--max-ctx") + 1] == "512"
+    assert set(doc["rendered_env"]) == {"DFLASH_PORT", "DFLASH_TARGET", "DFLASH_MAX_CTX"}

@@ -5,6 +5,7 @@
 #   steps: env traces async-sched all all-a all-b all-serial vmm-refs overhead bench-verify multi-device
 #          pool-alloc run-cost main-job main-job-jobs lucebox-build lucebox-full lucebox-f6 lucebox-f6-probe ggml-build ggml-client ggml-diag
 #          lucebox-today (issue 37: Luce-Org/lucebox 62880e2, vendored llama.cpp: probes at both bases, upstream's build, a served model)
+#          lbv-chart (issue 37 item 3: the vendored chart's server env through upstream's entrypoint to the real server; after lucebox-today)
 #          i28-main i28-v25 i28-llama-vmm i28-traces i28-2gpu i28-ggml pr188-bundle (local) pr188-all
 #          fork-lib lbx-vgpu-build lbx-vgpu-serve ggml-traces (issue 40)
 #   plan (issue 4): smoke = `env async-sched`; full = `all vmm-refs overhead bench-verify traces`;
@@ -739,6 +740,28 @@ PY
 for run in d.get('runs', [d]):
     print(sys.argv[1].rsplit('/', 1)[-1], run['variant'], ' '.join(p['probe'].split('-')[0] + ':' + p['status'] + ('' if p['as_declared'] else '!') for p in run['probes']))" "$f"
       done | tee "$OUT/commit/probe-verdicts.$TAG.txt" ;;
+    lbv-chart)
+      # issue 37 item 3 (1 GPU, < 1 min; in the machine session of lucebox-today, whose build /tmp/lucebox-vendored/build
+      # and model /tmp/lucebox-vendored/tiny-qwen3.gguf it serves; carry .whl and .upstream/lucebox-vendored-carry).
+      # The vendored chart's server container without Kubernetes (tools/lucebox_chart_check.py): the environment
+      # `render k8s lucebox-vendored` gives the server (DFLASH_PORT, DFLASH_TARGET, dflash.DFLASH_MAX_CTX=512), the
+      # image's ENV and layout, upstream's own entrypoint from the carried 62880e2 tree, the real dflash_server, as
+      # uid 10001 like the pod; GET /health on the chart's port as its probes do. DRIVER=fake: a stand-in server.
+      B=/tmp/lucebox-vendored; V=.upstream/lucebox-vendored-carry; WV=/tmp/lbv-src; mkdir -p "$OUT/commit"
+      if [ ! -f $WV/server/scripts/entrypoint.sh ] && [ -d $V ]; then
+        rm -rf $WV; python3 tools/carry_lucebox.py unpack $V $WV 2>&1 | tail -2
+      fi
+      EP=${LBV_ENTRYPOINT:-$WV/server/scripts/entrypoint.sh}
+      [ -f "$EP" ] || { echo "gpu_session: no upstream entrypoint at $EP (carry $V, or set LBV_ENTRYPOINT)" >&2; exit 3; }
+      if [ "$DRIVER" = real ]; then
+        [ -x $B/build/dflash_server ] && [ -f $B/tiny-qwen3.gguf ] || {
+          echo "gpu_session: lbv-chart needs lucebox-today's build and model in this machine session ($B)" >&2; exit 3; }
+        SERVE="--server $B/build/dflash_server --model $B/tiny-qwen3.gguf"
+      else
+        SERVE=--stand-in
+      fi
+      python3 tools/lucebox_chart_check.py --entrypoint "$EP" $SERVE --out "$OUT/chart" --port ${LBV_CHART_PORT:-18080} \
+        --json "$OUT/commit/chart-entrypoint.$TAG.json" 2>&1 | tee "$OUT/commit/chart-entrypoint.$TAG.txt" ;;
     *)
       echo "unknown step $step" >&2 ;;
   esac
