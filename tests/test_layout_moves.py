@@ -456,9 +456,10 @@ def test_bisect_record_judges_a_sub_target_patch_where_the_found_commit_holds_it
     patch = bisect.find_patch(t, "lib/fix-lib.patch")
     assert patch.path == ws / "patches/super/submodules/lib/fix-lib.patch"
 
-    def doc(at):
+    def doc(at):  # what bisect_behaviour returns: the state found also holds at REF (here the found commit)
         return {"result": bisect.FOUND, "direction": "fixed", "first": {"commit": world["c"][at], "subject": at},
-                "scenarios": ["demo:fixed"], "range": {"spec": "S0..line"}}
+                "scenarios": ["demo:fixed"], "range": {"spec": "S0..line"}, "reason": f"fixed at {at}",
+                "at_ref": {"commit": world["c"][at], "state": bisect.GOOD_PASS}}
     before = patch.path.read_bytes()
     for at in ("V1", "S1"):  # folder without the fix; submodule at L0 (the checkout's commit): no code there
         with pytest.raises(CheckFailed, match="has none of the patch's code"):

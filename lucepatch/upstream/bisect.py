@@ -476,13 +476,13 @@ def record_applied_upstream(patch: Patch, doc: dict, *, target: Target, source: 
     change (else the file is restored and UsageError raised)."""
     nothing = f"nothing recorded in {patch.name}"
     if doc["result"] != FOUND or doc["direction"] != "fixed":
-        raise CheckFailed(f"{nothing}: the bisect found no commit that fixed the behaviour ({doc['reason']})")
+        raise CheckFailed(f"{nothing}: the bisect found no commit that fixed the behaviour ({doc.get('reason', '')})")
     at_ref = doc.get("at_ref") or {}
     if at_ref.get("state") != GOOD_PASS:
         again = at_ref.get("broken_again_by")
         raise CheckFailed(f"{nothing}: {'+'.join(doc['scenarios'])} is broken again at REF {at_ref.get('commit', '?')[:12]}"
                           + (f", by {again['commit'][:12]} ({again['subject'][:60]})" if again else "")
-                          + f": upstream does not hold the fix there ({doc['reason']})")
+                          + f": upstream does not hold the fix there ({doc.get('reason') or 'no state at REF recorded'})")
     commit, ref = doc["first"]["commit"], at_ref["commit"]
     found = _code_at(target, source, patch, commit, cache)
     if not found.upstream:
