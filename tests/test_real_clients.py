@@ -90,8 +90,8 @@ def test_only_real_driver_workload_evidence_is_accepted(tmp_path):
     assert len(rc.load([good], target="hami-core", repro_hashes={"torch-clients": "0" * 64})) == 1
 
 
-def test_readme_block_is_the_rendering_of_the_committed_evidence():
-    text = (REPO_ROOT / "README.md").read_text()
+def test_evidence_page_block_is_the_rendering_of_the_committed_evidence():
+    text = (REPO_ROOT / "docs" / "evidence.md").read_text()
     block = re.search(r"<!-- real-clients:begin -->\n(.*?)<!-- real-clients:end -->", text, re.S).group(1)
     from lucepatch.verify.reproducer import list_reproducers
     from lucepatch.workspace import Workspace

@@ -21,7 +21,7 @@ What would otherwise make the bytes differ, and what neutralises it:
   else's `git am` of the same patches).
 
 The recipe is recorded (`Recipe.to_json`, `Recipe.shell`) so anyone can rebuild the same bytes:
-the README's "Rebuild it yourself" section runs it.
+docs/verbs.md "Rebuild the bytes yourself" runs it.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 `lucepatch render helm lucebox|lucebox-vendored --out DIR`: the Lucebox Helm chart of that line (same model as
 `render k8s` of the same name).
 `lucepatch render olares lucebox|lucebox-vendored --out DIR`: the Lucebox Olares app (that chart + OlaresManifest.yaml).
-`lucepatch render real-clients --evidence F...`: the "Real clients" table (README, PR body) from evidence."""
+`lucepatch render real-clients --evidence F...`: the "Real clients" table (docs/evidence.md, PR body) from evidence."""
 
 from __future__ import annotations
 

@@ -201,7 +201,7 @@ def _resolve_remote(source: Path, remote: str) -> str:
 
 @dataclass
 class PrOptions:
-    """What `lucepatch pr` is asked for (its options; docs/design.md "Verbs")."""
+    """What `lucepatch pr` is asked for (its options: the pr row of the verbs table in docs/design.md)."""
     patch_names: list[str] | None = None  # --patches: a subset, kept in series order
     upstream_ref: str | None = None
     signoff: bool = False

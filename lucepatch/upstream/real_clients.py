@@ -1,7 +1,7 @@
 """The "real clients" table: what the software people run (PyTorch, NCCL, vLLM's patterns) did
 under HAMi-core, read from workload-reproducer evidence (kind = "workload").
 
-Used by the HAMi-core PR body (`lucepatch pr --real-clients FILE`) and the README
+Used by the HAMi-core PR body (`lucepatch pr --real-clients FILE`) and docs/evidence.md
 (`lucepatch render real-clients --evidence FILE...`). Each evidence file keeps its own pair of
 variants: a ref-vs-ref run (e3c3477 vs the pin) and a pin-vs-series run sit in one table, each
 row naming the commits it compared. Only evidence that ran on the real driver is accepted: a

@@ -1,7 +1,7 @@
 """`verify --node-report FILE`: verify against what a node runs (lucepatch/node/report.py).
 
 `verify --baseline-lib <the node's library> --lib <candidate>` is how a user learns whether a node
-is affected (README "Olares"): the node's own bytes are the baseline. With the node report the
+is affected (docs/olares.md): the node's own bytes are the baseline. With the node report the
 baseline must be those bytes (sha256), the evidence records which node they came from (`node`),
 and the candidate is checked against the pods' glibc before anything runs.
 """
