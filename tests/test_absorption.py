@@ -89,8 +89,15 @@ def test_the_judge_reads_each_history_on_refs_tree(up, bp, tmp_path):
     assert (f.state, f.undone_by, f.undone_how) == (NOT_UPSTREAM, c["tm_ref"], "changed") and LIM in f.detail
     f = at(c["et_ref"], "et")
     assert (f.state, f.signal, f.commit, f.took) == (ALREADY_UPSTREAM, "patch-id", c["et_take"], c["et_take"])
+    assert f.detail.endswith("tree still has the change (reverse-apply)")
     f = at(c["in_ref"], "in")
     assert (f.state, f.signal, f.took) == (ALREADY_UPSTREAM, "content-match", None)
+    assert f.detail.startswith("every changed run is present in")
+    # nothing after the take changed its files: no undoing commit to name
+    from lucepatch.series import parse_patch
+
+    j = absorption.UpstreamJudge(up["repo"], c["base"], c["et_take"], tmp_path / "u")
+    assert j._undone(parse_patch(pf), tmp_path / "et.diff", c["et_take"]) == (None, None)
     f = at(c["base"], "none")
     assert f == Finding(NOT_UPSTREAM)
     b = lambda ref, n: _judge_at(bp["repo"], bp["old"], ref, tmp_path, bp["pfiles"][0], n)  # noqa: E731
@@ -335,11 +342,19 @@ def _j(verdict, code=None, invariant=absorption.INVARIANT, scenario="r:s", measu
 def test_decide_lets_measured_behaviour_keep_a_patch_and_says_when_code_alone_decided(judgement, state, drop):
     d = decide(UP, judgement)
     assert (d.state, d.drop) == (state, drop)
+    assert d.measured is (state in (absorption.KEPT, absorption.SUPERSEDED))  # behaviour counted, or code alone
     if state == absorption.ABSORBED:
         assert "absorbed by code signal alone (content-match aaaaaaaaaaaa)" in d.reason
     if state == absorption.KEPT:
         assert d.reason == ("kept: upstream has the lines (content-match aaaaaaaaaaaa) but r:s still fails at REF "
                             "without the patch (fail (10/10), simulated driver)")
+
+
+def test_decide_says_what_kept_it_without_a_scenario_and_reads_no_finding_as_not_upstream():
+    d = decide(UP, _j(needed.STILL_NEEDED, scenario=None))
+    assert d.reason == ("kept: upstream has the lines (content-match aaaaaaaaaaaa) but behaviour at REF needs it "
+                        "(fail (10/10), simulated driver)")
+    assert decide(None) == absorption.Decision(NOT_UPSTREAM, False, "")
 
 
 def test_decide_never_absorbs_what_the_tree_lacks():

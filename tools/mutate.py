@@ -66,6 +66,7 @@ FILES = {
     "lucepatch/engine/absorption.py": ["tests/test_absorption.py::test_the_judge_reads_each_history_on_refs_tree",
                                        "tests/test_absorption.py::test_decide_lets_measured_behaviour_keep_a_patch_and_says_when_code_alone_decided",
                                        "tests/test_absorption.py::test_decide_never_absorbs_what_the_tree_lacks",
+                                       "tests/test_absorption.py::test_decide_says_what_kept_it_without_a_scenario_and_reads_no_finding_as_not_upstream",
                                        "tests/test_absorption.py::test_reversed_diff_gives_the_patch_id_of_a_revert"],
 }
 # functions left out: they build, run or bisect (minutes per test run); the fixture tests cover them
