@@ -502,11 +502,13 @@ def push_image(client, tag: str) -> str:
 def base_images(client, refs: list[str]) -> list[dict]:
     """What each FROM image is here: its id, and whether it is a local offline stand-in made by lucepatch
     (label org.lucepatch.base, tests/fixtures/cudaproj/make_base.sh) rather than the image the name says."""
+    import docker  # optional: the docker extra  # noqa: PLC0415
     out = []
     for ref in dict.fromkeys(refs):
         try:
             img = client.images.get(ref)
-        except Exception:  # noqa: BLE001 — docker.errors.ImageNotFound and transport errors alike: absent here
+        except (docker.errors.ImageNotFound, docker.errors.NullResource):
+            # only "not here" means absent; a daemon that stops answering is an error, not an absent base
             out.append({"ref": ref, "present": False, "stand_in": None})
             continue
         lab = (img.attrs.get("Config") or {}).get("Labels") or {}
