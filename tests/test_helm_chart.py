@@ -148,6 +148,33 @@ def test_the_chart_follows_the_release_namespace(charts):
         assert spaces == {ns}, (args, spaces)
 
 
+def test_env_values_reach_the_pod_as_helm_writes_them(charts, tmp_path):
+    """`env` (and the vendored line's dflash/fetch_env, and the cpu/memory quantities) as both routes write them: a
+    boolean as true/false (render wrote Python's True), a values file's whole number as written (helm reads it as
+    float64: 1.048576e+06 until the chart printed it through lucebox.envString), other numbers as Go prints them; a
+    `--set` number that is not a whole number stays the text given, as helm's --set keeps it."""
+    helm = needs.tool("helm")
+    f = tmp_path / "v.yaml"
+    f.write_text("env:\n  BIG: 1048576\n  WHOLE: 2.0\n  FRACTION: 0.05\n  LARGE: 1234567.5\n  TINY: 0.00001\n"
+                 "  FLAG_OFF: false\n"
+                 + "".join(f"  EDGE_{i}: {x}\n" for i, x in enumerate(  # Go's %v turns to %e at 1e+06 and below 1e-04
+                     ("100000.5", "123456.7", "0.0001", "1.0e+21", "1.5e-7", "-2.5", "1.0e+300", "-0.0")))
+                 + "cpu_request: 2.0\nmemory_limit: 16000000000\n")
+    sets = ["env.FLAG_ON=true", "env.VERSION=1.0", "env.COUNT=42", "env.NAME=x"]
+    r = _run([helm, "template", "lucebox", str(charts["helm"]), "-n", "lucebox", "-f", str(f),
+              *[x for s in sets for x in ("--set", s)]])
+    assert r.returncode == 0, r.stderr
+    rendered = manifests.render("lucebox", values.resolve("lucebox", values.load_file(f), values.parse_set(sets)))
+    assert _objs(r.stdout) == _objs(manifests.join(rendered))
+    dep = next(o for o in _objs(r.stdout) if o["kind"] == "Deployment")
+    env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert {k: env[k] for k in ("BIG", "WHOLE", "FRACTION", "LARGE", "TINY", "FLAG_OFF", "FLAG_ON", "VERSION", "COUNT", "NAME")} == {
+        "BIG": "1048576", "WHOLE": "2", "FRACTION": "0.05", "LARGE": "1.2345675e+06", "TINY": "1e-05", "FLAG_OFF": "false",
+        "FLAG_ON": "true", "VERSION": "1.0", "COUNT": "42", "NAME": "x"}
+    res = dep["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert res["requests"]["cpu"] == "2" and res["limits"]["memory"] == "16000000000"  # quantities alike
+
+
 def test_kubectl_kustomize_takes_the_rendered_folder(tmp_path, cli):
     kubectl = needs.tool("kubectl")
     assert cli("render", "k8s", "lucebox", "--set", "port=9000", "--out", str(tmp_path / "m")).code == 0

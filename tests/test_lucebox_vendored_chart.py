@@ -163,6 +163,24 @@ def test_a_values_file_number_reaches_the_server_as_written(charts, tmp_path):
     assert env["DFLASH_MAX_CTX"] == "1048576" and env["DFLASH_PREFILL_KEEP"] == "0.05"
 
 
+def test_env_and_fetch_env_reach_the_pods_as_written(charts, tmp_path):
+    """`env` and `fetch_env` go through lucebox.envString too (they printed 1.048576e+06 through helm and True
+    through render): both routes write 1048576 and true."""
+    helm = needs.tool("helm")
+    f = tmp_path / "v.yaml"
+    f.write_text("env:\n  DFLASH27B_KV_TEST: 1048576\nfetch_env:\n  HF_HUB_ETAG_TIMEOUT: 1048576\n")
+    sets = ["env.LUCEPATCH_FLAG=true"]
+    r = _run([helm, "template", "lucebox", str(charts["helm"]), "-n", "lucebox", "-f", str(f), "--set", sets[0]])
+    assert r.returncode == 0, r.stderr
+    objs = _objs(r.stdout)
+    assert objs == _objs(manifests.join(manifests.render(SET, values.resolve(SET, values.load_file(f),
+                                                                                 values.parse_set(sets)))))
+    env = {e["name"]: e.get("value") for e in _container(objs, "server")["env"]}
+    assert env["DFLASH27B_KV_TEST"] == "1048576" and env["LUCEPATCH_FLAG"] == "true"
+    fetch = {e["name"]: e.get("value") for e in _container(objs, "fetch-models")["env"]}
+    assert fetch["HF_HUB_ETAG_TIMEOUT"] == "1048576"
+
+
 def test_kubectl_kustomize_takes_the_rendered_folder(tmp_path, cli):
     kubectl = needs.tool("kubectl")
     assert cli("render", "k8s", SET, "--set", "port=9000", "--out", str(tmp_path / "m")).code == 0

@@ -85,6 +85,7 @@ def _env() -> jinja2.Environment:
         autoescape=False,
     )
     env.filters["q"] = lambda x: json.dumps(x, ensure_ascii=False)
+    env.filters["envstr"] = values.env_string  # an env entry as the Helm chart writes it (lucebox.envString)
     return env
 
 

@@ -12,7 +12,9 @@ print these tables.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -328,8 +330,60 @@ def load_file(path: str | Path) -> dict:
     return data
 
 
+def _go_float(f: float) -> str:
+    """A float64 as Go's fmt %v prints it (sprig's toString in the chart): the shortest digits that read back
+    the same, in %e form when the decimal exponent is below -4 or 6 and above (1.2345675e+06, 1e-05)."""
+    if f != f or f in (float("inf"), float("-inf")):
+        return "NaN" if f != f else ("+Inf" if f > 0 else "-Inf")
+    if f == 0:
+        return "-0" if str(f).startswith("-") else "0"
+    sign, digits, exp = Decimal(repr(f)).normalize().as_tuple()  # repr: the shortest round-trip digits, as Go's
+    ds = "".join(map(str, digits))
+    dp = len(ds) + exp  # where the decimal point falls in the digits
+    neg = "-" if sign else ""
+    x = dp - 1
+    if x < -4 or x >= 6:
+        mant = ds[0] + ("." + ds[1:] if len(ds) > 1 else "")
+        return f"{neg}{mant}e{'-' if x < 0 else '+'}{abs(x):02d}"
+    if dp <= 0:
+        return f"{neg}0.{'0' * -dp}{ds}"
+    return neg + (ds[:dp] + "0" * (dp - len(ds)) + ("." + ds[dp:] if len(ds) > dp else ""))
+
+
+def env_string(value) -> str:
+    """A setting (an `env`, `dflash` or `fetch_env` entry) as the Helm chart writes it (lucebox.envString in
+    templates/helm/lucebox/templates/_helpers.tpl), so render and helm give the same pods: true/false; a whole
+    number as an integer (helm reads a values file's numbers as float64, whose %v is 1.048576e+06 for 1048576);
+    another float as Go prints it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if value == value and abs(value) < 2 ** 63 and value == int(value):
+            return str(int(value))
+        return _go_float(value)
+    return str(value)
+
+
+def _set_value(raw: str):
+    """A --set value as helm's strvals types it: true/false/null in any case, an integer without a leading zero,
+    else the text itself (helm keeps 1.0 or 13.10 as text); JSON lists and objects are read as JSON."""
+    low = raw.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low == "null":
+        return None
+    if raw == "0" or (re.fullmatch(r"[+-]?[1-9][0-9]*", raw) and -2 ** 63 <= int(raw) < 2 ** 63):
+        return int(raw)
+    if raw.lstrip()[:1] in ("[", "{"):
+        try:
+            return json.loads(raw)
+        except json.JSONDecodeError:
+            return raw
+    return raw
+
+
 def parse_set(items: tuple[str, ...] | list[str]) -> dict:
-    """``key=value`` pairs; the value is read as JSON when it parses (numbers, true, null, lists).
+    """``key=value`` pairs; the value typed as ``helm --set`` types it (_set_value), lists and objects as JSON.
 
     ``labels.team=ml`` sets one key of a dict value, as ``helm --set`` does, so the same ``--set``
     arguments render the same objects through ``render k8s`` and through the Helm chart."""
@@ -338,12 +392,7 @@ def parse_set(items: tuple[str, ...] | list[str]) -> dict:
         if "=" not in item:
             raise UsageError(f"--set {item!r} must look like key=value")
         key, raw = item.split("=", 1)
-        try:
-            val = json.loads(raw)
-        except json.JSONDecodeError:
-            val = raw
-        if isinstance(val, float) and str(val) != raw.strip():
-            val = raw  # 13.10 stays "13.10" (a version), not the number 13.1
+        val = _set_value(raw)
         *parents, leaf = [k.strip() for k in key.split(".")]
         node = out
         for k in parents:

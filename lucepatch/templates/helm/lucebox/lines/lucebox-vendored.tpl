@@ -21,7 +21,7 @@ lucepatch/templates/k8s/lucebox-lines/lucebox-vendored.j2.
 {{- include "lucebox.hfToken" . }}
 {{- range $k, $v := (.Values.fetch_env | default dict) }}
             - name: {{ $k | toJson }}
-              value: {{ tpl ($v | toString) $ | toJson }}
+              value: {{ tpl (include "lucebox.envString" $v) $ | toJson }}
 {{- end }}
           resources:
             requests:

@@ -35,16 +35,17 @@ does, so a value cannot inject YAML.
 {{- end }}
 {{- end -}}
 
-{{/* env values may use the release's values (Olares: {{ .Values.olaresEnv.HF_TOKEN }}): tpl */}}
+{{/* env values may use the release's values (Olares: {{ .Values.olaresEnv.HF_TOKEN }}): tpl, over the value as
+lucebox.envString writes it (render k8s writes the same: lucepatch/k8s/values.py env_string) */}}
 {{- define "lucebox.extraEnv" -}}
 {{- range $k, $v := ($.Values.env | default dict) }}
             - name: {{ $k | toJson }}
-              value: {{ tpl ($v | toString) $ | toJson }}
+              value: {{ tpl (include "lucebox.envString" $v) $ | toJson }}
 {{- end }}
 {{- end -}}
 
-{{/* a setting as the string `render k8s` writes: helm reads a values file's numbers as float64, whose
-toString would give 1.048576e+06 for 1048576 */}}
+{{/* a setting as the string `render k8s` writes (lucepatch/k8s/values.py env_string): helm reads a values file's
+numbers as float64, whose toString would give 1.048576e+06 for 1048576; a boolean is true/false */}}
 {{- define "lucebox.envString" -}}
 {{- if and (kindIs "float64" .) (eq (. | int64 | float64) .) -}}{{ . | int64 | toString }}{{- else -}}{{ . | toString }}{{- end -}}
 {{- end -}}
