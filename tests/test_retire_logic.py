@@ -1131,3 +1131,32 @@ def test_measuring_one_reproducers_scenarios_runs_no_other_reproducers_controls(
     b.variant = SimpleNamespace(lib="x", provenance={})
     lab.measure([b], ["r:s"])
     assert ran == [("r", ["control", "s"])]
+
+
+def test_prebuild_makes_the_planned_builds_with_the_names_one_by_one_would_give(monkeypatch):
+    """issue 36 (item 7): a planning pass notes the builds, prebuild makes them two at a time; the
+    builds and their names are those the pass one by one makes, so reports read the same."""
+    import threading
+
+    seen, both = [], threading.Barrier(2, timeout=10)
+
+    def fake(target, source, cache, artifact, specs):
+        [spec] = specs
+        seen.append(spec.name)
+        if spec.name.startswith("x"):
+            both.wait()  # the two x builds only finish when both run at once: two workers
+        return [SimpleNamespace(provenance={"build_key": spec.name + "-key"}, lib="lib")]
+
+    monkeypatch.setattr("lucepatch.upstream.behaviour.build_variants", fake)
+    lab = Lab.__new__(Lab)
+    lab.builds, lab.target, lab.source, lab.cache, lab.artifact = {}, None, None, None, "libvgpu.so"
+    lab.planning = {}
+    for name, ref, patches in (("x", "r", ("a",)), ("x", "r", ("b",)), ("y", "s", ("a",)), ("x", "r", ("a",))):
+        assert lab.build(name, ref, patches).variant is None  # planned, nothing built
+    assert seen == [] and len(lab.planning) == 3
+    planned, lab.planning = lab.planning, None
+    lab.prebuild(planned, 2)
+    assert sorted(seen) == ["x", "x'", "y"]
+    assert [lab.build(n, r, p).name for n, r, p in (("x", "r", ("a",)), ("x", "r", ("b",)), ("y", "s", ("a",)))] == \
+        ["x", "x'", "y"]
+    assert sorted(seen) == ["x", "x'", "y"]  # the pass after finds them made

@@ -15,6 +15,7 @@ scenario) once per Lab however many comparisons use it.
 from __future__ import annotations
 
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -206,6 +207,8 @@ class Build:
 class Lab:
     """Builds and fixed-N measurements for one judgement; every (build, scenario) measured once."""
 
+    planning: dict | None = None  # during a planning pass: {build key: name} of what it would build (prebuild)
+
     def __init__(self, target: Target, source: Path, cache: Path, driver: DriverChoice | str,
                  reproducers: list[Reproducer], runs: int, jobs: int | None = None):
         self.target, self.source, self.cache = target, Path(source), Path(cache)
@@ -221,19 +224,43 @@ class Lab:
     # -- builds --------------------------------------------------------------------------------
     def build(self, name: str, ref: str, patches: list[str] | tuple[str, ...], coverage: bool = False) -> Build:
         key = (ref, tuple(patches), coverage)
+        if self.planning is not None and key not in self.builds:  # a planning pass: noted, nothing built
+            self.planning.setdefault(key, name)
+            return Build(name, ref, tuple(patches), error="planned, not built yet")
         if key not in self.builds:
-            taken = {x.name for x in self.builds.values()}
-            while name in taken:  # names are what runs and reports are keyed by: never two alike
-                name += "'"
-            b = Build(name, ref, tuple(patches))
-            try:
-                [v] = build_variants(self.target, self.source, self.cache, self.artifact,
-                                     specs=[VariantSpec(name, tuple(patches), ref, coverage)])
-                b.variant, b.coverage = v, v.provenance.get("coverage")
-            except CheckFailed as exc:
-                b.error = str(exc)
-            self.builds[key] = b
+            self.builds[key] = self._make(self._free_name(name), key)
         return self.builds[key]
+
+    def _free_name(self, name: str, also=()) -> str:
+        taken = {x.name for x in self.builds.values()} | set(also)
+        while name in taken:  # names are what runs and reports are keyed by: never two alike
+            name += "'"
+        return name
+
+    def _make(self, name: str, key: tuple) -> Build:
+        ref, patches, coverage = key
+        b = Build(name, ref, patches)
+        try:
+            [v] = build_variants(self.target, self.source, self.cache, self.artifact,
+                                 specs=[VariantSpec(name, patches, ref, coverage)])
+            b.variant, b.coverage = v, v.provenance.get("coverage")
+        except CheckFailed as exc:
+            b.error = str(exc)
+        return b
+
+    def prebuild(self, planned: dict, workers: int = 2) -> None:
+        """Make the builds a planning pass noted ({key: name}), `workers` at a time, named as the pass
+        that follows would name them one by one (issue 36: a build is mostly one configure and one
+        link, single-threaded; two at once keep both cores of a small machine busy). Each build has
+        its own work area and staging folder and publishes by rename (builders/native.py)."""
+        todo, names = [], []
+        for key, name in planned.items():
+            if key not in self.builds:
+                names.append(self._free_name(name, names))
+                todo.append((names[-1], key))
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            for (name, key), b in zip(todo, pool.map(lambda t: self._make(*t), todo)):
+                self.builds[key] = b
 
     def _id(self, b: Build) -> str:
         return b.key or f"unbuilt:{b.name}"

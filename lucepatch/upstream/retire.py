@@ -519,6 +519,13 @@ def retire_report(target: Target, source: Path | str, ref: str, cache: Path, dri
         reach = [s for s in (m.reaching(p.name) if m else []) if not _is_control(repros, s)]
         scen_of[p.name] = list(dict.fromkeys(decl.get(p.name, []) + reach))
     wanted = {name for name, sc in scen_of.items() if sc and name not in problems}
+    # the builds both contexts need, made two at a time first (the contexts then find them made)
+    lab.planning = {}
+    judge.context(commit, wanted)
+    if commit != base:
+        judge.context(base, wanted)
+    planned, lab.planning = lab.planning, None
+    lab.prebuild(planned, BUILD_WORKERS)
     ref_cx = judge.context(commit, wanted)
     base_cx = ref_cx if commit == base else judge.context(base, wanted)
     lab.measure_plan(measurement_plan(ref_cx, base_cx, scen_of, repros))  # N runs of what each build is compared on
@@ -576,6 +583,7 @@ def retire_report(target: Target, source: Path | str, ref: str, cache: Path, dri
 
 
 NOT_MEASURED_REF = "not measured: REF does not build: "
+BUILD_WORKERS = 2  # builds made at once: each is mostly a single-threaded configure and link
 
 
 def not_built_doc(target, ref, commit, base, lab, n, judge, bare, code) -> dict:
