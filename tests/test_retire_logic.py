@@ -1160,3 +1160,27 @@ def test_prebuild_makes_the_planned_builds_with_the_names_one_by_one_would_give(
     assert [lab.build(n, r, p).name for n, r, p in (("x", "r", ("a",)), ("x", "r", ("b",)), ("y", "s", ("a",)))] == \
         ["x", "x'", "y"]
     assert sorted(seen) == ["x", "x'", "y"]  # the pass after finds them made
+
+
+def test_worse_upstream_compares_the_same_pair_and_scenario_at_the_base():
+    """The base side of "made worse" is the comparison of the same pair and scenario: here add-one
+    differs at the base by a crash (not a wrong value), leave-one-out by a wrong value."""
+    same = ([(PASS, 10)], [(PASS, 10)])
+    v = judged(same, ([(CRASH, 10)], [(PASS, 10)]), FIXED_AT_BASE, ([(WRONG, 10)], [(PASS, 10)]))
+    assert v.status == rt.WORSE_UPSTREAM and v.reason.startswith("leave-one-out at aaaaaaaaaaaa: r:s:")
+    assert "base-series-p: accounting mismatch" in v.reason
+
+
+def test_the_invariant_check_reads_each_claim_where_it_is_made():
+    lab = lab_of({("ref-bare", "s"): [(PASS, 10)], ("ref-series", "s"): [(CRASH, 10)]})
+    row = {"name": "p", "status": rt.STILL_NEEDED, "judged": ["r:s"], "scenarios": [],
+           "reason": "add-one at aaaaaaaaaaaa: r:s: pass (10/10) on ref-bare"}
+    assert retire_report.check_reasons(doc_of(lab, [row])) == []  # REF's claim, REF's runs: no base run needed
+    # a still-failing line backed by its runs is fine
+    assert retire_report.check_reasons(doc_of(lab, [], still=[{"scenario": "r:s", "build": "ref-series"}])) == []
+    # a not-measured reason is an absence even where a clause names a build (a build's own error text)
+    row["reason"] = ("not measured: REF does not build: t aaaaaaaaaaaa+build-only: p does not apply at aaaaaaaaaaaa; "
+                     "as shipped: ghost failed: refused")
+    doc = doc_of(lab, [row])
+    doc["builds"].append({"name": "ghost", "ref": "a" * 40, "commit": "a" * 40, "build_key": None, "built": False})
+    assert retire_report.check_reasons(doc) == []
