@@ -83,7 +83,7 @@ def retire(tree: Path, cache: Path, source: Path, ref: str, out: Path, pin: str)
             "built": sum(1 for b in doc.get("builds", []) if b.get("built")),
             "runs": sum(m.get("runs", 0) for m in doc.get("measured", [])) or None,
             "objects_reused": reused, "objects_compiled": missed,
-            "statuses": dict(Counter(p["status"] for p in doc["patches"])),
+            "statuses": dict(Counter(p["status"] for p in doc["patches"])), "phases": doc.get("phases"),
             "load": [round(load0[0], 1), round(load1[0], 1)], "report": str(out)}
 
 
@@ -127,7 +127,7 @@ def main() -> int:
         if f:
             print(f"  {k:9} {f['seconds']:8.1f} s  builds {f['built']}/{f['builds']}  runs {f['runs']}  objects "
                   f"reused {f['objects_reused']} compiled {f['objects_compiled']}  load {f['load'][0]}->{f['load'][1]}  "
-                  f"{f['statuses']}")
+                  f"{f['statuses']}" + (f"  phases {f['phases']}" if f.get("phases") else ""))
     if "old_cold" in figures:
         figures["ratio_cold"] = round(figures["old_cold"]["seconds"] / figures["new_cold"]["seconds"], 2)
         print(f"  old/new cold: {figures['ratio_cold']}x")

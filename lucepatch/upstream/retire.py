@@ -63,6 +63,7 @@ decide together; the report they write is upstream/retire_report.py.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -508,6 +509,7 @@ def retire_report(target: Target, source: Path | str, ref: str, cache: Path, dri
     # what REF + series holds, and which scenarios reach each patch, before any pair is built: a
     # patch no selected scenario reaches needs no builds
     applicable, conflicting = judge.applicable(commit, judge.order)
+    clock = _Clock()
     cov = cov_base = None
     if coverage:
         cov = coverage_map(lab, commit, applicable)
@@ -518,6 +520,7 @@ def retire_report(target: Target, source: Path | str, ref: str, cache: Path, dri
         m = cov if p.name not in conflicting else (cov_base or cov)
         reach = [s for s in (m.reaching(p.name) if m else []) if not _is_control(repros, s)]
         scen_of[p.name] = list(dict.fromkeys(decl.get(p.name, []) + reach))
+    clock.lap("coverage_s")
     wanted = {name for name, sc in scen_of.items() if sc and name not in problems}
     # the builds both contexts need, made two at a time first (the contexts then find them made)
     lab.planning = {}
@@ -528,7 +531,9 @@ def retire_report(target: Target, source: Path | str, ref: str, cache: Path, dri
     lab.prebuild(planned, BUILD_WORKERS)
     ref_cx = judge.context(commit, wanted)
     base_cx = ref_cx if commit == base else judge.context(base, wanted)
+    clock.lap("builds_s")
     lab.measure_plan(measurement_plan(ref_cx, base_cx, scen_of, repros))  # N runs of what each build is compared on
+    clock.lap("runs_s")
     blame = make_blame(lab, base, commit)
     rows, verdicts = [], {}
     for p in target.patches:
@@ -564,10 +569,12 @@ def retire_report(target: Target, source: Path | str, ref: str, cache: Path, dri
     if sweep:
         _sweep(lab, ref_cx, rows, repros)
     _joint(lab, judge, ref_cx, rows, repros, cov)
+    clock.lap("judging_s")
     for r in rows:
         _decide(r)
     if commit != base:
         _name_upstream_commits(target, source, base, commit, cache, drv, n, rows, repros)
+    clock.lap("bisect_s")
     for r in rows:
         if r["status"] == RETIRE_CANDIDATE:
             r["review"] = review.material(source, commit, _patch(target, r["name"]), r["scenarios"], r.get("sweep"))
@@ -578,8 +585,23 @@ def retire_report(target: Target, source: Path | str, ref: str, cache: Path, dri
             if ob.state in (B_FAIL, B_MIXED):
                 still.append({"scenario": f"{rname}:{s.name}", "behaviour": ob.describe(), "build": ref_cx.full.name,
                               "first_error": ob.first_error})
-    return _doc(target, ref, commit, base, lab, n, rows, still, cov, {"ref": ref_cx.notes},
-                bare={"base": base_cx.bare, "ref": ref_cx.bare})
+    doc = _doc(target, ref, commit, base, lab, n, rows, still, cov, {"ref": ref_cx.notes},
+               bare={"base": base_cx.bare, "ref": ref_cx.bare})
+    clock.lap("report_s")
+    doc["phases"] = clock.laps  # where the seconds went (bench/retire.py prints them)
+    return doc
+
+
+class _Clock:
+    """Seconds per phase of a retire run (coverage maps, builds, planned runs, judging, bisect)."""
+
+    def __init__(self):
+        self.t, self.laps = time.monotonic(), {}
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.laps[name] = round(now - self.t, 1)
+        self.t = now
 
 
 NOT_MEASURED_REF = "not measured: REF does not build: "
