@@ -299,3 +299,17 @@ def test_one_sigterm_handler_for_the_program():
     hits = [str(p.relative_to(REPO_ROOT)) for p in (REPO_ROOT / "lucepatch").rglob("*.py")
             if "signal.SIGTERM, " in p.read_text() and "signal.signal(" in p.read_text()]
     assert hits == ["lucepatch/signals.py"]
+
+
+def test_a_work_area_whose_owner_pid_is_not_written_yet_is_kept(tmp_path):
+    """Lab.prebuild makes two builds at a time: one thread's WorkArea is created (mkdir) before its
+    owner.pid is written, and the other thread's reclaim_orphans must not remove it meanwhile; a
+    directory without owner.pid older than a minute is an orphan and goes."""
+    from lucepatch.engine.apply import reclaim_orphans
+
+    fresh, old = tmp_path / "fresh-1", tmp_path / "old-1"
+    fresh.mkdir()
+    old.mkdir()
+    os.utime(old, (time.time() - 120, time.time() - 120))
+    assert reclaim_orphans(tmp_path) == [old]
+    assert fresh.is_dir() and not old.exists()

@@ -20,6 +20,7 @@ import email.utils
 import os
 import re
 import shutil
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -132,6 +133,11 @@ def reclaim_orphans(root: Path) -> list[Path]:
             pid = int(pidfile.read_text().strip())
         except (OSError, ValueError):
             pid = -1
+            try:
+                if time.time() - d.stat().st_mtime < 60:
+                    continue  # just made by another thread or process, its owner.pid not written yet
+            except OSError:
+                continue  # gone meanwhile
         if not pid_alive(pid):
             shutil.rmtree(d, ignore_errors=True)
             removed.append(d)
