@@ -189,7 +189,7 @@ def conflict(bare, full, cov=None, base=FIXED_AT_BASE):
     lab = lab_of({("base-bare", "s"): base[0], ("base-bare+p", "s"): base[1], ("ref-bare", "s"): bare,
                   ("ref-series", "s"): full})
     ref = cx("a", full=B("ref-series", ["q"]), bare=B("ref-bare"), conflicts=["p"])
-    basecx = cx("b", add=(B("base-bare"), B("base-bare+p")))
+    basecx = cx("b", add=(B("base-bare"), B("base-bare+p")), bare=B("base-bare"))
     return rt.judge_conflict(lab, P, ["r:s"], ref, basecx, rt.make_blame(lab, basecx.commit, ref.commit), cov)
 
 
@@ -1184,3 +1184,40 @@ def test_the_invariant_check_reads_each_claim_where_it_is_made():
     doc = doc_of(lab, [row])
     doc["builds"].append({"name": "ghost", "ref": "a" * 40, "commit": "a" * 40, "build_key": None, "built": False})
     assert retire_report.check_reasons(doc) == []
+
+
+def test_a_patch_its_own_scenario_shows_needed_is_judged_on_it_alone():
+    """issue 36 (item 7): the map adds every scenario that executes P's code (60 of 113 for a patch in
+    HAMi-core's init path); P's own Reproducer: scenario changing for the better at REF decides, and
+    only it is compared (and so measured); when it does not decide, every scenario is compared."""
+    names = ["ref-bare", "ref-bare+p", "ref-series-p", "ref-series", "base-bare", "base-bare+p", "base-series-p",
+             "base-series"]
+    fixed, same = ([(CRASH, 10)], [(PASS, 10)]), ([(PASS, 10)], [(PASS, 10)])
+    table = {}
+    for s, ref_pairs in (("d", fixed), ("o", same)):
+        for n, v in zip(names, [*ref_pairs, *ref_pairs, *FIXED_AT_BASE, *FIXED_AT_BASE]):
+            table[(n, s)] = v
+    lab = lab_of(table)
+    b = {n: B(n) for n in names}
+    ref = cx("a", add=(b["ref-bare"], b["ref-bare+p"]), loo=(b["ref-series-p"], b["ref-series"]))
+    base = cx("b", add=(b["base-bare"], b["base-bare+p"]), loo=(b["base-series-p"], b["base-series"]))
+    blame = rt.make_blame(lab, base.commit, ref.commit)
+    assert rt.first_tier(["r:d", "r:o"], ["r:d"]) == ["r:d"] and rt.first_tier(["r:d"], ["r:d"]) == []
+    v = rt.judge_patch(lab, P, ["r:d", "r:o"], ref, base, [], blame, ["r:d"])
+    assert v.status == rt.STILL_NEEDED and v.scenario == "r:d"
+    assert {d["scenario"] for d in v.details} == {"r:d"}
+    # its own scenario changes nothing at REF: every scenario compared (o decides, as without tiers)
+    v = rt.judge_patch(lab, P, ["r:d", "r:o"], ref, base, [], blame, ["r:o"])
+    assert v.status == rt.STILL_NEEDED and v.scenario == "r:d" and {d["scenario"] for d in v.details} == {"r:d", "r:o"}
+    assert rt.needed_by_declared(lab, P, ["r:d", "r:o"], ref, base, ["r:o"]) is None
+
+
+def test_made_worse_of_a_conflicting_patch_compares_upstream_at_both_commits():
+    """The base side is upstream + Build-Only, like REF's: REF without P crashes where the base without P
+    but with the rest of the series gave a wrong value is no upstream change (the base bare crashes too)."""
+    lab = lab_of({("base-series-p", "s"): [(WRONG, 10)], ("base-series", "s"): [(PASS, 10)],
+                  ("base-bare", "s"): [(CRASH, 10)], ("ref-bare", "s"): [(CRASH, 10)], ("ref-series", "s"): [(CRASH, 10)]})
+    ref = cx("a", full=B("ref-series", ["q"]), bare=B("ref-bare"), conflicts=["p"])
+    basecx = cx("b", loo=(B("base-series-p"), B("base-series")), bare=B("base-bare"))
+    v = rt.judge_conflict(lab, P, ["r:s"], ref, basecx, rt.make_blame(lab, basecx.commit, ref.commit))
+    assert v.status == rt.STILL_NEEDED

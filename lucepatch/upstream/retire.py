@@ -279,8 +279,9 @@ def _pairs(cx: Context, name: str) -> list[tuple[str, object, object]]:
 def measurement_plan(ref: Context, base: Context, scen_of: dict[str, list[str]], repros: dict) -> list[tuple]:
     """[(build, the scenarios the rule compares on it)]: REF + series every checked scenario (the
     scenarios still failing there, the joint check), each patch's pairs at REF and at the base its
-    own scenarios, REF + Build-Only and REF + series those of the patches that do not apply at REF
-    (judge_conflict). Anything else a comparison asks for is measured then (Lab.on)."""
+    own scenarios, REF + Build-Only and REF + series (and the base + Build-Only) those of the patches
+    that do not apply at REF (judge_conflict). Anything else a comparison asks for is measured then
+    (Lab.on)."""
     plan: dict[int, tuple] = {}  # id(build) -> (build, keys): a Build is a dataclass, not hashable
 
     def want(b, keys):
@@ -296,33 +297,69 @@ def measurement_plan(ref: Context, base: Context, scen_of: dict[str, list[str]],
         if name in ref.conflicts:
             want(ref.bare, keys)
             want(ref.full, keys)
+            if base is not ref:  # "made worse" reads upstream + Build-Only at both commits
+                want(base.bare, keys)
     return list(plan.values())
 
 
-def judge_patch(lab: Lab, p: Patch, scen: list[str], ref: Context, base: Context, unreached: list[str],
-                blame) -> Verdict:
-    details = []
-    if not scen:
-        return Verdict(UNTESTABLE, "no scenario reaches it: no Reproducer: trailer names one and the coverage map "
-                                   "shows none executing its code")
+def _comparisons(lab: Lab, p: Patch, scen: list[str], ref: Context, base: Context):
+    """(at REF, at the base, their details): every pair of P compared on every scenario of `scen`."""
     cmp_ref = [(kind, s, lab.compare(w, wi, s)) for kind, w, wi in _pairs(ref, p.name) for s in scen]
     cmp_base = cmp_ref if base is ref else [(kind, s, lab.compare(w, wi, s)) for kind, w, wi in _pairs(base, p.name)
                                             for s in scen]
-    for kind, s, c in cmp_ref:
-        details.append({"scenario": s, "at": "ref", "pair": kind, **c.to_json()})
+    details = [{"scenario": s, "at": "ref", "pair": kind, **c.to_json()} for kind, s, c in cmp_ref]
     if base is not ref:
-        for kind, s, c in cmp_base:
-            details.append({"scenario": s, "at": "base", "pair": kind, **c.to_json()})
+        details += [{"scenario": s, "at": "base", "pair": kind, **c.to_json()} for kind, s, c in cmp_base]
+    return cmp_ref, cmp_base, details
+
+
+def _needed_at_ref(cmp_ref, cmp_base, ref: Context, base: Context, details) -> Verdict | None:
+    """still-needed (or worse-upstream) when P changes a scenario at REF for the better; else None."""
     diffs = [(kind, s, c) for kind, s, c in cmp_ref if c.kind == DIFFERENT]
     helps = [(k, s, c) for k, s, c in diffs if not (c.with_.state == B_FAIL and c.without.state == B_PASS)]
-    if helps:
-        kind, s, c = helps[0]
-        was = next((cb for k2, s2, cb in cmp_base if k2 == kind and s2 == s), None) if base is not ref else None
-        if was is not None and made_worse(was.without, c.without):
-            return Verdict(WORSE_UPSTREAM, f"{kind} at {ref.label}: {s}: {c.why}; upstream made it worse: without it, "
-                                           f"{was.without.build}: {was.without.describe()} at the base, "
-                                           f"{c.without.build}: {c.without.describe()} at {ref.label}", s, details)
-        return Verdict(STILL_NEEDED, f"{kind} at {ref.label}: {s}: {c.why}", s, details)
+    if not helps:
+        return None
+    kind, s, c = helps[0]
+    was = next((cb for k2, s2, cb in cmp_base if k2 == kind and s2 == s), None) if base is not ref else None
+    if was is not None and made_worse(was.without, c.without):
+        return Verdict(WORSE_UPSTREAM, f"{kind} at {ref.label}: {s}: {c.why}; upstream made it worse: without it, "
+                                       f"{was.without.build}: {was.without.describe()} at the base, "
+                                       f"{c.without.build}: {c.without.describe()} at {ref.label}", s, details)
+    return Verdict(STILL_NEEDED, f"{kind} at {ref.label}: {s}: {c.why}", s, details)
+
+
+def first_tier(scen: list[str], declared: list[str]) -> list[str]:
+    """The scenarios compared first: P's own (its Reproducer: trailers) when the map adds others."""
+    tier = [s for s in scen if s in set(declared)]
+    return tier if 0 < len(tier) < len(scen) else []
+
+
+def needed_by_declared(lab: Lab, p: Patch, scen: list[str], ref: Context, base: Context,
+                       declared: list[str]) -> Verdict | None:
+    """A patch its own scenarios show still needed at REF is judged on them alone (issue 36: the map
+    adds every scenario that executes P's code — 60 of 113 for a patch in HAMi-core's init path —,
+    and any one P changes for the better at REF decides `still-needed`); None: compare them all."""
+    tier = first_tier(scen, declared)
+    if not tier:
+        return None
+    cmp_ref, cmp_base, details = _comparisons(lab, p, tier, ref, base)
+    return _needed_at_ref(cmp_ref, cmp_base, ref, base, details)
+
+
+def judge_patch(lab: Lab, p: Patch, scen: list[str], ref: Context, base: Context, unreached: list[str],
+                blame, declared: list[str] = ()) -> Verdict:
+    """P's verdict at REF; `declared`: its own scenarios, compared first (needed_by_declared)."""
+    if not scen:
+        return Verdict(UNTESTABLE, "no scenario reaches it: no Reproducer: trailer names one and the coverage map "
+                                   "shows none executing its code")
+    early = needed_by_declared(lab, p, scen, ref, base, list(declared))
+    if early is not None:
+        return early
+    cmp_ref, cmp_base, details = _comparisons(lab, p, scen, ref, base)
+    needed_now = _needed_at_ref(cmp_ref, cmp_base, ref, base, details)
+    if needed_now is not None:
+        return needed_now
+    diffs = [(kind, s, c) for kind, s, c in cmp_ref if c.kind == DIFFERENT]
     if diffs:
         kind, s, c = diffs[0]
         return Verdict(REGRESSION, f"{kind} at {ref.label}: {s} passes without it and fails with it: {c.why}", s, details)
@@ -393,14 +430,16 @@ def judge_conflict(lab: Lab, p: Patch, scen: list[str], ref: Context, base: Cont
         else:
             broken.append((s, c, now))
     if broken:  # every scenario it fixed at the base that REF still fails without it, named
-        worse = [(s, c, now) for s, c, now in broken if made_worse(c.without, now)]
+        # made worse: upstream + Build-Only at both commits, the same scenario (like with like)
+        was = {s2: lab.on(base.bare, s2) for s2, _, _ in broken} if base.bare is not None and base is not ref else {}
+        worse = [(s2, c2, n2) for s2, c2, n2 in broken if s2 in was and made_worse(was[s2], n2)]
         s, c, now = (worse or broken)[0]
         more = "".join(f"; {s2}: {n2.describe()}" for s2, _, n2 in broken[1:4]) + \
             (f"; +{len(broken) - 4} more" if len(broken) > 4 else "")
         if worse:  # a crash or hang where the base without it gave a wrong value: upstream made it worse
             more = "".join(f"; {s2}: {n2.describe()}" for s2, _, n2 in broken if s2 != s)[:400]
             return Verdict(WORSE_UPSTREAM, f"does not apply at {ref.label} (rebase it); upstream made {s} worse: "
-                                           f"without it, {c.without.build}: {c.without.describe()} at the base, "
+                                           f"without it, {base.bare.name}: {was[s].describe()} at the base, "
                                            f"{ref.bare.name}: {now.describe()} at {ref.label}{more} — scenario(s) it "
                                            f"fixed at the base ({c.why})", s, details)
         return Verdict(STILL_NEEDED, f"does not apply at {ref.label} (rebase it); without it, on {ref.bare.name}, "
@@ -532,7 +571,15 @@ def retire_report(target: Target, source: Path | str, ref: str, cache: Path, dri
     ref_cx = judge.context(commit, wanted)
     base_cx = ref_cx if commit == base else judge.context(base, wanted)
     clock.lap("builds_s")
-    lab.measure_plan(measurement_plan(ref_cx, base_cx, scen_of, repros))  # N runs of what each build is compared on
+    # N runs of what each build is compared on: first each applying patch's own scenarios (any one it
+    # changes for the better at REF decides still-needed), then all of those that did not decide
+    applying = [p for p in judged_patches if p.name in wanted and p.name not in ref_cx.conflicts]
+    first = {p.name: first_tier(scen_of[p.name], decl.get(p.name, [])) for p in applying}
+    lab.measure_plan(measurement_plan(ref_cx, base_cx, {n: first.get(n) or sc for n, sc in scen_of.items()}, repros))
+    rest = {p.name: scen_of[p.name] for p in applying if first[p.name] and needed_by_declared(
+        lab, p, scen_of[p.name], ref_cx, base_cx, decl.get(p.name, [])) is None}
+    if rest:
+        lab.measure_plan(measurement_plan(ref_cx, base_cx, rest, {}))
     clock.lap("runs_s")
     blame = make_blame(lab, base, commit)
     rows, verdicts = [], {}
@@ -552,7 +599,7 @@ def retire_report(target: Target, source: Path | str, ref: str, cache: Path, dri
             v = judge_conflict(lab, p, scen, ref_cx, base_cx, blame, cov)
         else:
             unreached = cov.unreached(p.name) if cov else []
-            v = judge_patch(lab, p, scen, ref_cx, base_cx, unreached, blame)
+            v = judge_patch(lab, p, scen, ref_cx, base_cx, unreached, blame, decl.get(p.name, []))
             if p.name in ref_cx.notes:
                 v.reason += f" ({ref_cx.notes[p.name]})"
         if len(repros) < len(every) and v.status in (RETIRE_CANDIDATE, UNTESTABLE, CONFLICT):
