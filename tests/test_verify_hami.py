@@ -130,7 +130,10 @@ def test_pr188_style_patch_is_rejected_on_hami_core(cli, cache, tmp_path):
 def test_pr217_style_pool_tracking_is_rejected(cli, cache, tmp_path):
     """Tracking pool allocations with the current context's device (upstream #217's choice) closes
     the bypass on the context's own device and nowhere else: the context-less and cross-device
-    scenarios must still fail, so pool-alloc cannot be passed by the unchecked cuCtxGetDevice."""
+    scenarios must still fail, so pool-alloc cannot be passed by the unchecked cuCtxGetDevice. On a
+    thread without a context the unchecked device id is the poisoned stack's: the patched build
+    crashes where the pin only left the allocation uncharged, which verify names `worse` (issue 36,
+    as 52f33fc does), never a pass."""
     ws = tmp_path / "ws"
     tdir = ws / "patches" / "hami-core"
     tdir.mkdir(parents=True)
@@ -146,8 +149,13 @@ def test_pr217_style_pool_tracking_is_rejected(cli, cache, tmp_path):
     assert s["pool-alloc:pool-charged"]["verdict"] == "proven"
     assert s["pool-alloc:over-limit"]["verdict"] == "proven"
     for name in ("pool-alloc:ctxless-pool-alloc", "pool-alloc:default-pool", "pool-alloc:cross-device"):
-        assert s[name]["verdict"] == "not-proven", (name, s[name]["verdict"])
         assert s[name]["patched"]["failures"] == 5, (name, s[name]["patched"])
+    for name in ("pool-alloc:ctxless-pool-alloc", "pool-alloc:default-pool"):  # a crash where the pin was uncharged
+        assert s[name]["verdict"] == "worse", (name, s[name]["verdict"], s[name]["reason"])
+        assert s[name]["patched"]["outcomes"].get("crash", 0) >= 1 and "crash" not in s[name]["baseline"]["outcomes"]
+        assert "Illegal device id" in s[name]["reason"], s[name]["reason"]
+    # the context's device charged instead of the pool's: a wrong value on both builds, no crash
+    assert s["pool-alloc:cross-device"]["verdict"] == "not-proven", s["pool-alloc:cross-device"]
 
 
 def test_torch_free_workload_proven_and_torch_workload_skipped(cli, cache):
