@@ -305,7 +305,7 @@ def test_a_work_area_whose_owner_pid_is_not_written_yet_is_kept(tmp_path):
     """Lab.prebuild makes two builds at a time: one thread's WorkArea is created (mkdir) before its
     owner.pid is written, and the other thread's reclaim_orphans must not remove it meanwhile; a
     directory without owner.pid older than a minute is an orphan and goes."""
-    from lucepatch.engine.apply import reclaim_orphans
+    from lucepatch.engine.workarea import reclaim_orphans
 
     fresh, old = tmp_path / "fresh-1", tmp_path / "old-1"
     fresh.mkdir()

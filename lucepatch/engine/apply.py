@@ -19,17 +19,14 @@ from __future__ import annotations
 import email.utils
 import os
 import re
-import shutil
-import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucepatch import git, odb, trailers
 from lucepatch.engine import fastapply
-from lucepatch.engine.checkout import pid_alive
 from lucepatch.engine.core import APPLIED, APPLIED_3WAY, CONFLICT, PURE_CONFIG, IndexEngine, validate_diffs
 from lucepatch.engine.safety import base_listing, check_series_safety
+from lucepatch.engine.workarea import WorkArea, reclaim_orphans  # noqa: F401 (re-exported: its users import it here)
 from lucepatch.errors import EnvironmentMissing, UsageError
 from lucepatch.faults import PAUSE_ENV, pause  # noqa: F401 (PAUSE_ENV re-exported)
 from lucepatch.series import Patch
@@ -100,48 +97,6 @@ def series_trailers(target: Target, patch: Patch) -> list[str]:
 def with_trailers(patch: Patch, extra: list[str]) -> bytes:
     """The patch's mbox text with extra trailers appended to its trailer block (diff untouched)."""
     return trailers.edit_patch(patch.raw, add=[trailers.split(e) for e in extra])
-
-
-class WorkArea:
-    """A private clone under <cache>/work/, removed on exit, reclaimed if a run was killed."""
-
-    def __init__(self, cache: Path, label: str):
-        self.root = cache / "work"
-        self.root.mkdir(parents=True, exist_ok=True)
-        reclaim_orphans(self.root)
-        self.path = self.root / f"{label}-{uuid.uuid4().hex[:10]}"
-        self.path.mkdir()
-        (self.path / "owner.pid").write_text(str(os.getpid()))
-        self.repo = self.path / "tree"
-
-    def close(self) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-
-def reclaim_orphans(root: Path) -> list[Path]:
-    """Remove work areas whose owning lucepatch process is gone (killed by SIGKILL, power loss)."""
-    removed = []
-    for d in root.iterdir() if root.is_dir() else []:
-        pidfile = d / "owner.pid"
-        try:
-            pid = int(pidfile.read_text().strip())
-        except (OSError, ValueError):
-            pid = -1
-            try:
-                if time.time() - d.stat().st_mtime < 60:
-                    continue  # just made by another thread or process, its owner.pid not written yet
-            except OSError:
-                continue  # gone meanwhile
-        if not pid_alive(pid):
-            shutil.rmtree(d, ignore_errors=True)
-            removed.append(d)
-    return removed
 
 
 def pause_at(boundary: int) -> None:
