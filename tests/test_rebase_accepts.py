@@ -30,7 +30,7 @@ from lucepatch.engine import stale
 from lucepatch.errors import CheckFailed
 from lucepatch.services import lint, rebase
 from lucepatch.target import load_target
-from lucepatch.upstream.pr import prepare_pr
+from lucepatch.upstream.pr import PrOptions, prepare_pr
 from lucepatch.workspace import resolve_workspace
 
 pytestmark = pytest.mark.needs("gcc", "cmake", "/usr/local/cuda/include/cuda.h")
@@ -140,12 +140,12 @@ def test_a_silent_3way_merge_that_breaks_its_scenario_is_rejected_and_a_fix_acce
     warns = [f.message for f in lint.lint_target(ws, "twobugs", pending_days=100000, now=0) if f.patch == MEMINFO]
     assert any("cites what the move" in w for w in warns)
     with pytest.raises(CheckFailed, match=r"1 patch message\(s\) cite what an upstream move changed.*cuMemGetInfo_v2"):
-        prepare_pr(t, up["repo"], cache, tmp_path / "pr", no_evidence=True, skip_checks=True)
+        prepare_pr(t, up["repo"], cache, tmp_path / "pr", PrOptions(no_evidence=True, skip_checks=True))
     f = t.dir / MEMINFO
     f.write_text(f.read_text().replace("cuMemGetInfo_v2() passes the physical device memory through",
                                        "cuMemGetInfo_v2() passed the physical device memory through (before the fix)"))
     t = load_target(ws, "twobugs")
-    res = prepare_pr(t, up["repo"], cache, tmp_path / "pr", no_evidence=True, skip_checks=True)
+    res = prepare_pr(t, up["repo"], cache, tmp_path / "pr", PrOptions(no_evidence=True, skip_checks=True))
     assert (res.out_dir / "pr-body.md").is_file()
     assert any("remove its entry" in f.message for f in lint.lint_target(ws, "twobugs", pending_days=100000, now=0))
 

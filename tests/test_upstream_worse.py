@@ -19,7 +19,7 @@ from lucepatch.errors import UsageError
 from lucepatch.show.model import build_view, short_reason
 from lucepatch.show.page import html
 from lucepatch.target import load_target
-from lucepatch.upstream.pr import prepare_pr
+from lucepatch.upstream.pr import PrOptions, prepare_pr
 from lucepatch.verify.evidence import Evidence
 from lucepatch.workspace import resolve_workspace
 
@@ -82,8 +82,8 @@ def test_pr_renders_what_the_move_to_its_base_made_worse_and_fixed(tmp_path):
     t = load_target(resolve_workspace(fx["ws"]), "toy")
     (tmp_path / "proof.json").write_text(json.dumps(_proof(t, fx["base"])))
     (tmp_path / "move.json").write_text(json.dumps(move_doc(new=fx["base"])))
-    res = prepare_pr(t, fx["up"], tmp_path / "cache", tmp_path / "out", skip_checks=True,
-                     evidence_path=[tmp_path / "proof.json", tmp_path / "move.json"])
+    res = prepare_pr(t, fx["up"], tmp_path / "cache", tmp_path / "out",
+                     PrOptions(skip_checks=True, evidence_path=[tmp_path / "proof.json", tmp_path / "move.json"]))
     body = (res.out_dir / "pr-body.md").read_text()
     sec = body[body.index(f"### What upstream changed between `{OLD[:12]}` and `{fx['base'][:12]}`"):]
     assert ("- `pool-alloc:ctxless-pool-alloc`: **made worse** — at `8f3a89c67b03`: fail 1/1 (first error: check "
@@ -95,11 +95,11 @@ def test_pr_renders_what_the_move_to_its_base_made_worse_and_fixed(tmp_path):
     # a ref-vs-ref evidence of another move is refused, naming both commits
     (tmp_path / "other.json").write_text(json.dumps(move_doc()))
     with pytest.raises(UsageError, match=r"compares upstream 8f3a89c67b03 with 52f33fc7fa1f, but the PR is based on"):
-        prepare_pr(t, fx["up"], tmp_path / "cache", tmp_path / "out2", skip_checks=True,
-                   evidence_path=[tmp_path / "proof.json", tmp_path / "other.json"])
+        prepare_pr(t, fx["up"], tmp_path / "cache", tmp_path / "out2",
+                   PrOptions(skip_checks=True, evidence_path=[tmp_path / "proof.json", tmp_path / "other.json"]))
     with pytest.raises(UsageError, match="give the evidence of the series too"):
-        prepare_pr(t, fx["up"], tmp_path / "cache", tmp_path / "out3", skip_checks=True,
-                   evidence_path=[tmp_path / "move.json"])
+        prepare_pr(t, fx["up"], tmp_path / "cache", tmp_path / "out3",
+                   PrOptions(skip_checks=True, evidence_path=[tmp_path / "move.json"]))
 
 
 def test_status_behaviour_names_an_upstream_that_made_it_worse():
