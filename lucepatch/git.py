@@ -306,6 +306,12 @@ def try_resolve(repo_dir: Path | str, ref: str) -> str | None:
     return res.stdout.strip() if res.status == 0 else None
 
 
+def is_ancestor(repo_dir: Path | str, a: str, b: str) -> bool:
+    """Whether commit `a` is `b` or one of its ancestors (both must be in the repository)."""
+    return run(repo_dir, "merge-base", "--is-ancestor", a, b, check=False,
+               env={"GIT_OPTIONAL_LOCKS": "0"}).status == 0
+
+
 def head(repo_dir: Path | str) -> str:
     with repo_at(repo_dir) as repo:
         if _reads_objects(repo):

@@ -314,3 +314,45 @@ def test_a_declared_regression_guard_runs_as_a_guard():
     # a control cannot be declared a guard: it stays a control
     [c] = with_declared_guards([REPRO], {"r:control": "x"})
     assert not c.scenario("control").regression_guard
+
+
+def test_a_scenario_upstream_fixed_at_or_before_the_baseline_runs_as_a_guard(tmp_path):
+    """reproducer.toml `fixed_upstream` (issue 36: #217's 9e1b0c3 is in 52f33fc): where the commit is
+    the baseline's or one of its ancestors, the scenario is a regression guard and its `guarded`
+    verdict names the commit and the runs; a baseline before it, or a commit the checkout lacks,
+    keeps it a checked scenario (judged as a fix), the latter said in a progress line."""
+    from dataclasses import replace
+
+    from conftest import git
+    from lucepatch.verify.service import fixed_at
+    from lucepatch.verify.verdict import with_upstream_fixes
+
+    git(tmp_path, "init", "-q", "-b", "main")
+    commits = []
+    for n in ("old", "fix", "base"):
+        (tmp_path / "f").write_text(n)
+        git(tmp_path, "add", "f")
+        git(tmp_path, "commit", "-q", "-m", n)
+        commits.append(git(tmp_path, "rev-parse", "HEAD").strip())
+    old, fix, base = commits
+    repro = replace(REPRO, scenarios=[Scenario("control", True, fixed_upstream=fix[:7]),
+                                      Scenario("bug", fixed_upstream=fix[:7]), Scenario("other")])
+    said = []
+    assert fixed_at(tmp_path, [repro], base, said.append) == {
+        "r:bug": f"fixed upstream by {fix[:12]}, an ancestor of the baseline's {base[:12]}"}  # never the control
+    assert fixed_at(tmp_path, [repro], fix, said.append) == {"r:bug": f"fixed upstream by {fix[:12]}, the baseline's commit"}
+    assert fixed_at(tmp_path, [repro], old, said.append) == {}  # before the fix: the scenario proves it
+    assert len(said) == 2 and all("fixed upstream at or before the baseline's" in s for s in said)
+    lacking = replace(repro, scenarios=[Scenario("bug", fixed_upstream="deadbee")])
+    assert fixed_at(tmp_path, [lacking], base, said.append) == {}
+    assert "r:bug: fixed_upstream deadbee is not in" in said[-1] and "judged as a fix" in said[-1]
+
+    [r] = with_upstream_fixes([repro], fixed_at(tmp_path, [repro], base, said.append))
+    bug = r.scenario("bug")
+    assert bug.regression_guard and not r.scenario("other").regression_guard and not r.scenario("control").regression_guard
+    v, why, _ = judge(T(passed=14), T(passed=20), control=False, control_ok=True, guard=True, guard_why=bug.guard_why)
+    assert v == "guarded" and why.startswith(
+        f"regression guard (fixed upstream by {fix[:12]}, an ancestor of the baseline's {base[:12]}): "
+        "both variants pass 14+20 runs")
+    # a baseline that fails it anyway is judged like any other scenario (here: proven)
+    assert judge(T(failures=5), T(passed=5), control=False, control_ok=True, guard=True, guard_why=bug.guard_why)[0] == "proven"

@@ -76,6 +76,11 @@ def test_main_line_on_upstream_main(cli, cache):
     for key in ("pool-alloc:pool-charged", "pool-alloc:over-limit"):  # upstream's #217: fixed on both sides
         assert (sc[key]["baseline"]["failures"], sc[key]["patched"]["failures"]) == (0, 0), key
         assert sc[key]["fixed_upstream"] == "9e1b0c3", key
+        # 9e1b0c3 is an ancestor of 52f33fc: a guard of upstream's fix, not "baseline never failed"
+        assert sc[key]["verdict"] == "guarded" and sc[key]["regression_guard"], (key, sc[key]["reason"])
+        assert sc[key]["reason"].startswith("regression guard (fixed upstream by 9e1b0c3"), sc[key]["reason"]
+        assert f"both variants pass {sc[key]['baseline']['runs']}+{sc[key]['patched']['runs']} runs" in sc[key]["reason"]
+    assert res.code == 0 and doc["verdict"] == "proven", (doc["verdict"], res.err[-2000:])
 
 
 

@@ -263,6 +263,7 @@ class Scenario:
     # that fails (an older --baseline-ref) is judged like any other scenario.
     regression_guard: bool = False
     fixed_upstream: str = ""
+    guard_why: str = ""  # why it runs as a guard here, named in its `guarded` verdict (set by verify)
     # workloads only
     command: list[str] | None = None  # overrides the reproducer's command
     requires: Requirements | None = None  # the reproducer's, with this scenario's keys replacing them

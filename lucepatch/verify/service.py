@@ -25,7 +25,7 @@ from lucepatch.verify import rates as rate_scenarios
 from lucepatch.verify.evidence import Evidence, RunPolicy, check_destination, schema_validator
 from lucepatch.verify.reproducer import Reproducer, list_reproducers, load_reproducer
 from lucepatch.verify.rules import FixedRule, SequentialRule, proof_hint
-from lucepatch.verify.verdict import split_not_applicable, with_declared_guards
+from lucepatch.verify.verdict import split_not_applicable, with_declared_guards, with_upstream_fixes
 from lucepatch.verify.session import (Execution, Variant, build_evidence, check_scenarios, plan_execution,
                                       run_scenarios, variant_from_file)
 from lucepatch.workspace import Workspace
@@ -238,6 +238,8 @@ def run_verify(req: VerifyRequest, cache: Path, *, progress=None) -> Evidence:
                                       baseline_ref=req.baseline_ref, patched_ref=req.patched_ref,
                                       between=lambda: _probe_failed(drv_f))
             upstream_base = variants[0].provenance.get("base")
+            fixed = fixed_at(req.source, req.reproducers, upstream_base, say)
+            req = replace(req, reproducers=with_upstream_fixes(req.reproducers, fixed))
         phases["build_s"] = time.monotonic() - t0
         if drv_f is not None:
             drv = drv_f.result()
@@ -278,6 +280,29 @@ def run_verify(req: VerifyRequest, cache: Path, *, progress=None) -> Evidence:
     ex.phases = phases
     ev.execution["phases"] = {k: round(v, 3) for k, v in phases.items()}
     return ev
+
+
+def fixed_at(source: Path, repros: list[Reproducer], base: str | None, say) -> dict[str, str]:
+    """{reproducer:scenario: why} of the scenarios whose `fixed_upstream` commit is the baseline's
+    upstream commit or one of its ancestors: upstream's fix is in the baseline, so the scenario
+    guards it there (verdict.with_upstream_fixes). A commit the checkout lacks is not assumed in
+    it: the scenario stays a checked one, and the progress line says so."""
+    out: dict[str, str] = {}
+    for r in repros:
+        for s in r.scenarios:
+            if not s.fixed_upstream or s.control or not base:
+                continue
+            key, full = f"{r.name}:{s.name}", git.try_resolve(source, s.fixed_upstream)
+            if full is None:
+                say(f"{key}: fixed_upstream {s.fixed_upstream} is not in {source}: judged as a fix, not a guard "
+                    "(fetch upstream to read it)")
+            elif git.is_ancestor(source, full, base):
+                at = "the baseline's commit" if full == base else f"an ancestor of the baseline's {base[:12]}"
+                out[key] = f"fixed upstream by {full[:12]}, {at}"
+    if out:
+        say(f"{', '.join(out)}: regression guard(s): fixed upstream at or before the baseline's {base[:12]} "
+            "(reproducer.toml fixed_upstream)")
+    return out
 
 
 def _probe_failed(drv_f) -> None:

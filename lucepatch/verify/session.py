@@ -330,14 +330,16 @@ def build_evidence(target: Target, repros: list[Reproducer], variants: list[Vari
             recs = {v.name: [r for r in records if r.scenario == key and r.variant == v.name] for v in variants}
             if not any(recs.values()) and key not in (spend or {}):
                 continue  # not selected (a stopped scenario with no run is still reported)
-            sv = scenario_verdict(key, s.control, recs, True, guard=s.regression_guard, alpha=rule.alpha)
+            sv = scenario_verdict(key, s.control, recs, True, guard=s.regression_guard, alpha=rule.alpha,
+                                  guard_why=s.guard_why)
             if s.control and sv.verdict != "pass":
                 ctrl_ok = False
             per.append((s, recs, sv))
         for s, recs, sv in per:
             key = f"{repro.name}:{s.name}"
             if not s.control and not ctrl_ok:
-                sv = scenario_verdict(key, False, recs, False, guard=s.regression_guard, alpha=rule.alpha)
+                sv = scenario_verdict(key, False, recs, False, guard=s.regression_guard, alpha=rule.alpha,
+                                      guard_why=s.guard_why)
             sv.reproducer = repro.name
             sv.description = s.description
             acct = (spend or {}).get(key) or {"runs_spent": {v: len(recs[v]) for v in recs},

@@ -55,8 +55,9 @@ def tally(records) -> Tally:
 
 
 def judge(base: Tally, pat: Tally, *, control: bool, control_ok: bool, guard: bool = False,
-          alpha: float = ALPHA) -> tuple[str, str, float | None]:
-    """(verdict, reason, p-value) of one scenario from its two tallies."""
+          alpha: float = ALPHA, guard_why: str = "") -> tuple[str, str, float | None]:
+    """(verdict, reason, p-value) of one scenario from its two tallies; guard_why: why a guard is one
+    here (e.g. the upstream commit that fixed it), named in its `guarded` reason."""
     skipped = base.skipped + pat.skipped
     if skipped and skipped == base.runs + pat.runs:
         return SKIPPED_V, "not run on this machine", None
@@ -95,7 +96,8 @@ def judge(base: Tally, pat: Tally, *, control: bool, control_ok: bool, guard: bo
         return NOT_PROVEN, "the patched build still fails", p
     bound = f"patched 0/{pat.runs} ⇒ failure rate < {fmt_theta(theta(pat.runs, alpha))} at {100 * (1 - alpha):g} %"
     if guard and not base.failures:
-        return GUARDED, (f"regression guard: both variants pass {base.runs}+{pat.runs} runs "
+        return GUARDED, (f"regression guard{' (' + guard_why + ')' if guard_why else ''}: both variants pass "
+                         f"{base.runs}+{pat.runs} runs "
                          f"(already right at the baseline; proves no fix, guards against a regression; {bound})"), p
     if p >= alpha:
         return NOT_PROVEN, f"baseline failures not significant (p={p:.3g} >= {alpha})", p
@@ -123,9 +125,10 @@ def _other_side(name: str, t: Tally) -> str:
 
 
 def scenario_verdict(name: str, control: bool, recs: dict[str, list], control_ok: bool,
-                     guard: bool = False, alpha: float = ALPHA) -> ScenarioResult:
+                     guard: bool = False, alpha: float = ALPHA, guard_why: str = "") -> ScenarioResult:
     base, pat = tally(recs.get("baseline", [])), tally(recs.get("patched", []))
-    verdict, reason, p = judge(base, pat, control=control, control_ok=control_ok, guard=guard, alpha=alpha)
+    verdict, reason, p = judge(base, pat, control=control, control_ok=control_ok, guard=guard, alpha=alpha,
+                               guard_why=guard_why)
     if verdict == SKIPPED_V:
         first = next((r.reason for v in recs.values() for r in v if r.outcome == SKIPPED), "")
         reason = f"{reason}: {first}"
@@ -174,6 +177,21 @@ def split_not_applicable(repros, scenario_filter, declared: dict) -> tuple[list,
     return run, [k for k in keys if k not in declared] or None
 
 
+def with_upstream_fixes(repros, fixed: dict) -> list:
+    """The reproducers with each `reproducer:scenario` of `fixed` (key -> why: the reproducer's
+    `fixed_upstream` commit, in the baseline's history) run as a regression guard: upstream fixed it
+    at or before the baseline's commit, so both sides passing is `guarded`, not "baseline never
+    failed" (issue 36: #217's pool charging at 52f33fc)."""
+    if not fixed:
+        return list(repros)
+    out = []
+    for r in repros:
+        scen = [replace(s, regression_guard=True, guard_why=fixed[f"{r.name}:{s.name}"])
+                if f"{r.name}:{s.name}" in fixed and not s.control else s for s in r.scenarios]
+        out.append(replace(r, scenarios=scen) if scen != r.scenarios else r)
+    return out
+
+
 def with_declared_guards(repros, declared: dict) -> list:
     """The reproducers with each `reproducer:scenario` the target declares in [regression_guard] run
     as a regression guard (its reason as `fixed_upstream`): upstream fixed it at this base, so both
@@ -182,7 +200,8 @@ def with_declared_guards(repros, declared: dict) -> list:
         return list(repros)
     out = []
     for r in repros:
-        scen = [replace(s, regression_guard=True, fixed_upstream=declared[f"{r.name}:{s.name}"])
+        scen = [replace(s, regression_guard=True, fixed_upstream=declared[f"{r.name}:{s.name}"],
+                        guard_why=f"{declared[f'{r.name}:{s.name}']}: target.toml [regression_guard]")
                 if f"{r.name}:{s.name}" in declared and not s.control else s for s in r.scenarios]
         out.append(replace(r, scenarios=scen) if scen != r.scenarios else r)
     return out
