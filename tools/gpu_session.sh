@@ -99,7 +99,19 @@ fi
 export PYTHONPATH=$PYPATH PYTHONUNBUFFERED=1 LUCEPATCH_CACHE=${LUCEPATCH_CACHE:-/tmp/lpcache}
 SRC=${SRC:-.upstream/hami-core}
 DRIVER=${DRIVER:-real}
-if [ "$DRIVER" = real ]; then TAG=h200; else TAG=$DRIVER; fi
+# The evidence files' label: on the real driver, the GPU nvidia-smi names (h100, h200, ...), so an H100 run is
+# never filed as .h200 (2026-12-06: issue 36's H100 evidence came back as *.h200.json); GPU_TAG overrides it.
+gpu_tag() {
+  local name
+  name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+  case "$name" in
+    *H100*) echo h100 ;;
+    *H200*) echo h200 ;;
+    "") echo "gpu_session: nvidia-smi names no GPU (set GPU_TAG to label the evidence)" >&2; return 3 ;;
+    *) echo "$name" | sed 's/^NVIDIA //' | tr 'A-Z' 'a-z' | tr -cs 'a-z0-9' '-' | sed 's/^-*//; s/-*$//' ;;
+  esac
+}
+if [ "$DRIVER" = real ]; then TAG=${GPU_TAG:-$(gpu_tag)} || exit 3; else TAG=$DRIVER; fi
 now() { python3 -c 'import time; print(time.time())'; }
 JOBS=${JOBS:-8}
 lp() { python3 -m lucepatch "$@"; }
@@ -166,7 +178,7 @@ for step in "$@"; do
   echo "=== $step $(date -u +%T)"
   case $step in
     env)
-      { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; cmake --version | head -1;
+      { echo "evidence label: $TAG"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; cmake --version | head -1;
         nvcc --version | tail -1; gcc --version | head -1; uname -r; } 2>&1 | tee "$OUT/env.txt" ;;
     traces)
       python3 -m lucepatch.verify.record_traces --out /tmp/traces-$TAG --driver $DRIVER --label $TAG &&
@@ -513,7 +525,8 @@ print(f'main job x{sys.argv[3]}: {float(sys.argv[2]) - float(sys.argv[1]):.2f} s
     i36-traces)
       # issue 36: the bare driver's answers (no HAMi) to the capture probe (which calls a capture forbids, per mode
       # and thread; graph memory nodes) and to every graph-capture scenario; commit $OUT/traces-i36/*.jsonl under
-      # tests/fakecuda/traces/ (.h200.jsonl: the label the replay test reads; an H100 run says so in the commit) and drop their
+      # tests/fakecuda/traces/ (renamed .h200.jsonl, the label the replay test reads; an H100 run (files .h100.jsonl)
+      # says so in the commit and in known-differences.toml's header) and drop their
       # [awaiting-trace] entries in known-differences.toml (< 1 min)
       rm -rf "$OUT/traces-i36"
       python3 -m lucepatch.verify.record_traces --out "$OUT/traces-i36" --driver $DRIVER --label $TAG \
