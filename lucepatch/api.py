@@ -37,8 +37,8 @@ SERVICES: dict[str, str] = {
                                  "rebase_open=open_session rebase_status=session_status rebase_table=table "
                                  "rebase_ask=ask_human rebase_ask_absorbed=ask_absorbed RebaseOptions=Options "
                                  "RebaseOutcome=Outcome",
-    "lucepatch.services.builds": "build build_profiles builds_per_profile build_image render_image build_device_plugin "
-                                 "image_provenance probe",
+    "lucepatch.services.builds": "build build_profiles builds_per_profile build_image render_image plan_upstream_image "
+                                 "ImagePlanRequest image_from_upstream build_device_plugin image_provenance probe",
     "lucepatch.services.verify": "verify selection reproducers cluster_backend print_verdicts retire retire_or_map "
                                  "bisect BISECT_FOUND=FOUND build_variants write_evidence load_evidence clock Evidence",
     "lucepatch.services.show": "read_document evidence_view write_html print_view one_field report_table server_matrix "

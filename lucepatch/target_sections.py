@@ -94,6 +94,12 @@ class BuildConfig:
     dockerfile: str | None = None
     arch_build_arg: str = ""
     image_roots: list[str] = field(default_factory=list)  # where that image holds the binaries (closure check)
+    # the ARG whose words that Dockerfile's cmake configure RUN appends: a profile's cmake_args reach the image
+    # through it (builders/upstream_image.py); a profile with cmake_args and no such ARG is refused
+    cmake_args_build_arg: str = ""
+    # [build.image_leaves]: cmake variable -> why upstream's Dockerfile decides its value; a profile's -D of one
+    # is not passed to that image, and every image build and dry run says so
+    image_leaves: dict[str, str] = field(default_factory=dict)
     # [build.instead_of]: Build-Only patch -> the configure arguments that build upstream as it ships
     # where that patch no longer applies (builders/build_only.py). Not part of a build's key: the
     # arguments enter the recipe (and so the key) of the builds that use them.
@@ -103,8 +109,9 @@ class BuildConfig:
         return _as_json(self)
 
     def key_json(self) -> dict:
-        """What of [build] a build's key hashes: all but `instead_of` (builders/native.py)."""
-        return {k: v for k, v in self.to_json().items() if k != "instead_of"}
+        """What of [build] a build's key hashes: all but `instead_of` and what only the upstream-Dockerfile image
+        reads (builders/native.py; a native build does not change with them, so its cache stays)."""
+        return {k: v for k, v in self.to_json().items() if k not in ("instead_of", "cmake_args_build_arg", "image_leaves")}
 
 
 @dataclass
@@ -130,6 +137,13 @@ class Profile:
     def settings(self) -> dict:
         """The keys this table sets (not its name), as written."""
         return {k: v for k, v in _as_json(self).items() if k != "name"}
+
+
+# [profiles.*] keys only lucepatch's own Dockerfile template reads (builders/image.py template_vars): a target whose
+# image is upstream's Dockerfile ([build] dockerfile) has no place for them (builders/upstream_image.py refuses them,
+# lint names them)
+TEMPLATE_ONLY_PROFILE_KEYS = ("builder_packages", "runtime_packages", "cuda_stub", "uid", "user", "model_dir",
+                              "health_start_period")
 
 
 @dataclass

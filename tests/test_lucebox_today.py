@@ -101,6 +101,35 @@ def _gguf_py() -> Path:
     return Path(src) / "server/deps/llama.cpp/gguf-py"
 
 
+def _vendored_checkout() -> Path:
+    src = os.environ.get("LUCEPATCH_SRC_LUCEBOX_VENDORED")
+    if not src or not (Path(src) / "Dockerfile").is_file():
+        pytest.skip("no-upstream: LUCEPATCH_SRC_LUCEBOX_VENDORED is not set (a Luce-Org/lucebox checkout with 62880e2)")
+    return Path(src)
+
+
+def test_every_profile_setting_reaches_upstreams_image_or_is_named(cli):
+    """Issue 37: `build lucebox-vendored --image --profile sm120-cuda13-hami` built upstream's Dockerfile without the
+    profile's -DGGML_CUDA_NO_VMM=ON (and every profile without -DGGML_NATIVE=OFF, F8) and tagged it -hami; the dry
+    run said "no image template lucebox-vendored.Dockerfile.j2". Now the series gives the Dockerfile
+    DFLASH_CMAKE_ARGS and the plan, read on the applied tree, passes the profile's cmake arguments through it."""
+    r = cli("--workspace", REPO_ROOT, "build", "lucebox-vendored", "--image", "--dry-run", "--profile",
+            "sm120-cuda13-hami", "--source", _vendored_checkout(), "--json")
+    assert r.code == 0, r.err
+    plan = json.loads(r.out)["image"]["plan"]
+    assert plan["build_args"] == {
+        "CUDA_VERSION": "13.0.0", "UBUNTU_VERSION": "22.04", "DFLASH_CUDA_ARCHES": "120",
+        "DFLASH_CMAKE_ARGS": "-DGGML_NATIVE=OFF -DDFLASH27B_USE_BLACKWELL_CONSUMER_FIX=ON "
+                             "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON -DDFLASH27B_FA_ALL_QUANTS=OFF -DCMAKE_BUILD_TYPE=Release "
+                             "-DGGML_CUDA_NO_VMM=ON"}
+    assert plan["configure"][-1] == "-DGGML_CUDA_NO_VMM=ON" and "-DGGML_NATIVE=OFF" in plan["configure"]
+    assert plan["images"] == ["nvidia/cuda:13.0.0-devel-ubuntu22.04", "nvidia/cuda:13.0.0-runtime-ubuntu22.04"]
+    # upstream's Dockerfile builds test_server_unit, which only DFLASH27B_TESTS=ON defines: said, not dropped silently
+    assert list(plan["left_to_upstream"]) == ["-DDFLASH27B_TESTS=OFF"]
+    assert plan["cmake_cache_expects"]["GGML_CUDA_NO_VMM"] == "ON"
+    assert plan["tag"] == "lucepatch/lucebox-vendored:sm120-cuda13-hami-1.0.0"
+
+
 def test_the_tiny_model_has_the_layout_the_qwen3_loader_reads(tmp_path):
     """Read back with gguf's reader: every tensor load_qwen3_drafter_model asks for, with the shape and type
     it allocates (n_vocab 151936 is fixed by the loader, the rest from the metadata written)."""

@@ -161,6 +161,8 @@ TARGETED = {"apply", "check", "status", "export", "probe", "pr", "matrix", "buil
 FACTS = {
     ("build", "build hami-device-plugin"): ({}, ["hami-device-plugin"]),
     ("build", "build (a target built per profile)"): ({"builds_per_profile": lambda t: True}, None),
+    ("build", "build --image --dry-run of upstream's Dockerfile"): ({"image_from_upstream": lambda t: True}, None),
+    ("build", "build --image of upstream's Dockerfile"): ({"image_from_upstream": lambda t: True}, None),
     ("show", "show (a retirement report or a coverage map)"): (
         {"read_document": lambda p: Doc("retire"), "report_table": lambda d: ("t", ["c"], [])}, None),
     ("show", "show (several server runs side by side)"): (

@@ -9,8 +9,8 @@ labels     OCI labels + org.lucepatch.*: source, upstream revision, series versi
 checks     runtime closure: `ld.so --list` on every ELF under /app, every NEEDED resolves except
            the driver's (libcuda.so.1, provided by the host at run time)
 
-upstream   a target whose upstream ships its own Dockerfile ([build] dockerfile): that file built on the
-           applied tree with the profile's build_args (builders/dockerfile.py reads its ARGs), nothing rendered
+upstream   a target whose upstream ships its own Dockerfile ([build] dockerfile) builds that file instead
+           (builders/upstream_image.py, with this module's labels, closure check and docker helpers)
 
 Long: one recipe read four ways — render, context, labels and the closure checks (and the node's
 library check after a build) read the same profile and target fields and the same docker client;
@@ -35,7 +35,6 @@ from pathlib import Path
 import jinja2
 
 from lucepatch import __version__, report
-from lucepatch.builders import dockerfile as dockerfile_recipe
 from lucepatch.builders.probe import resolve_profile
 from lucepatch.builders.standins import make_stand_ins
 from lucepatch.builders.superbuild import plan_for
@@ -299,13 +298,14 @@ class ImageResult:
     node_library: dict | None = None  # node_library_check against a node report, when one was given
     base_images: list = field(default_factory=list)  # upstream's recipe: what each FROM image was here
     build_args: dict = field(default_factory=dict)  # upstream's recipe: the ARGs set
+    cmake_cache: dict | None = None  # upstream's recipe: the profile's -D read back from the configure layer
 
     def to_json(self) -> dict:
         doc = {"tag": self.tag, "image_id": self.image_id, "labels": self.labels, "dockerfile": str(self.dockerfile),
                "log": str(self.log), "seconds": round(self.seconds, 2), "closure": self.closure,
                "saved": self.saved, "pushed": self.pushed, "node_library": self.node_library}
         if self.base_images:
-            doc.update(base_images=self.base_images, build_args=self.build_args)
+            doc.update(base_images=self.base_images, build_args=self.build_args, cmake_cache=self.cmake_cache)
         return doc
 
 
@@ -356,6 +356,22 @@ def step_image(log: str, marker: str) -> str | None:
                 if m:
                     found = m.group(1)
     return found
+
+
+def file_in_image(client, image: str, path: str) -> bytes | None:
+    """The bytes of one file of `image` (an id or a tag), read through a container that never starts; None when
+    the image has no file there."""
+    import docker  # optional: the docker extra  # noqa: PLC0415
+    c = client.containers.create(image, entrypoint=["/bin/true"])
+    try:
+        bits, _ = c.get_archive(path)
+    except docker.errors.NotFound:
+        return None
+    finally:
+        c.remove(force=True)
+    with tarfile.open(fileobj=io.BytesIO(b"".join(bits))) as tf:
+        m = next((x for x in tf if x.isfile()), None)
+        return tf.extractfile(m).read() if m else None
 
 
 STUB_DIR = "/lucepatch-closure-stubs"
@@ -516,79 +532,15 @@ def base_images(client, refs: list[str]) -> list[dict]:
     return out
 
 
-def build_upstream_image(target: Target, source: Path, profile_name: str | None, cache: Path, *,
-                         repo: str | None = None, variant: str = "patched", evidence: dict | None = None,
-                         log_dir: Path | None = None, nocache: bool = False, network_mode: str | None = None,
-                         cuda_archs: str | list[str] | None = None, closure: bool = True) -> ImageResult:
-    """`build --image` for a target whose upstream ships a Dockerfile ([build] dockerfile): that file,
-    as the series leaves it, built on the applied tree with the profile's build arguments and the arch
-    list as [build] arch_build_arg (a name the Dockerfile does not declare is refused: Docker would
-    ignore it). lucepatch renders nothing; its labels are added to the image."""
-    pname, profile = image_profile(target, profile_name)
-    archs = image_cuda_archs(target, profile, cuda_archs)
-    client = docker_client()
-    tag = image_tag(target, pname, repo, archs)
-    ev_sha = hashlib.sha256(json.dumps(evidence, sort_keys=True).encode()).hexdigest() if evidence is not None else "none"
-    t0 = time.monotonic()
-    with contextlib.ExitStack() as stack:
-        tree = prepare_tree(target, source, variant, cache, stack, nested=True)
-        recipe = dockerfile_recipe.read_recipe(tree.root / target.build.dockerfile)
-        args = {k: str(v) for k, v in (profile.get("build_args") or {}).items()}
-        if target.build.arch_build_arg:
-            args[target.build.arch_build_arg] = ";".join(archs or [str(a) for a in profile.get("cuda_archs") or []])
-        dockerfile_recipe.check_build_args(recipe, args)
-        labels = labels_for(target, profile, revision=tree.repos[0]["base"], evidence_sha256=ev_sha, variant=variant,
-                            cuda_archs=archs, runtime_image=recipe.images(args)[-1])
-        labels[f"{LABEL_PREFIX}recipe"] = f"upstream {target.build.dockerfile}"
-        out = (log_dir or cache / "images") / f"{target.name}-{pname}-{target.version}"
-        out.mkdir(parents=True, exist_ok=True)
-        ctx = out / "context"
-        shutil.rmtree(ctx, ignore_errors=True)
-        # the submodules are links in the applied tree: the context holds their files (no .git anywhere)
-        shutil.copytree(tree.root, ctx, symlinks=False, ignore=shutil.ignore_patterns(".git"))
-        (out / "build-args.json").write_text(json.dumps(args, indent=1, sort_keys=True) + "\n")
-        bases = base_images(client, recipe.images(args))
-        for b in bases:
-            what = (f"a local stand-in ({b['stand_in']}), not the image its name says" if b.get("stand_in") else
-                    "present here" if b["present"] else "absent here: the build pulls nothing (pull=False) and fails")
-            report.progress(f"base {b['ref']}: {what}")
-        log = out / "build.log"
-        log.write_text("")
-        report.progress(f"docker build {tag} from upstream's {target.build.dockerfile} (context {ctx}, build args "
-                        f"{', '.join(f'{k}={v}' for k, v in args.items())}, log {log})")
-        image_id = docker_build(client, ctx, tag, log, buildargs=args, network_mode=network_mode, nocache=nocache,
-                                dockerfile=target.build.dockerfile, labels=labels)
-    res = ImageResult(tag, image_id, labels, ctx / target.build.dockerfile, log, seconds=time.monotonic() - t0)
-    res.base_images = bases
-    res.build_args = args
-    if closure and target.build.image_roots:
-        res.closure = closure_check(client, tag, list(target.build.image_roots), cache=cache)
-        if not res.closure["ok"]:
-            bad = next(iter(res.closure["unresolved"].items()), ("(no ELF found)", []))
-            raise CheckFailed(f"runtime closure check of {tag} failed: {bad[0]} needs {', '.join(bad[1]) or 'nothing'} "
-                              f"that does not resolve in the image")
-    return res
-
-
 def build_image(target: Target, source: Path, profile_name: str | None, cache: Path, *, repo: str | None = None,
                 variant: str = "patched", evidence: dict | None = None, builder_image: str | None = None,
                 runtime_image: str | None = None, jobs: int | None = None, ccache_dir: Path | None = None,
                 save: Path | None = None, push: bool = False, closure: bool = True, network_mode: str | None = None,
                 log_dir: Path | None = None, nocache: bool = False,
                 cuda_archs: str | list[str] | None = None) -> ImageResult:
-    if target.build and target.build.dockerfile:  # upstream's own recipe (the old line keeps the template)
-        if builder_image or runtime_image or ccache_dir or jobs:
-            raise UsageError(f"{target.name} builds upstream's {target.build.dockerfile}: --builder-image, "
-                             "--runtime-image, --ccache and --jobs belong to lucepatch's template; set the "
-                             "Dockerfile's ARGs through the profile's build_args instead")
-        res = build_upstream_image(target, source, profile_name, cache, repo=repo, variant=variant, evidence=evidence,
-                                   log_dir=log_dir, nocache=nocache, network_mode=network_mode,
-                                   cuda_archs=cuda_archs, closure=closure)
-        if save:
-            res.saved = save_image(docker_client(), res.tag, save)
-        if push:
-            res.pushed = push_image(docker_client(), res.tag)
-        return res
+    if target.build and target.build.dockerfile:  # upstream's own recipe: builders/upstream_image.py
+        raise UsageError(f"{target.name} builds upstream's {target.build.dockerfile}, not lucepatch's template: "
+                         "build it with lucepatch.builders.upstream_image.build_upstream_image")
     pname, profile = image_profile(target, profile_name)
     archs = image_cuda_archs(target, profile, cuda_archs)  # refused before Docker is asked anything
     client = docker_client()

@@ -77,13 +77,13 @@ def given_options(ctx: click.Context) -> list[str]:
 
 
 def mode_of(verb: str, given: list[str], chosen: str | None = None) -> dict:
-    """The mode the command chose from what it read (`chosen`: a mode's name), else the first whose
-    `when` options are all given, else the verb's default."""
+    """The mode the command chose from what it read (`chosen`: a mode's name), else the first mode not
+    chosen by a command whose `when` options are all given, else the verb's default."""
     modes = verb_modes()[verb]["mode"]
     if chosen is not None:
         return next(m for m in modes if m["name"] == chosen)
     for m in modes:
-        if m.get("when") and all(w in given for w in m["when"]):
+        if m.get("when") and not m.get("chosen") and all(w in given for w in m["when"]):
             return m
     default = next((m for m in modes if not m.get("when") and not m.get("chosen")), None)
     if default is None:  # every mode is named by an option: say which

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import click
@@ -14,6 +15,7 @@ from lucepatch.errors import EXIT_CHECK_FAILED
 
 # the modes build picks from what it reads (lucepatch/data/verb_modes.toml)
 PLUGIN, PROFILES = "build hami-device-plugin", "build (a target built per profile)"
+UPSTREAM, UPSTREAM_DRY = "build --image of upstream's Dockerfile", "build --image --dry-run of upstream's Dockerfile"
 
 
 @click.command("build")
@@ -66,7 +68,13 @@ def command(ctx, target, source, baseline, both, jobs, as_image, profile, repo, 
                         f"(replaced {res.replaced_sha256[:16]}); Helm values above")
         return 0
     t = api.target(ws, target)
-    refuse_unused(ctx, "build", chosen=PROFILES if not as_image and api.builds_per_profile(t) else None)
+    upstream = as_image and api.image_from_upstream(t)
+    refuse_unused(ctx, "build", chosen=(UPSTREAM_DRY if dry_run else UPSTREAM) if upstream else
+                  PROFILES if not as_image and api.builds_per_profile(t) else None)
+    if dry_run and upstream:
+        r = api.plan_upstream_image(t, api.source(t, source), cache(ctx), api.ImagePlanRequest(
+            profile=profile, repo=repo, cuda_archs=cuda_archs, out_dir=out_dir, node_report=node_report))
+        return _report_upstream_plan(ws, t, r, no_preflight, as_json)
     if dry_run:
         r = api.render_image(t, profile, repo=repo, builder_image=builder_image, runtime_image=runtime_image,
                              jobs=jobs, out_dir=out_dir, cuda_archs=cuda_archs, node_report=node_report)
@@ -113,6 +121,27 @@ def command(ctx, target, source, baseline, both, jobs, as_image, profile, repo, 
     report.table(f"build {t.name} {t.version}", ["variant", "artifact", "sha256", "path", ""], rows,
                  as_json=as_json)
     return 0
+
+
+def _report_upstream_plan(ws, t, r, no_preflight: bool, as_json: bool) -> int:
+    """`build --image --dry-run` of upstream's Dockerfile: what would be built, from what, with which arguments."""
+    p = r.plan
+    if as_json:
+        report.emit_json("build", {"workspace": ws.to_json(), "target": t.name, "version": t.version,
+                                    "image": {"tag": r.tag, "dry_run": True, "profile": r.profile["name"],
+                                              "plan": p.to_json(), "files": r.files, "node_library": r.node_library}})
+    else:
+        click.echo(f"# would build {r.tag} from upstream's {p.dockerfile} as the series leaves it (profile "
+                   f"{r.profile['name']}, preflight {'off' if no_preflight else 'on'}); nothing built")
+        click.echo("# build args: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in p.build_args.items()))
+        for line in (*p.base_lines(), *p.notes()):
+            click.echo(f"# {line}")
+        click.echo("# configure: " + " ".join(p.configure))
+        click.echo("# build: " + " ".join(p.build))
+        click.echo(r.files["Dockerfile"])
+    if r.node_library is not None:
+        report.progress(r.node_library["message"])
+    return 1 if r.node_library is not None and r.node_library["ok"] is False else 0
 
 
 def _report_profiles(ws, t, results, summary: str | None, as_json: bool) -> int:

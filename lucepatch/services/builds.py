@@ -19,8 +19,8 @@ from lucepatch.node.report import load_node_report
 from lucepatch.target import Target, load_target
 from lucepatch.workspace import Workspace, resolve_source
 
-__all__ = ["build", "build_profiles", "builds_per_profile", "build_image", "render_image", "build_device_plugin",
-           "image_provenance", "probe"]
+__all__ = ["build", "build_profiles", "builds_per_profile", "build_image", "render_image", "plan_upstream_image",
+           "ImagePlanRequest", "image_from_upstream", "build_device_plugin", "image_provenance", "probe"]
 
 
 def build(t: Target, src: Path, cache: Path, variants=("patched",), *, jobs: int | None = None) -> list:
@@ -64,11 +64,25 @@ def build_device_plugin(ws: Workspace, cache: Path, *, from_image: str | None, s
 
 @dataclass
 class Rendered:
-    """`build --image --dry-run`: the files an image build would use, nothing built."""
+    """`build --image --dry-run`: the files an image build would use, nothing built. `plan`: for an image
+    built from upstream's Dockerfile, what that build would do (builders/upstream_image.UpstreamPlan)."""
     profile: dict
     tag: str
     files: dict[str, str]
     node_library: dict | None = None
+    plan: object | None = None
+
+
+def image_from_upstream(t: Target) -> bool:
+    """Is `t`'s image upstream's own Dockerfile ([build] dockerfile), not lucepatch's template?"""
+    return bool(t.build and t.build.dockerfile)
+
+
+def _write_files(out_dir: str | None, files: dict[str, str]) -> None:
+    if out_dir:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            (Path(out_dir) / name).write_text(text)
 
 
 def render_image(t: Target, profile: str | None, *, repo: str | None = None, builder_image: str | None = None,
@@ -76,15 +90,43 @@ def render_image(t: Target, profile: str | None, *, repo: str | None = None, bui
                  cuda_archs: str | None = None, node_report: str | None = None) -> Rendered:
     from lucepatch.builders import image as img  # lazy: the image builder, 24 ms
 
+    if image_from_upstream(t):
+        raise UsageError(f"{t.name}'s image is upstream's {t.build.dockerfile}, read from the applied tree: "
+                         "plan it with plan_upstream_image (build --image --dry-run --source CHECKOUT)")
     prof, files = img.render_profile(t, profile, builder_image=builder_image, runtime_image=runtime_image, jobs=jobs,
                                      cuda_archs=cuda_archs)
-    if out_dir:
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-        for name, text in files.items():
-            (Path(out_dir) / name).write_text(text)
+    _write_files(out_dir, files)
     r = Rendered(prof, img.image_tag(t, prof["name"], repo, img.image_cuda_archs(t, prof, cuda_archs)), files)
     if node_report:
         r.node_library = base_runs_node_library(runtime_image or prof.get("runtime_image"), node_report)
+    return r
+
+
+@dataclass
+class ImagePlanRequest:
+    """`build --image --dry-run` of a target built from upstream's Dockerfile, as data."""
+    profile: str | None = None
+    repo: str | None = None
+    cuda_archs: str | None = None
+    out_dir: str | None = None  # the Dockerfile as the series leaves it and build-args.json are written here
+    node_report: str | None = None  # the runtime base's glibc against the library the node report found
+
+
+def plan_upstream_image(t: Target, src: Path, cache: Path, req: ImagePlanRequest) -> Rendered:
+    """What `build --image` would build from upstream's Dockerfile (`plan`: builders/upstream_image.UpstreamPlan,
+    read on the applied tree in a private work area), nothing built."""
+    import json  # lazy: the files of a dry run, 1 ms
+
+    from lucepatch.builders import upstream_image  # lazy: the image builder, 24 ms
+
+    git.open_repo(src)
+    opts = upstream_image.ImageOptions(profile=req.profile, repo=req.repo, cuda_archs=req.cuda_archs)
+    p = upstream_image.dry_run(t, src, cache, opts)
+    files = {"Dockerfile": p.text, "build-args.json": json.dumps(p.build_args, indent=1, sort_keys=True) + "\n"}
+    _write_files(req.out_dir, files)
+    r = Rendered(p.profile, p.tag, files, plan=p)
+    if req.node_report:
+        r.node_library = base_runs_node_library(p.images[-1], req.node_report)
     return r
 
 
@@ -101,6 +143,15 @@ def base_runs_node_library(base: str | None, node_report: str) -> dict:
     return img.node_library_check(client, base, report)
 
 
+def _require_driver(img, runtime: str, node_driver, progress) -> None:
+    """The node's driver runs `runtime`'s CUDA (its tag names it), or the build is refused (CheckFailed)."""
+    cuda = img.cuda_version_of(runtime)
+    if not cuda:
+        raise UsageError(f"--node-driver: the CUDA version of {runtime} is not readable from its tag "
+                         "(nvidia/cuda:<X.Y>...)")
+    progress(drv.require(cuda, node_driver).message)
+
+
 def build_image(t: Target, src: Path, cache: Path, *, profile: str | None = None, variant: str = "patched",
                 preflight: bool = True, repo: str | None = None, builder_image: str | None = None,
                 runtime_image: str | None = None, jobs: int | None = None, save: str | None = None,
@@ -110,21 +161,30 @@ def build_image(t: Target, src: Path, cache: Path, *, profile: str | None = None
     build known to fail is refused (preflight=False skips them). `node_driver`: a DriverVersion, or
     `--node-driver VER` as given (None: the driver `node_report` names, if any)."""
     from lucepatch.builders import image as img  # lazy: the image builder, 24 ms
+    from lucepatch.builders import upstream_image  # lazy: the image builder, 24 ms
 
     if node_driver is None or isinstance(node_driver, str):
         node_driver = noderep.node_driver(node_driver, node_report)
 
     pname, prof = img.image_profile(t, profile)
     img.image_cuda_archs(t, prof, cuda_archs)  # a list the target cannot honour: exit 2 before any work
-    if node_driver is not None:  # an image the node's driver cannot start is not built
-
-        cuda = img.cuda_version_of(runtime_image or prof.get("runtime_image") or prof.get("builder_image"))
-        if not cuda:
-            raise UsageError(f"--node-driver: the CUDA version of {runtime_image or prof.get('runtime_image')} is not "
-                             "readable from its tag (nvidia/cuda:<X.Y>...)")
-        progress(drv.require(cuda, node_driver).message)
+    upstream = image_from_upstream(t)
+    if upstream and (builder_image or runtime_image or jobs):
+        raise UsageError(f"{t.name} builds upstream's {t.build.dockerfile}: --builder-image, --runtime-image and "
+                         "--jobs belong to lucepatch's template; set the Dockerfile's ARGs through the profile's "
+                         "build_args instead")
+    # the runtime image whose CUDA the node's driver must run: known before any work from the options or the
+    # profile (upstream's route refuses a profile whose runtime_image its FROM lines do not resolve to), else
+    # read from upstream's Dockerfile on the applied tree
+    runtime = runtime_image or prof.get("runtime_image") or (None if upstream else prof.get("builder_image"))
+    if node_driver is not None and runtime:  # an image the node's driver cannot start is not built
+        _require_driver(img, runtime, node_driver, progress)
     git.open_repo(src)
     img.docker_client()  # docker down -> exit 3 before any work
+    opts = upstream_image.ImageOptions(profile=profile, repo=repo, variant=variant, cuda_archs=cuda_archs)
+    plan = upstream_image.dry_run(t, src, cache, opts) if upstream else None  # a setting the image cannot take: exit 2
+    if node_driver is not None and not runtime:
+        _require_driver(img, plan.images[-1], node_driver, progress)
     evidence = None
     if preflight and variant == "patched" and not (t.dir / "probes.toml").is_file():
         progress(f"preflight: {t.name} defines no probes ({t.dir / 'probes.toml'}); building without")
@@ -135,9 +195,17 @@ def build_image(t: Target, src: Path, cache: Path, *, profile: str | None = None
     report = None
     if node_report:  # read it first: a bad report is a usage error before an hour of building
         report = load_node_report(node_report)
-    res = img.build_image(t, src, profile, cache, repo=repo, variant=variant, evidence=evidence,
-                          builder_image=builder_image, runtime_image=runtime_image, jobs=jobs,
-                          save=Path(save) if save else None, push=push, cuda_archs=cuda_archs)
+    if plan is not None:
+        opts.evidence = evidence
+        res = upstream_image.build_upstream_image(t, src, cache, opts)
+        if save:
+            res.saved = img.save_image(img.docker_client(), res.tag, Path(save))
+        if push:
+            res.pushed = img.push_image(img.docker_client(), res.tag)
+    else:
+        res = img.build_image(t, src, profile, cache, repo=repo, variant=variant, evidence=evidence,
+                              builder_image=builder_image, runtime_image=runtime_image, jobs=jobs,
+                              save=Path(save) if save else None, push=push, cuda_archs=cuda_archs)
     if report is not None:
         res.node_library = img.node_library_check(img.docker_client(), res.tag, report)
         progress(res.node_library["message"])

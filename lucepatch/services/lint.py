@@ -5,7 +5,9 @@ Errors (exit 1): series <-> files mismatch, unparseable patch or diff, missing/i
 `Reproducer:`/`Probe:` (or one of another series family), bad `Build-Only`, whitespace errors in
 added lines, unsafe paths; lines: `line_of` naming no target or a line, two lines of one family
 with one name, `[serves]` disagreeing with lucepatch/data/compatible_hami.toml, `[not_applicable]`
-naming no reproducer/scenario of the family (or a control alone). Warnings: a
+naming no reproducer/scenario of the family (or a control alone); target.toml sections nothing reads
+given how the image is built (lint_image_sections: [model] or a template-only profile key where the image
+is upstream's Dockerfile, an [build.image_leaves] variable no profile sets). Warnings: a
 `Pending` patch older than --pending-days (default 90), a file not in format-patch form, a line
 serving HAMi releases the deploy gate does not know.
 """
@@ -26,6 +28,7 @@ from lucepatch.errors import LucepatchError
 from lucepatch.lines.fit import compat_data
 from lucepatch.series import UPSTREAM_STATUS, parse_patch
 from lucepatch.target import Target, list_targets, load_target
+from lucepatch.target_sections import TEMPLATE_ONLY_PROFILE_KEYS, ModelConfig
 from lucepatch.verify.reproducer import list_reproducers
 
 ERROR, WARNING = "error", "warning"
@@ -144,6 +147,7 @@ def lint_target(ws, name: str, *, pending_days: int, now: float) -> list[Finding
         except LucepatchError as exc:
             add(ERROR, "-", "parse", str(exc))
     found += [Finding(level, t.name, "target.toml", "line", msg) for level, msg in lint_line(ws, t)]
+    found += [Finding(ERROR, t.name, "target.toml", "build", msg) for msg in lint_image_sections(t)]
     by = {p.name: p for _, p in good}
     review = stale.read_review(t.dir)
     edited = {n for n, e in review.items() if n in by and e.get("message_sha256") != stale.message_sha256(by[n])}
@@ -162,6 +166,29 @@ def lint_target(ws, name: str, *, pending_days: int, now: float) -> list[Finding
             found.append(Finding(ERROR, t.name, "target.toml", "build", f"[build.instead_of] {name!r} is not Build-Only: "
                                  "only a patch that makes upstream build can be replaced by configure arguments"))
     return found
+
+
+def lint_image_sections(t: Target) -> list[str]:
+    """Sections of target.toml that nothing reads, given how the target's image is built: with upstream's own
+    Dockerfile ([build] dockerfile) lucepatch's template and its entrypoint are not used, so [model] and the
+    template's profile keys would be dead; without one, the keys only that route reads are."""
+    b = t.build
+    if not (b and b.dockerfile):
+        return [f"[build] {k} is read only for an image built from upstream's Dockerfile ([build] dockerfile)"
+                for k in ("cmake_args_build_arg", "image_leaves") if b and getattr(b, k)]
+    out = []
+    if t.model != ModelConfig():
+        out.append(f"[model] is read only by lucepatch's image template; {t.name}'s image is upstream's {b.dockerfile}, "
+                   "whose entrypoint fetches nothing: remove it (the chart's model_* values choose the model)")
+    for name, prof in t.profiles.items():
+        keys = [k for k in TEMPLATE_ONLY_PROFILE_KEYS if getattr(prof, k) is not None]
+        if keys:
+            out.append(f"[profiles.{name}] {', '.join(keys)}: only lucepatch's image template reads them; the image "
+                       f"is upstream's {b.dockerfile} (build --image refuses the profile)")
+    set_vars = {re.match(r"-D([^:=]+)", a).group(1) for p in t.profiles.values() for a in (p.cmake_args or [])
+                if re.match(r"-D([^:=]+)", a)}
+    out += [f"[build.image_leaves] {v}: no profile sets it" for v in b.image_leaves if v not in set_vars]
+    return out
 
 
 def _reproducer_target(d: Path) -> str | None:
