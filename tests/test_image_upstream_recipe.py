@@ -71,6 +71,7 @@ file(WRITE ${CMAKE_BINARY_DIR}/arches.txt "${DFLASH_ARCHES}\\n")
 '''
 TOML = f'''name = "recipe"
 upstream = "https://example.invalid/recipe"
+description = 'a "quoted" $HOME, a back\\slash and ${{X}}: each must read back as written'
 base = "@BASE@"
 version = "1.0.0"
 
@@ -328,6 +329,10 @@ def test_the_series_and_the_arch_list_reach_the_binary(client, built):
 
 def test_the_labels_name_the_recipe_and_what_reached_cmake(client, built):
     labels = client.images.get(built.tag).labels
+    assert {k: labels.get(k) for k in built.labels} == built.labels  # quotes, $ and \\ read back as written
+    assert labels["org.opencontainers.image.description"].startswith('a "quoted" $HOME, a back\\slash and ${X}')
+    # one LABEL step (in the file Docker read, outside the context), not one step per label
+    assert built.log.read_text().count(" : LABEL ") == 1
     assert labels["org.lucepatch.recipe"] == "upstream Dockerfile" and labels["org.lucepatch.cuda-archs"] == "120"
     assert labels["org.lucepatch.cuda-version"] == "13.0"
     assert labels["org.lucepatch.cmake-args"] == "-DGGML_NATIVE=OFF -DGGML_CUDA_NO_VMM=ON"

@@ -13,7 +13,8 @@ plan()     what a profile asks of the image, as the Dockerfile's build arguments
            exception is data: [build.image_leaves] names the cmake variables whose value upstream's Dockerfile
            decides (each with why); their -D is not passed, and every plan says so.
 dry_run()  the plan from the applied tree, nothing built: file, build args, tag, bases, the configure command.
-build_upstream_image()  docker build of the applied tree; then the CMakeCache.txt of the configure step's layer
+build_upstream_image()  docker build of the applied tree, lucepatch's labels one LABEL instruction after upstream's
+           last line (with_labels); then the CMakeCache.txt of the configure step's layer
            is read back: every -D the plan passed must be there with its value, or the tag is removed and the
            build fails (exit 1).
 """
@@ -243,6 +244,30 @@ def cache_check(text: str | None, defines: dict[str, str]) -> dict:
             "holds": {n: have[n] for n in defines if n in have}}
 
 
+def _escape_char(text: str) -> str:
+    """The Dockerfile's escape character: its `# escape=` parser directive (only before any other line), else \\."""
+    for line in text.splitlines():
+        m = re.match(r"^\s*#\s*([A-Za-z]+)\s*=\s*(\S+)\s*$", line)
+        if not m:
+            break
+        if m.group(1).lower() == "escape":
+            return m.group(2)
+    return "\\"
+
+
+def with_labels(text: str, labels: dict[str, str]) -> str:
+    """`text` and, after its last line, one LABEL instruction holding every label: each key and value in double
+    quotes, the escape character, `"` and `$` escaped (LABEL expands variables), so each reads back as given."""
+    esc = _escape_char(text)
+
+    def q(s: str) -> str:
+        s = s.replace(esc, esc + esc).replace('"', esc + '"').replace("$", esc + "$").replace("\n", " ")
+        return f'"{s}"'
+
+    body = " ".join(f"{q(k)}={q(v)}" for k, v in sorted(labels.items()))
+    return text + ("" if text.endswith("\n") else "\n") + f"LABEL {body}\n"
+
+
 def build_upstream_image(target: Target, source: Path, cache: Path, opts: ImageOptions) -> img.ImageResult:
     """`build --image` of upstream's Dockerfile (see the module's docstring); its labels are lucepatch's
     (builders/image.py labels_for) plus the recipe, the cmake arguments passed and those left to upstream."""
@@ -275,8 +300,13 @@ def build_upstream_image(target: Target, source: Path, cache: Path, opts: ImageO
     log.write_text("")
     report.progress(f"docker build {p.tag} from upstream's {target.build.dockerfile} (context {ctx}, build args "
                     f"{', '.join(f'{k}={v}' for k, v in p.build_args.items())}, log {log})")
+    # the file Docker reads: upstream's + one LABEL instruction, outside the context (whose Dockerfile stays as the
+    # series leaves it). Not --label: the classic builder makes each one a step of its own, a container and, on the
+    # vfs driver, a copy of the whole runtime image (20 labels: 20 copies of a CUDA runtime image)
+    read = out / "Dockerfile.labelled"
+    read.write_text(with_labels(p.text, labels), encoding="utf-8")
     image_id = img.docker_build(client, ctx, p.tag, log, buildargs=p.build_args, network_mode=opts.network_mode,
-                                nocache=opts.nocache, dockerfile=target.build.dockerfile, labels=labels)
+                                nocache=opts.nocache, dockerfile=str(read.resolve()))
     res = img.ImageResult(p.tag, image_id, labels, ctx / target.build.dockerfile, log, seconds=time.monotonic() - t0)
     res.base_images, res.build_args = p.bases, p.build_args
     res.cmake_cache = cache_check(cmake_cache_of(client, log.read_text(errors="replace"), p.configure), p.defines)
@@ -297,4 +327,5 @@ def build_upstream_image(target: Target, source: Path, cache: Path, opts: ImageO
     return res
 
 
-__all__ = ["ImageOptions", "UpstreamPlan", "plan", "dry_run", "build_upstream_image", "cache_check", "base_line"]
+__all__ = ["ImageOptions", "UpstreamPlan", "plan", "dry_run", "build_upstream_image", "cache_check", "base_line",
+           "with_labels"]
