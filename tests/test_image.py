@@ -105,37 +105,51 @@ def test_non_root_healthcheck_and_closure(built, client):
     assert res.closure["ok"] and res.closure["elf_count"] >= 2 and not res.closure["unresolved"]
 
 
-def test_closure_check_catches_a_missing_library(built, client, tmp_path):
-    df = f"FROM {built['res'].tag}\nUSER 0\nRUN rm -f /app/lib/libcore.so*\n"
-    broken, _ = client.images.build(fileobj=io.BytesIO(df.encode()), tag="lucepatch-test/cudaproj:broken", rm=True)
-    try:
-        c = img.closure_check(client, broken.id, ["/app"], cache=tmp_path / "cache")
-        assert not c["ok"]
-        assert c["unresolved"] == {"/app/bin/cudaproj_server": ["libcore.so"]}
-    finally:
-        client.images.remove(broken.id, force=True)
-
-
-def test_closure_check_sees_past_the_absent_driver(built, client, tmp_path):
-    """/app/extra/app -> libgpu.so -> (libcuda.so.1, libdeep.so) with libdeep.so deleted: the
-    loader alone stops at libcuda.so.1 (allowed) and would pass; the check must not."""
-    ctx = tmp_path / "ctx"
+@pytest.fixture(scope="module")
+def extra_images(built, client, tmp_path_factory):
+    """Two images on top of the built one, made once for the closure tests below (each docker build
+    step and each container is a full copy of the image on vfs): `whole` adds /app/extra/app ->
+    libgpu.so -> (libcuda.so.1, libdeep.so); `broken` is `whole` with libdeep.so and the server's
+    libcore.so deleted. The closure check of each runs once; the tests read what it found."""
+    tmp = tmp_path_factory.mktemp("extra")
+    ctx = tmp / "ctx"
     (ctx / "extra").mkdir(parents=True)
     for name, text in {"d.c": "int cuMemCreate(void) { return 0; }\n", "c.c": "int deep(void) { return 1; }\n",
                        "g.c": "int cuMemCreate(void); int deep(void); int gpu(void) { return cuMemCreate() + deep(); }\n",
                        "m.c": "int gpu(void); int main(void) { return gpu(); }\n"}.items():
-        (tmp_path / name).write_text(text)
+        (tmp / name).write_text(text)
     cc = lambda *a: subprocess.run(["cc", *map(str, a)], check=True, capture_output=True)  # noqa: E731
-    cc("-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", tmp_path / "libcuda.so", tmp_path / "d.c")
-    cc("-shared", "-fPIC", "-o", ctx / "extra" / "libdeep.so", tmp_path / "c.c")
-    cc("-shared", "-fPIC", "-Wl,--no-as-needed", "-o", ctx / "extra" / "libgpu.so", tmp_path / "g.c",
-       f"-L{tmp_path}", "-lcuda", f"-L{ctx / 'extra'}", "-ldeep", "-Wl,-rpath,$ORIGIN")
-    cc("-o", ctx / "extra" / "app", tmp_path / "m.c", f"-L{ctx / 'extra'}", "-lgpu", "-Wl,--allow-shlib-undefined",
+    cc("-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", tmp / "libcuda.so", tmp / "d.c")
+    cc("-shared", "-fPIC", "-o", ctx / "extra" / "libdeep.so", tmp / "c.c")
+    cc("-shared", "-fPIC", "-Wl,--no-as-needed", "-o", ctx / "extra" / "libgpu.so", tmp / "g.c",
+       f"-L{tmp}", "-lcuda", f"-L{ctx / 'extra'}", "-ldeep", "-Wl,-rpath,$ORIGIN")
+    cc("-o", ctx / "extra" / "app", tmp / "m.c", f"-L{ctx / 'extra'}", "-lgpu", "-Wl,--allow-shlib-undefined",
        "-Wl,-rpath,$ORIGIN")
-    (ctx / "Dockerfile").write_text(f"FROM {built['res'].tag}\nUSER 0\nCOPY extra/ /app/extra/\n")
+    (ctx / "Dockerfile").write_text(f"FROM {built['res'].tag}\nCOPY extra/ /app/extra/\n")
     whole, _ = client.images.build(path=str(ctx), tag="lucepatch-test/cudaproj:extra", rm=True)
-    (ctx / "Dockerfile").write_text(f"FROM {built['res'].tag}\nUSER 0\nCOPY extra/ /app/extra/\nRUN rm /app/extra/libdeep.so\n")
-    broken, _ = client.images.build(path=str(ctx), tag="lucepatch-test/cudaproj:nocore", rm=True)
+    df = f"FROM {whole.id}\nUSER 0\nRUN rm /app/extra/libdeep.so /app/lib/libcore.so*\n"
+    broken, _ = client.images.build(fileobj=io.BytesIO(df.encode()), tag="lucepatch-test/cudaproj:broken", rm=True)
+    try:
+        yield {"whole": whole, "broken": broken,
+               "whole_closure": img.closure_check(client, whole.id, ["/app"], cache=tmp / "cache"),
+               "broken_closure": img.closure_check(client, broken.id, ["/app"], cache=tmp / "cache")}
+    finally:
+        client.images.remove(broken.id, force=True)
+        client.images.remove(whole.id, force=True)
+
+
+def test_closure_check_catches_a_missing_library(extra_images):
+    c = extra_images["broken_closure"]
+    assert not c["ok"]
+    # the server's own library is gone: named for the server, and nothing that still resolves is named
+    assert c["unresolved"]["/app/bin/cudaproj_server"] == ["libcore.so"], c
+    assert set(c["unresolved"]) == {"/app/bin/cudaproj_server", "/app/extra/app", "/app/extra/libgpu.so"}, c
+
+
+def test_closure_check_sees_past_the_absent_driver(extra_images, client):
+    """/app/extra/app -> libgpu.so -> (libcuda.so.1, libdeep.so) with libdeep.so deleted: the
+    loader alone stops at libcuda.so.1 (allowed) and would pass; the check must not."""
+    broken = extra_images["broken"]
     try:
         # the premise: the loader without stubs names only the driver
         raw = client.containers.run(broken.id, entrypoint=["/lib64/ld-linux-x86-64.so.2", "--list", "/app/extra/app"],
@@ -145,16 +159,13 @@ def test_closure_check_sees_past_the_absent_driver(built, client, tmp_path):
         raw = getattr(exc, "stderr", b"") or b""
         raw = raw.decode() if isinstance(raw, bytes) else str(raw)
         assert "libcuda.so.1" in raw and "libdeep.so" not in raw, raw
-    try:
-        ok = img.closure_check(client, whole.id, ["/app"], cache=tmp_path / "cache")
-        assert ok["ok"] and ok["absent_allowed"] == ["libcuda.so.1"], ok
-        assert {"libgpu.so", "libdeep.so", "libcuda.so.1"} <= set(ok["needed_names"])
-        c = img.closure_check(client, broken.id, ["/app"], cache=tmp_path / "cache")
-        assert not c["ok"]
-        assert c["unresolved"] == {"/app/extra/app": ["libdeep.so"], "/app/extra/libgpu.so": ["libdeep.so"]}, c
-    finally:
-        client.images.remove(broken.id, force=True)
-        client.images.remove(whole.id, force=True)
+    ok = extra_images["whole_closure"]
+    assert ok["ok"] and ok["absent_allowed"] == ["libcuda.so.1"], ok
+    assert {"libgpu.so", "libdeep.so", "libcuda.so.1"} <= set(ok["needed_names"])
+    c = extra_images["broken_closure"]
+    assert not c["ok"]
+    assert {f: v for f, v in c["unresolved"].items() if f.startswith("/app/extra/")} == {
+        "/app/extra/app": ["libdeep.so"], "/app/extra/libgpu.so": ["libdeep.so"]}, c
 
 
 def _scan_tar(data: bytes, needle: bytes, where: str, hits: list) -> None:
