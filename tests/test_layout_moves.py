@@ -6,6 +6,8 @@ repository `lib` and a superproject `up` that holds it at deps/lib, with one bra
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import signal
@@ -13,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -134,15 +137,24 @@ def workspace(world, tmp: Path, *, base: str | None = None, layout: str = "submo
 
 
 def lp(ws: Path, *args, cache: Path, pause: Path | None = None, popen: bool = False):
+    """`lucepatch --workspace WS ARGS` with its own cache: in this process (main(), as the cli fixture runs it: a
+    process start costs ~1 s on a busy 2-core CI machine, and this module makes ~35 calls), or, with `popen`, as a
+    process of its own that the SIGKILL tests can pause and kill."""
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "LUCEPATCH_CACHE": str(cache)}
     env.pop("LUCEPATCH_TEST_PAUSE_AT_PATCH", None)
+    cmd = ["--workspace", str(ws), *map(str, args)]
+    if not popen:
+        from lucepatch.main import main
+
+        out, err = io.StringIO(), io.StringIO()
+        with mock.patch.dict(os.environ, env, clear=True), contextlib.redirect_stdout(out), \
+                contextlib.redirect_stderr(err):
+            code = main(cmd)
+        return subprocess.CompletedProcess(cmd, code, out.getvalue(), err.getvalue())
     if pause:
         env["LUCEPATCH_TEST_PAUSE_AT_PATCH"] = str(pause)
-    cmd = [sys.executable, "-m", "lucepatch", "--workspace", str(ws), *map(str, args)]
-    if popen:
-        return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                                **POPEN)
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.Popen([sys.executable, "-m", "lucepatch", *cmd], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True, **POPEN)
 
 
 def sub_of(doc: dict) -> dict:
