@@ -103,6 +103,8 @@ def command(ctx, target, source, baseline, both, jobs, as_image, profile, repo, 
         rows = [["tag", res.tag], ["id", res.image_id[:19]], ["closure", closure],
                 ["evidence sha256", res.labels.get("org.lucepatch.evidence-sha256", "")], ["saved", res.saved or "-"],
                 ["pushed", res.pushed or "-"], ["time", f"{res.seconds:.0f}s"]]
+        if res.cmake_cache is not None:  # upstream's Dockerfile: what its configure step's CMakeCache.txt holds
+            rows.append(["cmake cache", "holds " + " ".join(f"{k}={v}" for k, v in res.cmake_cache["holds"].items())])
         if res.node_library is not None:
             rows.append(["node library", res.node_library["message"]])
         report.table(f"build {t.name} {t.version} --image", ["", ""], rows, as_json=as_json)
