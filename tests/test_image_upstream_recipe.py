@@ -292,10 +292,24 @@ def bases(client):
 
 @pytest.fixture(scope="module")
 def built(client, bases, upstream):
-    """One build of upstream's Dockerfile as the series leaves it, profile sm120-cuda13-hami; the tests below read it."""
-    t = load_target_dir(upstream["tdir"])
-    res = up.build_upstream_image(t, upstream["up"], upstream["tmp"] / "cache",
-                                  up.ImageOptions(profile="sm120-cuda13-hami", repo="lucepatch-test/recipe"))
+    """One build of upstream's Dockerfile as the series leaves it, profile sm120-cuda13-hami, the way a person asks
+    for it (`lucepatch build recipe --image ... --json`: the command, services/builds.build_image, the plan, the
+    build); the tests below read its result."""
+    import contextlib
+    import io
+    from types import SimpleNamespace
+
+    from lucepatch.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["--workspace", str(upstream["ws"]), "--cache-dir", str(upstream["tmp"] / "cache"), "build", "recipe",
+                     "--image", "--profile", "sm120-cuda13-hami", "--tag", "lucepatch-test/recipe", "--source",
+                     str(upstream["up"]), "--json"])
+    assert code == 0, err.getvalue()[-3000:]
+    doc = json.loads(out.getvalue())["image"]
+    res = SimpleNamespace(**{**doc, "log": Path(doc["log"]), "dockerfile": Path(doc["dockerfile"]),
+                             "stderr": err.getvalue()})
     yield res
     from lucepatch.builders import image as img
 
@@ -311,6 +325,9 @@ def test_upstreams_dockerfile_builds_with_the_profiles_build_args_and_says_what_
                                 "DFLASH_CMAKE_ARGS": "-DGGML_NATIVE=OFF -DGGML_CUDA_NO_VMM=ON"}
     assert json.loads((built.log.parent / "build-args.json").read_text()) == built.build_args
     assert [(b["ref"], b["stand_in"]) for b in built.base_images] == bases
+    # said while building: what each base is here, and the profile's setting the image leaves to upstream
+    assert f"base nvidia/cuda:13.0.0-devel-ubuntu{OFFLINE}: a local stand-in (debian-cc), not the image" in built.stderr
+    assert "not passed to the image: -DDFLASH27B_TESTS=OFF" in built.stderr
     assert built.dockerfile.read_text() == upstream["patched"].read_text()  # upstream's file + the series, not ours
 
 
