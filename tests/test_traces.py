@@ -30,12 +30,13 @@ AWAITING_VALUES = KNOWN.get("awaiting-values", {})
 
 def _programs() -> list[str]:
     """Every program.scenario that needs an H200 trace: the semantics probes, every C reproducer scenario
-    (workloads are not driver-API programs of ours: record_all records C reproducers only)."""
+    (workloads are not driver-API programs of ours: record_all records C reproducers only; nor are
+    reproducers whose loops run for a time: their calls differ from run to run)."""
     names = [f"driver-semantics.{probe}" for probe in SEMANTICS_PROBES]
     for rdir in sorted((ROOT / "reproducers").iterdir()):
         if (rdir / "reproducer.toml").is_file():
             repro = load_reproducer_dir(rdir)
-            if not repro.is_workload:
+            if not repro.is_workload and not repro.is_timed:  # timed: record_traces.programs says why
                 names += [f"{repro.name}.{s.name}" for s in repro.scenarios]
     return names
 

@@ -328,6 +328,11 @@ class Reproducer:
         return self.kind == "workload"
 
     @property
+    def is_timed(self) -> bool:
+        """A reproducer with rate scenarios: its programs loop for a time, not a count."""
+        return any(s.measure is not None for s in self.scenarios)
+
+    @property
     def controls(self) -> list[Scenario]:
         return [s for s in self.scenarios if s.control]
 
