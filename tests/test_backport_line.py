@@ -27,6 +27,8 @@ BACKPORTS = {  # the upstream commits the line takes, and why (the patch notes s
     "740f9ef7824416feaf92af45cebe4d417e999acc": "cuMemAllocAsync charged by its size, released on free",
     # a real fix: VMM accounting (issue 28), as the main line has it with the series
     "bd3d7c3b1563b90f76e5f85be2c156c89a03d098": "DEVICE cuMemCreate checked and charged, uncharged at cuMemRelease",
+    # a real fix (issue 38): PR #218, the watcher's NVML fallback on Blackwell (merged upstream as 06e6980)
+    "06e698079335cffd0009f3c119bd95b012600ae5": "nvmlDeviceGetProcessesUtilizationInfo where GetProcessUtilization is NOT_SUPPORTED",
 }
 
 

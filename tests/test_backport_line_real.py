@@ -37,8 +37,15 @@ ISSUE28 = ("fix-memory-cumemgetinfo-v2-writes-only-the-outputs-it-is-given.patch
            "fix-memory-keep-vmm-memory-charged-until-its-last-mapping-is-unmapped.patch")
 # 1.5.0 (issue 36): the stream-capture fix, added to the line's series and carried by a session on 54b1305
 ISSUE36 = ("fix-allocator-never-break-a-stream-capture-to-charge.patch",)
+# 1.6.0 (issue 38): the compute limit (graph launches charged, the watcher's step, #218's NVML fallback) and
+# the first writer's limits
+ISSUE38 = ("backport-fix-fallback-to-getprocessesutilizationinfo-on-blackwell-gpus.patch",
+           "fix-graph-charge-cuda-graph-launches-against-the-sm-limit.patch",
+           "fix-multiprocess-steer-the-sm-limit-by-what-a-launch-costs-not-by-sm-num-squared.patch",
+           "fix-multiprocess-a-process-without-limit-variables-must-not-set-the-regions-limits.patch")
 LATER = ("build-link-with-gcc-10-fp1-is-defined-in-a-header.patch",
-         "fix-allocator-track-and-charge-pool-allocations-to-the-pools-device.patch", ACCOUNTING, *ISSUE28, *ISSUE36)
+         "fix-allocator-track-and-charge-pool-allocations-to-the-pools-device.patch", ACCOUNTING, *ISSUE28, *ISSUE36,
+         *ISSUE38)
 
 pytestmark = pytest.mark.skipif(not all(_has(r) for r in [BASE + "^{commit}", *(b + "^{commit}" for b in BACKPORTS)]),
                                 reason="no-upstream: set LUCEPATCH_SRC_HAMI_CORE to a HAMi-core checkout with 54b1305 "
@@ -125,7 +132,9 @@ def test_every_reproducer_on_the_simulated_driver(cli):
              "vmm-release:release-while-mapped", "vmm-release:unmap-then-release", "vmm-release:limit",
              "meminfo-null:null-total", "meminfo-null:null-free", "untracked-free:sync-free-async-alloc",
              "device-index:reordered", "device-index:reordered-cuda-first", "pointer-attrs:managed-reported-managed",
-             "pointer-attrs:error-null-data", "ctypes-meminfo:null-total", "ctypes-meminfo:null-free-procaddress"]
+             "pointer-attrs:error-null-data", "ctypes-meminfo:null-total", "ctypes-meminfo:null-free-procaddress",
+             # issue 38: an env-less first process no longer sets the region's limits (HAMi#2125)
+             "first-writer:envless-first"]
     for name in fixed:
         assert (sc[name]["baseline"]["failures"], sc[name]["patched"]["failures"]) == (3, 0), name
     assert sc["pr188-guard:ctxless-alloc-valid-residue"]["verdict"] == "guarded"
