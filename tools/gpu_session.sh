@@ -8,6 +8,7 @@
 #          lbv-chart (issue 37 item 3: the vendored chart's server env through upstream's entrypoint to the real server; after lucebox-today)
 #          i28-main i28-v25 i28-llama-vmm i28-traces i28-2gpu i28-ggml pr188-bundle (local) pr188-all
 #          fork-lib lbx-vgpu-build lbx-vgpu-serve ggml-traces (issue 40)
+#          i38-sm i38-tenants i38-overhead i38-v29 (issue 38: do HAMi-core's limits hold, what does the layer cost)
 #   plan (issue 4): smoke = `env async-sched`; full = `all vmm-refs overhead bench-verify traces`;
 #   reserve = `all-serial` (if parallel runs misbehave on the GPU); 2-GPU machine: `multi-device`.
 #   issue 12: `pool-alloc` (~1.5 min on 1x H200: 2 builds + 85 processes under the sequential
@@ -67,6 +68,13 @@
 #   the VMM build's ggml, and its VMM calls traced without HAMi).
 #   DRIVER=fake runs lbx-vgpu-serve with the stand-in server (tests/fixtures/stand-in-server) in its two pool modes:
 #   a proof of the step, never evidence about Lucebox; lbx-vgpu-build then only builds the stand-in.
+#   issue 38 (1 GPU, the main line first; each call < 8 min; quantitative scenarios run one process at a time):
+#   call 1 = `i38-sm` (~6 min: torch-decode control + SM 50 eager and graph, bare vs 52f33fc vs the series,
+#   --runs 5: 1 warm-up + 4 counted rounds, one look at 99 %), call 2 = `i38-tenants` (~4 min: sm-limit's two tenants in two
+#   regions at 30/70, eager and graph, first-writer's env-less first process, sm-limit SM 50 as a graph on the
+#   driver API), call 3 = `i38-overhead` (~6 min: torch-decode's memory-only cost, eager and graph, 6 rounds at
+#   95 % (--runs 5: 4 counted), and bench/hook_overhead.py for cuLaunchKernel/cuGraphLaunch); as time allows `i38-v29` (~5 min: the
+#   8f3a89c line, driver API). Needs PyTorch on the machine for torch-decode (cu130).
 # verify runs in parallel (private mount namespace + tmpfs /tmp/vgpulock per run) when root and
 # unshare(1) works, serially otherwise; the evidence's execution.mode says which.
 # Everything it writes goes under $OUT (or ./gpu-out when OUT is unset).
@@ -775,6 +783,42 @@ for run in d.get('runs', [d]):
       fi
       python3 tools/lucebox_chart_check.py --entrypoint "$EP" $SERVE --out "$OUT/chart" --port ${LBV_CHART_PORT:-18080} \
         --json "$OUT/commit/chart-entrypoint.$TAG.json" 2>&1 | tee "$OUT/commit/chart-entrypoint.$TAG.txt" ;;
+    i38-sm)
+      # issue 38 done-criterion 1: SM 50 gives 0.40-0.60 x bare for eager and graph decode where 52f33fc does not
+      mkdir -p "$OUT/commit"
+      lp verify --target hami-core --reproducer torch-decode --scenario sm50-eager --scenario sm50-graph --source $SRC \
+        --driver $DRIVER --runs ${RUNS:-5} --evidence "$OUT/commit/torch-decode-sm.$TAG.json" 2>&1 | tee "$OUT/verify-i38-sm.log"
+      lp show "$OUT/commit/torch-decode-sm.$TAG.json" --html "$OUT/commit/torch-decode-sm.$TAG.html" > /dev/null ;;
+    i38-tenants)
+      # done-criteria 2 and 3: two tenants in two regions at 30/70 within +-10 points; an env-less first process
+      # no longer erases the limit; and SM 50 as a graph on the driver API (the same limiter without PyTorch)
+      mkdir -p "$OUT/commit"
+      lp verify --target hami-core --reproducer sm-limit --scenario tenants-eager --scenario tenants-graph \
+        --scenario sm50-graph --source $SRC --driver $DRIVER --runs ${RUNS:-5} --evidence "$OUT/commit/sm-limit.$TAG.json" 2>&1 \
+        | tee "$OUT/verify-i38-tenants.log"
+      lp verify --target hami-core --reproducer first-writer --source $SRC --driver $DRIVER --jobs $JOBS \
+        --evidence "$OUT/commit/first-writer.$TAG.json" 2>&1 | tee "$OUT/verify-i38-first-writer.log"
+      # the bare driver's answers to first-writer's three scenarios (no HAMi); commit $OUT/traces-i38/*.jsonl
+      # under tests/fakecuda/traces/ and drop their [awaiting-trace] entries (seconds)
+      rm -rf "$OUT/traces-i38"
+      python3 -m lucepatch.verify.record_traces --out "$OUT/traces-i38" --driver $DRIVER --label h200 \
+        --program first-writer 2>&1 | tee "$OUT/traces-i38.log"
+      lp show "$OUT/commit/sm-limit.$TAG.json" --html "$OUT/commit/sm-limit.$TAG.html" > /dev/null ;;
+    i38-overhead)
+      # done-criterion 4: with a memory limit only the series costs <= 1 % of bare decode throughput (95 % interval)
+      mkdir -p "$OUT/commit"
+      lp verify --target hami-core --reproducer torch-decode --scenario overhead-eager --scenario overhead-graph \
+        --source $SRC --driver $DRIVER --runs ${RUNS:-5} --evidence "$OUT/commit/torch-decode-overhead.$TAG.json" 2>&1 \
+        | tee "$OUT/verify-i38-overhead.log"
+      lp show "$OUT/commit/torch-decode-overhead.$TAG.json" --html "$OUT/commit/torch-decode-overhead.$TAG.html" > /dev/null
+      python3 bench/hook_overhead.py --source $SRC --driver $DRIVER --ops launch,graph --repeats ${REPEATS:-5} \
+        --iterations 100000 --json "$OUT/commit/hook-overhead-launch.$TAG.json" 2>&1 | tee "$OUT/overhead-launch.log" ;;
+    i38-v29)
+      # the 8f3a89c line (HAMi v2.8.2..v2.9.0): SM 50 eager and graph and the two tenants on the driver API
+      mkdir -p "$OUT/commit"
+      lp verify --target hami-core-v2.9 --reproducer sm-limit --scenario sm50-eager --scenario sm50-graph \
+        --scenario tenants-eager --source $SRC --driver $DRIVER --runs ${RUNS:-5} --evidence "$OUT/commit/sm-limit-v29.$TAG.json" 2>&1 \
+        | tee "$OUT/verify-i38-v29.log" ;;
     *)
       echo "unknown step $step" >&2 ;;
   esac
