@@ -139,7 +139,8 @@ def test_line_errors(line):
     r = cli("--workspace", ws, "rebase", "carry", "--source", line["up"], "--onto", "v0.9", "--line", "v0.9")
     assert r.code == 2 and "exists already" in r.err
     r = cli("--workspace", ws, "rebase", "carry", "--continue", "--line", "x")
-    assert r.code == 2 and "use them with --onto" in r.err
+    # issue 35's one table of modes: the refusal names the option and the mode that uses it
+    assert r.code == 2 and "does not use --line (used by rebase --onto)" in r.err, r.err
     r = cli("--workspace", ws, "rebase", "carry", "--source", line["up"], "--onto", "v0.9", "--line", "Bad Name")
     assert r.code == 2
     r = cli("--workspace", ws, "rebase", "carry", "--source", line["up"], "--onto", "v0.9", "--line", "v1",
