@@ -175,24 +175,36 @@ def test_llama_vmm_holds_where_hami_charges_the_context(cli, monkeypatch):
 @pytest.mark.skipif(not TOOLS, reason="no-tool: needs gcc, cmake and /usr/local/cuda/include/cuda.h")
 def test_the_accounting_backport_makes_the_difference(tmp_path, cli):
     """The line without the 740f9ef/111bf4d backport drifts like 54b1305 does: the
-    accounting fix, not the carried device fixes before it, is what async-accounting proves."""
+    accounting fix, not the carried device fixes before it, is what async-accounting proves.
+
+    The stream-capture fix (1.5.0) edits add_chunk_async as the backport left it, so without the backport
+    it does not apply (git am's 3-way fallback found the backport's blobs only in a clone where the series
+    had been applied before: CI's fresh clone said "do not apply on 54b130550325"); it leaves the line too.
+    That it is not what fixes async-accounting is shown by the line without it alone (fixed)."""
     assert ACCOUNTING in (LINE_DIR / "series").read_text().split()
-    ws = tmp_path / "ws"
-    shutil.copytree(REPO_ROOT / "patches" / "hami-core-v2.5", ws / "patches" / "hami-core-v2.5")
-    shutil.copytree(REPO_ROOT / "patches" / "hami-core", ws / "patches" / "hami-core")
-    shutil.copytree(REPO_ROOT / "reproducers", ws / "reproducers")
-    (ws / "lucepatch.toml").write_text("schema_version = 1\n")
-    (ws / "patches" / "hami-core-v2.5" / ACCOUNTING).unlink()
-    series = ws / "patches" / "hami-core-v2.5" / "series"
-    series.write_text("".join(f"{n}\n" for n in series.read_text().split() if n != ACCOUNTING))
+    on_it = "fix-allocator-never-break-a-stream-capture-to-charge.patch"  # written on the backport's code
+
+    def without(names):
+        ws = tmp_path / "-".join(n[:12] for n in names)
+        shutil.copytree(REPO_ROOT / "patches" / "hami-core-v2.5", ws / "patches" / "hami-core-v2.5")
+        shutil.copytree(REPO_ROOT / "patches" / "hami-core", ws / "patches" / "hami-core")
+        shutil.copytree(REPO_ROOT / "reproducers", ws / "reproducers")
+        (ws / "lucepatch.toml").write_text("schema_version = 1\n")
+        series = ws / "patches" / "hami-core-v2.5" / "series"
+        series.write_text("".join(f"{n}\n" for n in series.read_text().split() if n not in names))
+        for n in names:
+            (ws / "patches" / "hami-core-v2.5" / n).unlink()
+        return ws
 
     def failures(workspace):
         r = cli("--workspace", workspace, "verify", "--reproducer", "async-accounting", "--target", "hami-core-v2.5",
                 "--source", SRC, "--driver", "fake", "--fixed", "--runs", "3", "--json")
+        assert r.out, r.err  # a refusal (a patch that does not apply) prints no document: say why
         sc = {s["scenario"]: s for s in r.json["evidence"]["scenarios"]}
         assert sc["async-accounting:control"]["verdict"] == "pass"
         return {n: (s["baseline"]["failures"], s["patched"]["failures"]) for n, s in sc.items() if not s["control"]}
 
     # without it the line charges the pool's 32 MiB reservation and drifts, as 54b1305 does
-    assert set(failures(ws).values()) == {(3, 3)}
-    assert set(failures(REPO_ROOT).values()) == {(3, 0)}  # with it: fixed
+    assert set(failures(without([ACCOUNTING, on_it])).values()) == {(3, 3)}
+    # the capture fix alone out, the backport in: fixed, so the backport is the difference
+    assert set(failures(without([on_it])).values()) == {(3, 0)}
