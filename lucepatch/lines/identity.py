@@ -240,6 +240,18 @@ def identify(path: str | Path, *, lines: list[Line] | None = None, hami_versions
             return st if st is not None and st.hooks == base_hooks and (region is None or st.region == region) else None
 
         by_base = [(b, st) for b in own if (st := at_base(b)) is not None]
+        closest = ""
+        if len(by_base) > 1:
+            # two lines whose patches bring the same names: a line that backports what a later base has
+            # (v2.9 carries #218, which 52f33fc holds) looks like that base without its patches. The
+            # line whose own build exports these names, or the fewest names off them, is the one.
+            off = {b.target: len(exports ^ b.exports) for b, _ in by_base}
+            best = min(off.values())
+            if list(off.values()).count(best) == 1:
+                by_base = [(b, st) for b, st in by_base if off[b.target] == best]
+                closest = (f"of lines {', '.join(sorted(off))}, whose bases all fit, {by_base[0][0].target}'s own "
+                           f"build is the closest ({best} exported names differ, "
+                           + ", ".join(f"{t}: {n}" for t, n in sorted(off.items()) if n != best) + ")")
         pick = by_base[0][0] if len(by_base) == 1 else (own[0] if len(own) == 1 else None)
         if pick is None and region_line is not None:
             pick = builds.get(region_line.target)
@@ -250,7 +262,7 @@ def identify(path: str | Path, *, lines: list[Line] | None = None, hami_versions
         ident.decided_by += [f"exports {len(ours)} names only the series' patches define: {', '.join(ours)}",
                              (f"without the line's patches its hook set is upstream HAMi-core {by_base[0][1].span()}, "
                               f"which holds {pick.target}'s base {pick.base[:7]}") if len(by_base) == 1 else how_hooks,
-                             how_region]
+                             how_region] + ([closest] if closest else [])
     elif states:
         at = _line_of_states(states, lines)
         ident.kind = UPSTREAM
