@@ -9,6 +9,7 @@ their destination. The copied bytes must be the library's.
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +23,7 @@ from lucepatch.target import load_target_dir
 
 REPO = Path(__file__).resolve().parent.parent
 FIX = REPO / "tests" / "fixtures" / "cudaproj"
-BASE = "lucepatch/base:debian-cc"
+BASE = os.environ.get("LUCEPATCH_DEBIAN_BASE", "lucepatch/base:debian-cc")  # as make_base.sh and test_image
 
 pytest.importorskip("yaml")
 
