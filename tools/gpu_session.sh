@@ -8,7 +8,7 @@
 #          lbv-chart (issue 37 item 3: the vendored chart's server env through upstream's entrypoint to the real server; after lucebox-today)
 #          i28-main i28-v25 i28-llama-vmm i28-traces i28-2gpu i28-ggml pr188-bundle (local) pr188-all
 #          fork-lib lbx-vgpu-build lbx-vgpu-serve ggml-traces (issue 40)
-#          i38-sm i38-tenants i38-overhead i38-v29 (issue 38: do HAMi-core's limits hold, what does the layer cost)
+#          i38-core i38-sm i38-tenants i38-overhead i38-v29 (issue 38: do HAMi-core's limits hold, what does the layer cost)
 #   plan (issue 4): smoke = `env async-sched`; full = `all vmm-refs overhead bench-verify traces`;
 #   reserve = `all-serial` (if parallel runs misbehave on the GPU); 2-GPU machine: `multi-device`.
 #   issue 12: `pool-alloc` (~1.5 min on 1x H200: 2 builds + 85 processes under the sequential
@@ -69,6 +69,7 @@
 #   DRIVER=fake runs lbx-vgpu-serve with the stand-in server (tests/fixtures/stand-in-server) in its two pool modes:
 #   a proof of the step, never evidence about Lucebox; lbx-vgpu-build then only builds the stand-in.
 #   issue 38 (1 GPU, the main line first; each call < 8 min; quantitative scenarios run one process at a time):
+#   `i38-core` alone (< 4 min) when one short call is all there is: SM 50 eager and graph on the driver API.
 #   call 1 = `i38-sm` (~6 min: torch-decode control + SM 50 eager and graph, bare vs 52f33fc vs the series,
 #   --runs 5: 1 warm-up + 4 counted rounds, one look at 99 %), call 2 = `i38-tenants` (~4 min: sm-limit's two tenants in two
 #   regions at 30/70, eager and graph, first-writer's env-less first process, sm-limit SM 50 as a graph on the
@@ -785,6 +786,7 @@ for run in d.get('runs', [d]):
         --json "$OUT/commit/chart-entrypoint.$TAG.json" 2>&1 | tee "$OUT/commit/chart-entrypoint.$TAG.txt" ;;
     i38-sm)
       # issue 38 done-criterion 1: SM 50 gives 0.40-0.60 x bare for eager and graph decode where 52f33fc does not
+      need_52f33fc || exit 3
       mkdir -p "$OUT/commit"
       lp verify --target hami-core --reproducer torch-decode --scenario sm50-eager --scenario sm50-graph --source $SRC \
         --driver $DRIVER --runs ${RUNS:-5} --evidence "$OUT/commit/torch-decode-sm.$TAG.json" 2>&1 | tee "$OUT/verify-i38-sm.log"
@@ -792,6 +794,7 @@ for run in d.get('runs', [d]):
     i38-tenants)
       # done-criteria 2 and 3: two tenants in two regions at 30/70 within +-10 points; an env-less first process
       # no longer erases the limit; and SM 50 as a graph on the driver API (the same limiter without PyTorch)
+      need_52f33fc || exit 3
       mkdir -p "$OUT/commit"
       lp verify --target hami-core --reproducer sm-limit --scenario tenants-eager --scenario tenants-graph \
         --scenario sm50-graph --source $SRC --driver $DRIVER --runs ${RUNS:-5} --evidence "$OUT/commit/sm-limit.$TAG.json" 2>&1 \
@@ -806,6 +809,7 @@ for run in d.get('runs', [d]):
       lp show "$OUT/commit/sm-limit.$TAG.json" --html "$OUT/commit/sm-limit.$TAG.html" > /dev/null ;;
     i38-overhead)
       # done-criterion 4: with a memory limit only the series costs <= 1 % of bare decode throughput (95 % interval)
+      need_52f33fc || exit 3
       mkdir -p "$OUT/commit"
       lp verify --target hami-core --reproducer torch-decode --scenario overhead-eager --scenario overhead-graph \
         --source $SRC --driver $DRIVER --runs ${RUNS:-5} --evidence "$OUT/commit/torch-decode-overhead.$TAG.json" 2>&1 \
@@ -813,6 +817,18 @@ for run in d.get('runs', [d]):
       lp show "$OUT/commit/torch-decode-overhead.$TAG.json" --html "$OUT/commit/torch-decode-overhead.$TAG.html" > /dev/null
       python3 bench/hook_overhead.py --source $SRC --driver $DRIVER --ops launch,graph --repeats ${REPEATS:-5} \
         --iterations 100000 --json "$OUT/commit/hook-overhead-launch.$TAG.json" 2>&1 | tee "$OUT/overhead-launch.log" ;;
+    i38-core)
+      # issue 38's headline in one call of < 4 min (one H100/H200): CUDA_DEVICE_SM_LIMIT=50 on sm-limit's decode loop
+      # (driver API, bandwidth-bound, no PyTorch), eager and as a CUDA graph, bare vs 52f33fc vs the series: the series
+      # gives 0.40-0.60 x bare where 52f33fc does not (graphs: not throttled at all, HAMi#1445). --runs 5 = 1 warm-up
+      # + 4 counted rounds of 3 runs (5 s each), one look at 99 %; ~35 s of builds + 2 x ~85 s + the control
+      need_52f33fc || exit 3
+      mkdir -p "$OUT/commit"
+      # I38_CORE="sm50-graph" runs the graph scenario alone (~2 min)
+      lp verify --target hami-core --reproducer sm-limit $(printf -- '--scenario %s ' ${I38_CORE:-sm50-eager sm50-graph}) \
+        --source $SRC --driver $DRIVER --runs ${RUNS:-5} --evidence "$OUT/commit/sm-limit-sm50.$TAG.json" 2>&1 \
+        | tee "$OUT/verify-i38-core.log"
+      lp show "$OUT/commit/sm-limit-sm50.$TAG.json" --html "$OUT/commit/sm-limit-sm50.$TAG.html" > /dev/null ;;
     i38-v29)
       # the 8f3a89c line (HAMi v2.8.2..v2.9.0): SM 50 eager and graph and the two tenants on the driver API
       mkdir -p "$OUT/commit"
