@@ -85,8 +85,13 @@ builder_packages = []
         import tarfile
         with tarfile.open(fileobj=io.BytesIO(b"".join(bits))) as tf:
             lib = tf.extractfile("libvgpu.so").read()
+        bits, _ = c.get_archive("/lucepatch/lib/libvgpu.so.sha256")
+        with tarfile.open(fileobj=io.BytesIO(b"".join(bits))) as tf:
+            sums = tf.extractfile("libvgpu.so.sha256").read().decode()
     finally:
         c.remove(force=True)
+    # the checksum file beside it is what `sha256sum -c` reads in /lucepatch/lib: "<sha256>  libvgpu.so"
+    assert sums == f"{hashlib.sha256(lib).hexdigest()}  libvgpu.so\n", sums
     yield {"tag": res.tag, "client": client, "lib_sha": hashlib.sha256(lib).hexdigest(), "dockerfile": res.dockerfile}
     client.images.remove(res.tag, force=True)
 
