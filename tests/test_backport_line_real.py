@@ -53,6 +53,13 @@ pytestmark = pytest.mark.skipif(not all(_has(r) for r in [BASE + "^{commit}", *(
 TOOLS = shutil.which("cmake") and shutil.which("gcc") and os.path.isfile("/usr/local/cuda/include/cuda.h")
 
 
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory):
+    """One build cache for this module's verifies: the line's baseline (54b1305 + Build-Only) and patched
+    builds are the same in three tests (builds are keyed by their source tree), so each is built once."""
+    return ["--cache-dir", str(tmp_path_factory.mktemp("builds"))]
+
+
 def _diff(path: Path) -> str:
     text = path.read_text()
     return text[text.index("\ndiff --git ") + 1:]
@@ -114,8 +121,8 @@ def test_plain_git_am_of_the_line_on_54b1305(tmp_path):
 
 
 @pytest.mark.skipif(not TOOLS, reason="no-tool: needs gcc, cmake and /usr/local/cuda/include/cuda.h")
-def test_every_reproducer_on_the_simulated_driver(cli):
-    r = cli("--workspace", REPO_ROOT, "verify", "--all", "--target", "hami-core-v2.5", "--source", SRC,
+def test_every_reproducer_on_the_simulated_driver(cli, builds):
+    r = cli("--workspace", REPO_ROOT, *builds, "verify", "--all", "--target", "hami-core-v2.5", "--source", SRC,
             "--driver", "fake", "--fixed", "--runs", "3", "--json")
     ev = r.json["evidence"]
     assert ev["target"] == "hami-core-v2.5" and ev["upstream"]["base"] == BASE and ev["simulated"] is True
@@ -155,7 +162,7 @@ def test_every_reproducer_on_the_simulated_driver(cli):
 
 
 @pytest.mark.skipif(not TOOLS, reason="no-tool: needs gcc, cmake and /usr/local/cuda/include/cuda.h")
-def test_llama_vmm_holds_where_hami_charges_the_context(cli, monkeypatch):
+def test_llama_vmm_holds_where_hami_charges_the_context(cli, monkeypatch, builds):
     """54b1305 charges its context_size (the memory NVML reports for the process at init: 518 MiB on the
     H200) again on every cuDevicePrimaryCtxRetain that follows a release (upstream fixed it in 98a39b7).
     llama-vmm's usage reads once retained and released the primary context each time, so on the H200
@@ -163,7 +170,7 @@ def test_llama_vmm_holds_where_hami_charges_the_context(cli, monkeypatch):
     the usage they read. The simulated driver's context footprint at the H200's size shows the same with
     that instrument; with the context held across reads the control passes and the VMM charges are proven."""
     monkeypatch.setenv("LUCEPATCH_FAKECUDA_CTX_OVERHEAD_MIB", "518")
-    r = cli("--workspace", REPO_ROOT, "verify", "--target", "hami-core-v2.5", "--reproducer", "llama-vmm",
+    r = cli("--workspace", REPO_ROOT, *builds, "verify", "--target", "hami-core-v2.5", "--reproducer", "llama-vmm",
             "--source", SRC, "--driver", "fake", "--fixed", "--runs", "3", "--json")
     sc = {s["scenario"]: s for s in r.json["evidence"]["scenarios"]}
     assert sc["llama-vmm:control"]["verdict"] == "pass", sc["llama-vmm:control"]["reason"]
@@ -173,7 +180,7 @@ def test_llama_vmm_holds_where_hami_charges_the_context(cli, monkeypatch):
 
 
 @pytest.mark.skipif(not TOOLS, reason="no-tool: needs gcc, cmake and /usr/local/cuda/include/cuda.h")
-def test_the_accounting_backport_makes_the_difference(tmp_path, cli):
+def test_the_accounting_backport_makes_the_difference(tmp_path, cli, builds):
     """The line without the 740f9ef/111bf4d backport drifts like 54b1305 does: the
     accounting fix, not the carried device fixes before it, is what async-accounting proves.
 
@@ -197,7 +204,7 @@ def test_the_accounting_backport_makes_the_difference(tmp_path, cli):
         return ws
 
     def failures(workspace):
-        r = cli("--workspace", workspace, "verify", "--reproducer", "async-accounting", "--target", "hami-core-v2.5",
+        r = cli("--workspace", workspace, *builds, "verify", "--reproducer", "async-accounting", "--target", "hami-core-v2.5",
                 "--source", SRC, "--driver", "fake", "--fixed", "--runs", "3", "--json")
         assert r.out, r.err  # a refusal (a patch that does not apply) prints no document: say why
         sc = {s["scenario"]: s for s in r.json["evidence"]["scenarios"]}
