@@ -89,6 +89,24 @@ def commit_all(repo: Path, msg: str) -> str:
     return git(repo, "rev-parse", "HEAD").strip()
 
 
+# The content-addressed parts of a lucepatch cache: builds (by recipe key), compiled objects (by
+# preprocessed source and flags), the simulated driver, reproducer/launcher/reporter binaries and
+# coverage maps (by tree, patches and reproducers). A test that needs a cache of its own for what is
+# not content-addressed (saved retire reports, sessions, work areas) shares these with another's
+# instead of rebuilding them: the bytes are the same, the runs still run.
+CONTENT_ADDRESSED = ("builds", "objcache", "fakecuda", "reproducers", "launch", "reporter", "coverage")
+
+
+def cache_sharing_builds(private: Path, shared: Path) -> Path:
+    """`private`, a new cache whose content-addressed parts are `shared`'s (symlinks)."""
+    private.mkdir(parents=True, exist_ok=True)
+    for part in CONTENT_ADDRESSED:
+        (shared / part).mkdir(parents=True, exist_ok=True)
+        if not (private / part).exists():
+            (private / part).symlink_to(shared / part, target_is_directory=True)
+    return private
+
+
 def init_repo(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     git(path, "init", "-q", "-b", "main")

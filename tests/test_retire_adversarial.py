@@ -18,7 +18,7 @@ import shutil
 import jsonschema
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, cache_sharing_builds
 from lucepatch.engine import needed, retirement
 from lucepatch.series import parse_patch
 from lucepatch.target import load_target
@@ -115,7 +115,7 @@ def test_with_the_code_signal_disabled_nothing_passes_retire_candidate(adv, monk
     retire-candidates, never superseded; the judge a rebase session asks, status --behaviour's hook
     and bisect --record all refuse."""
     monkeypatch.setattr(retirement, "code_signals", lambda t, *a, **k: {p.name: None for p in t.patches})
-    cache = adv["root"] / "cache-nocode"
+    cache = cache_sharing_builds(adv["root"] / "cache-nocode", adv["cache"])  # its own reports, the same builds
     for name in pf.UPSTREAMS:
         doc = rt.retire_report(adv["t"], adv["repo"], adv["c"][name], cache, "fake", 10)
         row = _row(doc)
@@ -185,7 +185,7 @@ def test_status_behaviour_and_a_rebase_session_read_the_saved_report(adv, cli):
     """verify --retire saves the report under the target's content; status --behaviour and a rebase
     session (its staged copy of the target has no reproducers/ beside it) read it through --cache-dir:
     `needed` is the report's, never not-judged, and a retire-candidate is never dropped."""
-    c, cache = adv["c"], adv["root"] / "cache-session"
+    c, cache = adv["c"], cache_sharing_builds(adv["root"] / "cache-session", adv["cache"])
     checkout = adv["root"] / "checkout"
     if not checkout.exists():
         shutil.copytree(adv["repo"], checkout)
