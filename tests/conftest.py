@@ -93,7 +93,9 @@ def commit_all(repo: Path, msg: str) -> str:
 # preprocessed source and flags), the simulated driver, reproducer/launcher/reporter binaries and
 # coverage maps (by tree, patches and reproducers). A test that needs a cache of its own for what is
 # not content-addressed (saved retire reports, sessions, work areas) shares these with another's
-# instead of rebuilding them: the bytes are the same, the runs still run.
+# instead of rebuilding them: the bytes are the same, the runs still run. Share a cache whose
+# coverage builds its owner already made: a coverage build made through the link records the
+# resolved path (the compiler's cwd), and its runs then read no coverage (seen on test_retire_shipped).
 CONTENT_ADDRESSED = ("builds", "objcache", "fakecuda", "reproducers", "launch", "reporter", "coverage")
 
 
