@@ -1,18 +1,21 @@
-"""The simulated driver's stream capture against the documented rules (no GPU needed).
+"""The simulated driver's stream capture against the documented rules and the H100's answers.
 
-tests/test_traces.py compares the same probe (driver-semantics.capture) with the hardware once its
-H100/H200 trace is recorded; these tests pin down what the model does until then, so a change to
-fakecuda.c / fakegraph.c that breaks a documented rule fails here first: which calls a capture
-forbids, per capture mode and thread (cuThreadExchangeStreamCaptureMode's rules in cuda.h), that a
-forbidden call invalidates the capture (cuStreamEndCapture then returns 901 and no graph), that the
-thread's own relaxed mode lifts the prohibition, and that captured allocations are graph memory
-nodes (no pool memory at capture).
+tests/test_traces.py replays the same probe (driver-semantics.capture) against its trace recorded on
+the bare driver of an H100 80GB HBM3 (driver 580.159.04, CUDA 13.0); these tests name the rules the
+model follows, so a change to fakecuda.c / fakegpu.c that breaks one fails here with the rule's name:
+which calls a capture forbids, per capture mode and thread (cuThreadExchangeStreamCaptureMode's rules
+in cuda.h), that a forbidden call invalidates the capture (cuStreamEndCapture then returns 901 and no
+graph), that the thread's own relaxed mode lifts the prohibition of a potentially unsafe call but not
+of a call that conflicts with the capturing stream itself (cuStreamGetDevice of it, cuCtxSynchronize
+of its context: measured), and that captured allocations are graph memory nodes (no pool memory at
+capture).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 
 import pytest
 
@@ -30,13 +33,22 @@ ACTIVE, STATUS_INVALIDATED = 1, 2
 QUERIES = ["cuMemPoolGetAttribute", "cuDeviceGetMemPool", "cuDeviceGetDefaultMemPool", "cuStreamGetDevice",
            "cuStreamGetCtx", "cuCtxGetDevice", "cuDeviceGetCount", "cuMemGetInfo_v2", "cuMemAlloc_v2",
            "cuCtxSynchronize"]
-UNSAFE = {"cuMemPoolGetAttribute", "cuStreamGetDevice", "cuMemAlloc_v2", "cuCtxSynchronize"}
+# potentially unsafe: forbidden where the thread's mode and the capture's mode say so
+UNSAFE = {"cuMemPoolGetAttribute", "cuMemAlloc_v2"}
+# conflict with the capturing stream itself: forbidden in every mode, from every thread (measured on the
+# H100: cuStreamGetDevice of the capturing stream; cuCtxSynchronize of its context)
+CONFLICTS = {"cuStreamGetDevice", "cuCtxSynchronize"}
 
 
 @pytest.fixture(scope="module")
-def probe(tmp_path_factory):
+def fake(tmp_path_factory):
     cache = tmp_path_factory.mktemp("capture-cache")
-    stubs = build_fakecuda(cache / "fakecuda")
+    return cache, build_fakecuda(cache / "fakecuda")
+
+
+@pytest.fixture(scope="module")
+def probe(fake):
+    cache, stubs = fake
     entries, rc = trace.record(compile_semantics(cache, stubs), "capture", trace.build_interposer(cache),
                                {"LD_LIBRARY_PATH": str(stubs)})
     assert rc == 0
@@ -82,9 +94,10 @@ def test_a_forbidden_call_fails_and_invalidates_the_capture(probe):
         assert [c["calls"][0]["call"] for c in block] == QUERIES, where
         for q, c in zip(QUERIES, block):
             first = c["calls"][0]
-            want = _expect(q, prohibits and q in UNSAFE)
+            forbidden = (prohibits and q in UNSAFE) or q in CONFLICTS
+            want = _expect(q, forbidden)
             assert (first["result"], c["status"], c["end"]) == want, f"{where}: {q}"
-            if q in UNSAFE and prohibits:  # where it ran matters: the other thread's own call
+            if forbidden:  # where it ran matters: the other thread's own call
                 assert first["thread"] == ("other" if where.startswith("another") else "main")
 
 
@@ -106,3 +119,72 @@ def test_captured_allocations_are_graph_memory_nodes(probe):
     assert reads == [0] * 12
     status = [e["value"] for e in tail if e["call"] == "cuStreamIsCapturing"]
     assert status == [ACTIVE]
+
+
+OTHER_THREAD_ALLOC = r"""
+#include <cuda.h>
+#include <pthread.h>
+#include <stdio.h>
+static CUcontext ctx;
+static CUstream side;
+static int relax;
+static void *worker(void *arg) {
+    CUdeviceptr p = 0;
+    CUresult r, f = (CUresult)-1;
+    CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
+    (void)arg;
+    cuCtxSetCurrent(ctx);
+    if (relax)
+        cuThreadExchangeStreamCaptureMode(&m);
+    r = cuMemAllocAsync(&p, 1 << 20, side);
+    if (p)
+        f = cuMemFreeAsync(p, side);
+    if (relax)
+        cuThreadExchangeStreamCaptureMode(&m);
+    printf("worker-%s %d %d\n", relax ? "relaxed" : "global", (int)r, (int)f);
+    return NULL;
+}
+int main(void) {
+    CUdevice d;
+    CUstream s;
+    cuInit(0);
+    cuDeviceGet(&d, 0);
+    cuDevicePrimaryCtxRetain(&ctx, d);
+    cuCtxSetCurrent(ctx);
+    cuStreamCreate(&s, CU_STREAM_NON_BLOCKING);
+    cuStreamCreate(&side, CU_STREAM_NON_BLOCKING);
+    for (relax = 0; relax < 2; relax++) {
+        pthread_t t;
+        CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+        CUgraph g = NULL;
+        cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+        pthread_create(&t, NULL, worker, NULL);
+        pthread_join(t, NULL);
+        cuStreamIsCapturing(s, &st);
+        CUresult e = cuStreamEndCapture(s, &g);
+        printf("main-%s %d %d\n", relax ? "relaxed" : "global", (int)st, (int)e);
+        if (g)
+            cuGraphDestroy(g);
+    }
+    return 0;
+}
+"""
+
+
+def test_another_threads_allocation_on_its_own_stream_during_a_global_capture(tmp_path, fake):
+    """Measured on the H100's bare driver (graph-capture.other-thread-global before its worker relaxed
+    itself; docs/evidence.md, issue 36): a worker thread in the default (global) mode gets 900 for
+    cuMemAllocAsync on its own, non-capturing stream while main captures globally, and main's capture is
+    invalidated. The worker switched to relaxed (cuThreadExchangeStreamCaptureMode, as cuda.h says a
+    thread must to make such calls during another's global capture) allocates and frees, and main's
+    capture ends with a graph: the documented rule, not yet measured on a GPU."""
+    stubs = fake[1]
+    exe = tmp_path / "other_thread_alloc"
+    src = tmp_path / "other_thread_alloc.c"
+    src.write_text(OTHER_THREAD_ALLOC)
+    subprocess.run(["gcc", "-O1", "-o", str(exe), str(src), f"-I{CUDA_INC}", f"-L{stubs}", "-lcuda", "-lpthread"],
+                   check=True)
+    out = subprocess.run([str(exe)], env={"LD_LIBRARY_PATH": str(stubs)}, capture_output=True, text=True,
+                         check=True, timeout=10).stdout.splitlines()
+    assert out == [f"worker-global {UNSUPPORTED} -1", f"main-global {STATUS_INVALIDATED} {INVALIDATED}",
+                   "worker-relaxed 0 0", f"main-relaxed {ACTIVE} 0"]

@@ -692,15 +692,13 @@ static void pools_release_over_threshold(void);
 
 /* A synchronize waits for the context's kernels (fakegpu.c) and is where pools give memory above
  * their release threshold back (see the pool section). */
-static CUresult unsafe_under_capture(void);
-
 static CUresult fc_cuCtxSynchronize(void) {
     NEED_INIT();
     if (!cur_ctx())
         return CUDA_ERROR_INVALID_CONTEXT;
-    CUresult u = unsafe_under_capture(); /* inference: it waits for every stream of the context */
-    if (u != CUDA_SUCCESS)
-        return u;
+    /* it waits for every stream of the context: the stream-capture section (measured on the H100) */
+    if (fc_gpu_ctx_capturing(cur_ctx()))
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     fc_gpu_wait_ctx(cur_ctx());
     pthread_mutex_lock(&g_lock);
     pools_release_over_threshold();
@@ -725,21 +723,32 @@ static CUresult fc_cuCtxSynchronize(void) {
  *     cuStreamEndCapture then returns CUDA_ERROR_STREAM_CAPTURE_INVALIDATED (901) and no graph;
  *   - which calls are potentially unsafe: the documentation's example is cudaMalloc ("not enqueued
  *     asynchronously to a stream, and is not observed by stream capture"); modelled as such are the
- *     synchronous allocation calls (cuMemAlloc, cuMemAllocManaged, cuMemFree), cuCtxSynchronize
- *     (inference: it waits for work of every stream of the context) and cuMemPoolGetAttribute,
- *     measured on an H200 (driver 580.159.04): HAMi-core's cuMemAllocAsync hook asking it on
- *     PyTorch's capturing thread got 900 and the capture was invalidated
- *     (docs/evidence/torch-clients-guards.h200.json, cuda-graph-async, baseline runs); and
- *     cuStreamGetDevice, inferred from the same runs with the series 1.1.0: its hook asks the
- *     stream's device (cuStreamGetDevice) before anything else, and there the capture was
- *     invalidated with no HAMi-core ERROR line at all, which leaves only the warning of a failed
- *     stream-device lookup (inference, to be checked by the probe below). Every other call is
- *     taken to be allowed (the capture probe of lucepatch/native/trace/semantics.c records what the
- *     hardware answers for each query, tests/fakecuda/traces/driver-semantics.capture.*);
+ *     synchronous allocation calls (cuMemAlloc, cuMemAllocManaged, cuMemFree) and
+ *     cuMemPoolGetAttribute (measured on an H100 80GB HBM3, driver 580.159.04, CUDA 13.0: the capture
+ *     probe's trace tests/fakecuda/traces/driver-semantics.capture.h200.jsonl, and on an H200 under
+ *     PyTorch's capture, docs/evidence/torch-clients-guards.h200.json), and a stream-ordered
+ *     allocation (cuMemAllocAsync) on a stream that is NOT capturing: on the H100, during a global
+ *     capture on the main thread, another thread (its mode global, the default) got 900 for a
+ *     cuMemAllocAsync on its own non-capturing stream and main's capture was invalidated
+ *     (graph-capture.other-thread-global, recorded on the bare driver); cuMemAllocFromPoolAsync on a
+ *     non-capturing stream is taken to be the same (inference: the same allocator; not measured),
+ *     cuMemFreeAsync on one is taken to be allowed (not measured). Measured allowed under a capture in
+ *     every mode and thread: cuDeviceGetMemPool, cuDeviceGetDefaultMemPool, cuStreamGetCtx(_v2),
+ *     cuCtxGetDevice, cuDeviceGetCount, cuMemGetInfo_v2, cuStreamGetCaptureInfo. Every call not
+ *     measured is taken to be allowed;
+ *   - cuStreamGetDevice of a capturing stream is refused with 900 in every mode, relaxed included,
+ *     from the capturing thread and from another thread, and invalidates that capture (measured on
+ *     the H100: the capture probe, and a probe of its own for global, global with the capturing thread
+ *     switched to relaxed, and a relaxed capture): like a wait for the capturing stream below, not
+ *     like a potentially unsafe call. Of a stream that does not capture it answers (taken to be
+ *     allowed: not measured during another stream's capture);
  *   - cuStreamSynchronize and cuStreamQuery of a capturing stream wait for (or ask about) work that
  *     is not executed while it is captured: calls that "necessarily conflict with stream capture",
- *     like the documentation's example of cuEventQuery on an event recorded in a capture
- *     (inference), so in any mode: 900, and that capture is invalidated;
+ *     like the documentation's example of cuEventQuery on an event recorded in a capture, so in any
+ *     mode: 900, and that capture is invalidated (measured on the H100 for a relaxed capture: the
+ *     capture probe); so does cuCtxSynchronize, which waits for every stream of the context, while
+ *     one of them captures: 900 in every mode, relaxed included, from the capturing thread and from
+ *     another one, and the capture invalidated (measured on the H100: the capture probe);
  *   - cuMemAllocAsync / cuMemAllocFromPoolAsync on a capturing stream add a graph memory node: the
  *     returned address is fixed for every launch of the graph, no pool memory is reserved at
  *     capture (the pools' attributes do not move), the memory is mapped when the graph runs and
@@ -762,13 +771,13 @@ static CUresult fc_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode) 
     return CUDA_SUCCESS;
 }
 
-/* Called first by every potentially unsafe entry point (g_lock not held): 900, and the conflicting
- * captures invalidated, when an ongoing capture prohibits the call on this thread. */
-static CUresult unsafe_under_capture(void) {
+/* Asked first by every potentially unsafe entry point: 900, and the conflicting captures invalidated,
+ * when an ongoing capture prohibits the call on this thread. Caller holds g_lock (the stream-ordered
+ * allocations decide under it whether their stream captures); unsafe_under_capture takes it. */
+static CUresult unsafe_under_capture_locked(void) {
     int found = 0;
     if (t_capture_mode == CU_STREAM_CAPTURE_MODE_RELAXED)
         return CUDA_SUCCESS;
-    pthread_mutex_lock(&g_lock);
     for (struct fc_queue *q = g_queues; q; q = q->next) {
         if (!q->capture || q->capture_invalid || q->capture_mode == CU_STREAM_CAPTURE_MODE_RELAXED)
             continue;
@@ -778,8 +787,14 @@ static CUresult unsafe_under_capture(void) {
             found = 1;
         }
     }
-    pthread_mutex_unlock(&g_lock);
     return found ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+}
+
+static CUresult unsafe_under_capture(void) {
+    pthread_mutex_lock(&g_lock);
+    CUresult r = unsafe_under_capture_locked();
+    pthread_mutex_unlock(&g_lock);
+    return r;
 }
 
 /* A graph allocation (cuMemAllocAsync / cuMemAllocFromPoolAsync captured). The list and each entry's
@@ -996,11 +1011,10 @@ static CUresult fc_cuStreamGetDevice(CUstream s, CUdevice *dev) {
     NEED_INIT();
     if (!dev)
         return CUDA_ERROR_INVALID_VALUE;
-    CUresult u = unsafe_under_capture(); /* (inference) the stream-capture section */
-    if (u != CUDA_SUCCESS)
-        return u;
     struct CUctx_st *c;
     CUresult r = stream_ctx(s, &c);
+    if (r == CUDA_SUCCESS && fc_gpu_stream_capturing(s, c)) /* measured (H100): 900 in any mode, capture invalidated */
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     if (r == CUDA_SUCCESS)
         *dev = c->dev;
     return r;
@@ -1191,7 +1205,7 @@ static CUresult fc_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmem
         r = CUDA_ERROR_INVALID_VALUE;
     else if (q && q->capture) /* a graph memory node on the pool's device: the graph's memory, not the pool's */
         r = capture_alloc(q, dptr, size, pool->dev);
-    else
+    else if ((r = unsafe_under_capture_locked()) == CUDA_SUCCESS) /* (inference) as cuMemAllocAsync's */
         r = pool_alloc(dptr, size, pool);
     pthread_mutex_unlock(&g_lock);
     return r;
@@ -1212,7 +1226,7 @@ static CUresult fc_cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s) {
     struct fc_queue *q = queue_for(s, c, 0);
     if (q && q->capture) /* a graph memory node: nothing comes from the device's pool now */
         r = capture_alloc(q, dptr, size, c->dev);
-    else
+    else if ((r = unsafe_under_capture_locked()) == CUDA_SUCCESS) /* measured (H100): the stream-capture section */
         r = pool_alloc(dptr, size, g_cur_pool[c->dev]);
     pthread_mutex_unlock(&g_lock);
     return r;

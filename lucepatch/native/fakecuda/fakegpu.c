@@ -464,6 +464,19 @@ static int fc_gpu_stream_capturing(CUstream s, struct CUctx_st *c) {
     pthread_mutex_unlock(&g_lock);
     return r;
 }
+/* Whether a stream of context c captures; every such capture is invalidated (a wait for all of the
+ * context's streams, cuCtxSynchronize, conflicts with each). */
+static int fc_gpu_ctx_capturing(struct CUctx_st *c) {
+    int r = 0;
+    pthread_mutex_lock(&g_lock);
+    for (struct fc_queue *q = g_queues; q; q = q->next)
+        if (q->ctx == c && q->capture) {
+            q->capture_invalid = 1;
+            r = 1;
+        }
+    pthread_mutex_unlock(&g_lock);
+    return r;
+}
 static void fc_gpu_stream_destroyed(CUstream s) {
     pthread_mutex_lock(&g_lock);
     queue_forget(s);
