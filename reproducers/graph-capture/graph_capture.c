@@ -191,17 +191,24 @@ static void scenario_capture_pool(void) {
     check("cuMemPoolDestroy", CUDA_SUCCESS, cuMemPoolDestroy(pool));
 }
 
-/* A GLOBAL capture on the main thread forbids other threads' unsafe calls too: a worker thread
- * allocating on its own stream (not capturing) must not invalidate it (vLLM, PyTorch: a side
- * thread allocates while the main thread captures) */
+/* A GLOBAL capture on the main thread forbids other threads' potentially unsafe calls too: on an H100
+ * (driver 580.159.04, bare driver, no HAMi) a worker thread in the default (global) mode got 900 for
+ * cuMemAllocAsync on its own, non-capturing stream, and main's capture was invalidated. A thread that
+ * must allocate during another's global capture switches itself to relaxed mode
+ * (cuThreadExchangeStreamCaptureMode, cuda.h), as this worker does; then nothing it calls is
+ * prohibited, and what HAMi-core's hook calls on its behalf must not invalidate main's capture either
+ * (vLLM, PyTorch: a side thread allocates while the main thread captures). */
 static CUstream g_side;
 static void *worker_alloc(void *arg) {
     CUdeviceptr p = 0;
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
     (void)arg;
     cuCtxSetCurrent(g_ctx);
+    check("worker: cuThreadExchangeStreamCaptureMode (relaxed)", CUDA_SUCCESS, cuThreadExchangeStreamCaptureMode(&mode));
     check("worker: cuMemAllocAsync on its own stream", CUDA_SUCCESS, cuMemAllocAsync(&p, (size_t)g_bytes, g_side));
     if (p)
         check("worker: cuMemFreeAsync", CUDA_SUCCESS, cuMemFreeAsync(p, g_side));
+    check("worker: cuThreadExchangeStreamCaptureMode (back)", CUDA_SUCCESS, cuThreadExchangeStreamCaptureMode(&mode));
     return NULL;
 }
 
