@@ -545,6 +545,9 @@ print(f'main job x{sys.argv[3]}: {float(sys.argv[2]) - float(sys.argv[1]):.2f} s
       # (7 scenarios; on the main line with async-sched, the evidence `pr` takes for the async + capture PR) and
       # PyTorch's cuda-graph-async (+ the two torch controls); 6 builds + ~330 C and ~105 torch processes
       # (~6-7 min; a torch run is ~5-10 s). RUNS=10: the sequential rule's 5 + 10 per fix.
+      # 2026-12-06, H100, RUNS=5, main line only (62.9 s): 2.0.0 proved capture-pool and async-sched, not the
+      # default-pool captures nor cuda-graph-async (its hook asked cuStreamGetDevice of the capturing stream: 900;
+      # docs/evidence.md, issue 36). The corrected patch (2.2.0 / v2.9 1.2.0 / v2.5 1.7.0) awaits this step.
       need_52f33fc || continue
       mkdir -p "$OUT/commit"; s0=$(now)
       for t in ${I36_TARGETS:-hami-core hami-core-v2.9 hami-core-v2.5}; do  # I36_TARGETS: fewer lines where device time is short
