@@ -347,6 +347,7 @@ def test_a_scenario_upstream_fixed_at_or_before_the_baseline_runs_as_a_guard(tmp
     assert fixed_at(tmp_path, [lacking], base, said.append) == {}
     assert "r:bug: fixed_upstream deadbee is not in" in said[-1] and "judged as a fix" in said[-1]
 
+    assert with_upstream_fixes([repro], {}) == [repro]  # nothing fixed upstream: the reproducers as they are
     [r] = with_upstream_fixes([repro], fixed_at(tmp_path, [repro], base, said.append))
     bug = r.scenario("bug")
     assert bug.regression_guard and not r.scenario("other").regression_guard and not r.scenario("control").regression_guard
