@@ -212,6 +212,22 @@ def test_take_revert_refix_is_not_fixed_by_the_reverted_take(cli, tmp_path):
     assert pfile.read_bytes() == raw
 
 
+
+def test_the_result_line_says_when_ref_is_broken_again(cli, tmp_path):
+    """Issue 41: over c0..c2 the take (c2) fixes cumulative-limit; c3 reverts it, so REF (c4) fails
+    again. The result line on stdout (what a script reads) says so and names the revert; before it
+    read `fixed by c2 ...` alone, the revert only in the progress lines on stderr."""
+    repo, c = tb.upstream(tmp_path, ["one", "take-limit", "revert-last", "five"])
+    ws = tb.workspace(tmp_path, c[0])
+    res = cli("--workspace", ws, "--cache-dir", tmp_path / "cache", "bisect", "--source", repo, "--driver", "fake",
+              "--runs", "1", "--reproducer", "twobugs", "--scenario", "cumulative-limit", "--ref", c[4],
+              f"{c[0]}..{c[2]}")
+    assert res.code == 0, res.err
+    last = res.out.strip().splitlines()[-1]
+    assert last.startswith(f"fixed by {c[2]} ") and last.endswith(
+        f"; broken again at REF {c[4][:12]} by {c[3][:12]} Revert \"fix(limit): count what is already allocated "
+        f"against the limit\""), last
+
 def test_set_trailers_keeps_the_diff():
     raw = (FIXTURES / "twobugs" / "patches" / LIMIT).read_bytes()
     out = set_trailers(raw, [("Applied-Upstream", "a" * 40)])

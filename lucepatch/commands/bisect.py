@@ -53,7 +53,8 @@ def command(ctx, range_spec, reproducer_name, scenario, target_name, source, dri
         for tr in doc["transitions"]:
             report.progress(f"  {tr['direction']} at {tr['commit'][:12]} {tr['subject'][:60]}")
     if doc["result"] == api.BISECT_FOUND:
-        report.result(f"{doc['direction']} by {doc['first']['commit']} {doc['first']['subject']}", as_json=as_json)
+        report.result(f"{doc['direction']} by {doc['first']['commit']} {doc['first']['subject']}{_again(doc)}",
+                      as_json=as_json)
         report.progress(doc["reason"])
     else:
         report.progress(f"{doc['result']}: {doc['reason']}")
@@ -68,3 +69,17 @@ def command(ctx, range_spec, reproducer_name, scenario, target_name, source, dri
     if patch is not None and doc["result"] != api.BISECT_FOUND:
         report.progress(f"nothing recorded in {patch.name}: {doc['reason']}")
     return rc
+
+
+def _again(doc: dict) -> str:
+    """The result line is what a script reads: when REF (--ref) does not hold the state found at the
+    range's end, it says so there too, with the commit that changed it back when one was found (issue 41)."""
+    at = doc.get("at_ref") or {}
+    end = next((p["state"] for p in doc["probes"] if p["commit"] == doc["range"]["new"]), None)
+    if not at or at.get("commit") == doc["range"]["new"] or at.get("state") == end:
+        return ""
+    by = at.get("broken_again_by")
+    if at.get("state") not in ("pass", "fail"):  # skipped or flaky at REF: no state to call "again"
+        return f"; at REF {at['commit'][:12]}: {at.get('state')} ({at.get('why', '')})"
+    again = "broken again" if at["state"] == "fail" else "fixed again"
+    return f"; {again} at REF {at['commit'][:12]}" + (f" by {by['commit'][:12]} {by['subject']}" if by else "")

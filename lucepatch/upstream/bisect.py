@@ -347,8 +347,9 @@ def bisect_behaviour(target: Target, source: Path | str, range_spec: str, repro:
     if result == FOUND and ref_sha != new:
         at_ref = _state_at_ref(source, new, ref_sha, b, probe_commit, len(seq))
         if at_ref["state"] != b.state:
+            again = "broken" if at_ref["state"] == BAD_FAIL else "fixed"  # a revert of a break fixes it again
             reason += f"; at REF {ref_sha[:12]} it {'passes' if at_ref['state'] == GOOD_PASS else 'fails'} again" + (
-                f" (broken again by {at_ref['broken_again_by']['commit'][:12]} "
+                f" ({again} again by {at_ref['broken_again_by']['commit'][:12]} "
                 f"{at_ref['broken_again_by']['subject'][:60]})" if at_ref.get("broken_again_by") else "")
     elif ref_sha == new:
         at_ref = {"commit": new, "state": b.state}
