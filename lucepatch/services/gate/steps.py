@@ -57,7 +57,8 @@ def check_on(t: Target, src: Path, cache: Path, ref: str, name: str) -> Step:
 
 def step_build_and_verify(ws, t: Target, src: Path, cache: Path, driver: str, runs: int,
                           evidence_dir: Path | None) -> tuple[list[Step], str | None]:
-    from lucepatch.verify.service import VerifyRequest, build_variants, run_verify  # lazy: targets with reproducers only, 20 ms
+    from lucepatch.verify.service import VerifyRequest, build_variants, fixed_at, run_verify  # lazy: targets with reproducers only, 20 ms
+    from lucepatch.verify.verdict import with_upstream_fixes  # lazy: as above, 1 ms
 
     if not t.build:
         return [Step("build", SKIP, "target has no [build] table"), Step("verify", SKIP, "nothing built")], None
@@ -94,6 +95,9 @@ def step_build_and_verify(ws, t: Target, src: Path, cache: Path, driver: str, ru
         if not scen:
             continue
         v = variants[r.artifact]
+        # the libraries are given to verify, so it cannot read their history: what upstream fixed at or
+        # before the baseline's commit (reproducer.toml fixed_upstream) is made a guard here
+        [r] = with_upstream_fixes([r], fixed_at(src, [r], v[0].provenance.get("base") or t.base, lambda _m: None))
         ev = run_verify(VerifyRequest(workspace=ws, target=t, reproducers=[r], driver=driver, runs=runs,
                                       scenarios=scen, lib=v[1].lib, baseline_lib=v[0].lib), cache,
                         progress=lambda _m: None)
@@ -111,10 +115,12 @@ def step_build_and_verify(ws, t: Target, src: Path, cache: Path, driver: str, ru
                 continue
             if s.control:
                 st = PASS if s.verdict == "pass" else FAIL
-            else:
-                st = PASS if s.verdict == "proven" else FAIL
+            else:  # guarded: upstream fixed it at the base (a guard's reason says by what) and the series keeps it
+                st = PASS if s.verdict in ("proven", "guarded") else FAIL
             detail = (f"{s.verdict}: baseline {s.baseline.failures}/{s.baseline.runs} failed, "
                       f"patched {s.patched.failures}/{s.patched.runs}")
+            if s.verdict == "guarded":
+                detail += f" ({s.reason.split(':')[0]})"
             if s.p_value is not None:
                 detail += f", p={s.p_value:.3g}"
             if s.fingerprint:
