@@ -363,6 +363,37 @@ def test_decide_never_absorbs_what_the_tree_lacks():
         assert (d.state, d.drop) == (NOT_UPSTREAM, False)
 
 
+@pytest.mark.parametrize("judgements, state, words", [
+    (None, absorption.ABSORBED, "by code alone (no retire report at REF: behaviour not measured)"),
+    ({}, absorption.ABSORBED, "by code alone (the retire report at REF did not judge it: behaviour not measured)"),
+    ({"p": _j(needed.RETIRE_CANDIDATE)}, absorption.ABSORBED, ("by code alone (behaviour at REF did not decide: "
+                                                              "retire-candidate)")),
+    ({"p": _j(needed.STILL_NEEDED)}, absorption.KEPT, ("kept: upstream has the lines (content-match aaaaaaaaaaaa) "
+                                                       "but r:s still fails at REF without the patch (fail (10/10), "
+                                                       "simulated driver)")),
+    ({"p": _j(needed.SUPERSEDED, {"signal": "content-match"})}, absorption.SUPERSEDED,
+     "superseded: upstream has the change (content-match aaaaaaaaaaaa) and behaviour at REF agrees (superseded: why)"),
+])
+def test_at_ref_is_decide_for_check_and_status_and_says_when_no_report_was_read(judgements, state, words):
+    """check and status (they drop nothing) ask the same rule as a rebase: measured behaviour at REF keeps
+    the patch; without a saved retire report the words say behaviour was not consulted."""
+    d = absorption.at_ref(UP, judgements, "p")
+    assert (d.state, d.reason) == (state, words)
+
+
+def test_at_ref_names_the_commit_whose_tree_has_it_when_behaviour_keeps_it(up, tmp_path):
+    c = up["c"]
+    found = _judge_at(up["repo"], c["base"], c["in_ref"], tmp_path, up["pfiles"][0])
+    assert found.signal == "content-match" and found.commit is None
+    judge = absorption.UpstreamJudge(up["repo"], c["base"], c["in_ref"], tmp_path / "k")
+    from lucepatch.series import parse_patch
+
+    p = parse_patch(up["pfiles"][0])
+    d = absorption.at_ref(found, {p.name: _j(needed.STILL_NEEDED)}, p.name, judge, tmp_path / "j.diff", p)
+    assert d.state == absorption.KEPT
+    assert d.reason.startswith(f"kept: upstream has the lines (content-match {c['in_ref'][:12]}) but r:s still fails")
+
+
 def test_reversed_diff_gives_the_patch_id_of_a_revert(up):
     from lucepatch import git as g
     from lucepatch.series import parse_patch

@@ -124,10 +124,21 @@ def test_lines_present_but_inactive_keep_the_patch_in_a_rebase(tmp_path, cli):
     """Issue 39, case 3, end to end on the simulated driver: upstream's tree has the limit patch's
     line, inside `#if 0` (a content match), so its behaviour is not active. `verify --retire REF`
     measures the patch still needed; the rebase's dry run then keeps it and says why. Before: the dry
-    run marked it `absorbed` (content-match) while its own `needed` column said still-needed."""
+    run marked it `absorbed` (content-match) while its own `needed` column said still-needed.
+    `status` (at REF: the upstream's HEAD) and `check --onto REF` read the same saved report through
+    the same judge: before it exists they say the code alone decided; after, they keep it with the
+    rebase's words. Before: both said `already-upstream content-match` with no word on behaviour."""
     repo, commits = tb.upstream(tmp_path, ["inactive-limit"])
     ws = tb.workspace(tmp_path, commits[0])
     cache = tmp_path / "cache"
+    alone = "by code alone (no retire report at REF: behaviour not measured)"
+    r = cli("--workspace", ws, "--cache-dir", cache, "status", "twobugs", "--source", repo, "--json")
+    st = _by(r.json)[LIMIT]
+    assert r.code == 0 and st["status"] == "already-upstream" and st["signal"] == "content-match", r.err
+    assert st["detail"].endswith(alone), st
+    r = cli("--workspace", ws, "--cache-dir", cache, "check", "twobugs", "--source", repo, "--onto", commits[1], "--json")
+    ck = _by(r.json)[LIMIT]
+    assert r.code == 0 and ck["status"] == "already-upstream" and alone in ck["detail"], ck
     r = cli("--workspace", ws, "--cache-dir", cache, "verify", "--retire", commits[1], "--target", "twobugs",
             "--source", repo, "--driver", "fake", "--json")
     assert r.code in (0, 1), r.err
@@ -143,6 +154,13 @@ def test_lines_present_but_inactive_keep_the_patch_in_a_rebase(tmp_path, cli):
                                     "twobugs:cumulative-limit still fails at REF without the patch (clean error")
     assert f"(10/10) on {commits[1][:12]}+build-only" in row["detail"]
     assert row["detail"].split("; ")[0].endswith("simulated driver)")
+    kept = row["detail"].split("; ")[0]  # the rebase's words, which status and check now print
+    r = cli("--workspace", ws, "--cache-dir", cache, "status", "twobugs", "--source", repo, "--json")
+    st = _by(r.json)[LIMIT]
+    assert r.code == 1 and st["status"] == "conflict" and st["detail"].startswith(kept + "; "), (r.err, st)
+    r = cli("--workspace", ws, "--cache-dir", cache, "check", "twobugs", "--source", repo, "--onto", commits[1], "--json")
+    ck = _by(r.json)[LIMIT]
+    assert r.code == 1 and ck["status"] == "conflict" and ck["detail"].startswith(kept + "; "), (r.err, ck)
 
 
 def test_patches_without_trailers_are_judged_through_the_coverage_map(tmp_path):

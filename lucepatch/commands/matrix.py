@@ -52,6 +52,9 @@ def command(ctx, target, source, rev_range, independent, first_parent, jobs, new
                  f"states, {elapsed:.2f}s; A=applied 3=3-way U=already upstream X=conflict; patches "
                  f"{', '.join(str(k) for k in range(1, len(t.patches) + 1))})",
                  ["commits", "cells", "last subject"], rows, as_json=as_json)
+    if any(api.MATRIX_SYMBOL[c] == "U" for row in res.cells for c in row):
+        report.progress("U is by code alone (the one judge on each commit's tree; matrix reads no retire report: "
+                        "behaviour not measured); status and check --onto C decide with the report saved at C")
     for m in subs:
         spans: list[list] = []
         for c, link, cells, pl in zip(m.commits, m.links, m.cells, m.places or [None] * len(m.commits)):

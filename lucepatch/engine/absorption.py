@@ -9,6 +9,8 @@ Interface (everything a caller needs; the rest of the module is how):
     found = judge.three_way(patch, detail)             # the series engine's 3-way no-op at REF, as a Finding
     d = decide(found, judgement)                       # Decision: drop it or keep it, and why
     d.state, d.drop, d.reason                          # the word every verb prints, and the sentence
+    d = at_ref(found, judgements, name, judge, f, p)   # check/status: decide with the saved retire report
+                                                       # ({name: Judgement} or None: "by code alone" says so)
 
 `repo` must hold REF's objects (a private clone sharing the checkout's objects is fine); nothing
 is written but a private index under `work_dir`. `judgement` is the measured behaviour
@@ -52,13 +54,13 @@ apply at REF, and REF's tree does not have it).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from lucepatch import git, odb
 from lucepatch.engine import needed
 from lucepatch.engine.core import IndexEngine
-from lucepatch.engine.upstreamed import CODE_SIGNALS, content_match, tree_reader, upstream_patch_ids
+from lucepatch.engine.upstreamed import CODE_SIGNALS, content_match, first_commit_with, tree_reader, upstream_patch_ids
 
 ALREADY_UPSTREAM = "already-upstream"  # the tree state: REF has the change (engine.core's 3-way word too)
 NOT_UPSTREAM = "not-upstream"
@@ -186,6 +188,12 @@ class UpstreamJudge:
             return "content-match"
         return None
 
+    def first_having(self, patch, patch_file: Path) -> str | None:
+        """The oldest first-parent commit of base..REF whose tree has the change (what a tree signal
+        names as upstream's commit, as a rebase attributes it), None when none has."""
+        return first_commit_with(self.repo, self.base, self.ref,
+                                 lambda c: self.tree_has(patch, patch_file, c) is not None)
+
     def _is_ancestor(self, a: str, b: str) -> bool:
         return git.run(self.repo, "merge-base", "--is-ancestor", a, b, check=False,
                        env={"GIT_OPTIONAL_LOCKS": "0"}).status == 0
@@ -264,21 +272,29 @@ class UpstreamJudge:
                                  "nothing")
 
 
-def judge_conflicts(outcomes: list, repo: Path, base: str, ref: str, work_dir: Path) -> None:
+def judge_conflicts(outcomes: list, repo: Path, base: str, ref: str, work_dir: Path, measured=None) -> None:
     """`check`'s series outcomes at REF (engine.apply.PatchOutcome): a `conflict` the judge finds
     upstream (a backport REF contains, a change REF's tree has) becomes `already-upstream` with the
-    signal and the commit, as a rebase would absorb it; every other outcome is left as it is."""
+    signal and the commit, as a rebase would absorb it; every other outcome is left as it is.
+    `measured()`: the saved retire report at REF as {patch name: Judgement} (None: there is none);
+    with it the conflict is decided as a rebase decides it (at_ref): kept (still a conflict, the row
+    says why) where behaviour measured at REF needs it, "by code alone" where nothing was measured."""
     bad = [o for o in outcomes if o.status == "conflict"]
     if not bad:
         return
     judge = UpstreamJudge(repo, base, ref, Path(work_dir))
+    js = measured() if measured is not None else None
     for i, o in enumerate(bad):
         f = Path(work_dir) / f"{i:04d}.diff"
         f.write_bytes(o.patch.diff)
         found = judge.code(o.patch, f)
-        if found.upstream:
+        d = at_ref(found, js, o.patch.name, judge, f, o.patch) if found.upstream and measured is not None else None
+        if d is not None and d.state == KEPT:
+            o.detail = f"{d.reason}; {o.detail}"
+        elif found.upstream:
             o.status, o.signal, o.commit = ALREADY_UPSTREAM, found.signal, found.commit
-            o.detail = f"{found.detail} ({found.signal}); as a patch it does not apply: {o.detail}"
+            said = f"; {d.reason}" if d is not None else ""
+            o.detail = f"{found.detail} ({found.signal}){said}; as a patch it does not apply: {o.detail}"
         elif found.took:
             o.detail = f"{found.detail}; {o.detail}"
 
@@ -357,6 +373,32 @@ def decide(found: Finding | None, judgement=None) -> Decision:
                                     f"{j.needed} ({j.reason[:160]})")
 
 
-__all__ = ["UpstreamJudge", "Finding", "Decision", "decide", "judge_conflicts", "judge_cells", "accepts",
+NO_REPORT = "no retire report at REF: behaviour not measured"
+
+
+def at_ref(found: Finding, judgements: dict | None, name: str, judge: UpstreamJudge | None = None,
+           patch_file: Path | None = None, patch=None) -> Decision:
+    """`decide` for the verbs that say REF's tree state and drop nothing (check, status): `judgements`
+    is the saved retire report at REF read as {patch name: engine.needed.Judgement}
+    (upstream.retire.judgements), None when there is none. KEPT: the verb reports the patch as not
+    upstream, with the reason ("kept: ..."), naming the commit whose tree has it as a rebase does
+    (with `judge`, `patch`, `patch_file`); otherwise it is already-upstream, and where code alone
+    decided the reason says what was not consulted."""
+    j = judgements.get(name) if judgements is not None else None
+    d = decide(found, j)
+    if d.state == KEPT and not found.commit and judge is not None:
+        d = decide(replace(found, commit=judge.first_having(patch, patch_file)), j)
+    if d.state != ABSORBED:
+        return d
+    if judgements is None:
+        why = NO_REPORT
+    elif j is None or j.needed == needed.NOT_JUDGED:
+        why = "the retire report at REF did not judge it: behaviour not measured"
+    else:
+        why = f"behaviour at REF did not decide: {j.needed}"
+    return Decision(ABSORBED, True, f"by code alone ({why})")
+
+
+__all__ = ["UpstreamJudge", "Finding", "Decision", "decide", "at_ref", "NO_REPORT", "judge_conflicts", "judge_cells", "accepts",
            "is_code_signal", "INVARIANT", "CODE_SIGNALS", "backport_commit", "reversed_diff", "ALREADY_UPSTREAM",
            "NOT_UPSTREAM", "ABSORBED", "SUPERSEDED", "KEPT", "TREE_SIGNALS", "HISTORY_SIGNALS"]

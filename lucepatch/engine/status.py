@@ -10,7 +10,7 @@ from pathlib import Path
 
 from lucepatch import git
 from lucepatch.engine import layout, upstreamed
-from lucepatch.engine.absorption import UpstreamJudge
+from lucepatch.engine.absorption import KEPT, UpstreamJudge, at_ref
 from lucepatch.engine.apply import CONFLICT, WorkArea, open_state, resolve_base
 from lucepatch.engine.commits import applied_patch_ids, patch_id_trailer
 from lucepatch.engine.core import ALREADY_UPSTREAM, IndexEngine
@@ -46,12 +46,23 @@ def _three_way_noop(work, commit: str, p, f) -> bool:
     return eng.apply(f, name=p.name)[0] == ALREADY_UPSTREAM
 
 
-def compute_status(t, src, work, head: str, base: str, patches: list | None = None) -> list[dict]:
+def compute_status(t, src, work, head: str, base: str, patches: list | None = None, measured=None) -> list[dict]:
     """Rows of `patches` (default: t's series) at `head`; a folder sub-target passes its re-rooted
-    patches with the superproject's checkout, HEAD and base."""
+    patches with the superproject's checkout, HEAD and base. `measured(target, commit)`: the saved
+    retire report at upstream's commit as {patch name: Judgement} (None: there is none), so that what
+    the code judge finds upstream is decided as a rebase decides it (absorption.at_ref: measured
+    behaviour keeps it, code alone says so); without `measured` the code judge's word stands."""
     patches = t.patches if patches is None else patches
     applied = applied_patch_ids(src, base, head)
     up = upstream_below(src, base, head)
+    js = measured(t, up) if measured is not None else None
+
+    def decided(found, p, f):  # (kept?, the words after the code judge's): the one judge's, as a rebase says them
+        if measured is None:
+            return False, ""
+        d = at_ref(found, js, p.name, judge, f, p)
+        return d.state == KEPT, d.reason
+
     state, files = open_state(src, patches, work, head)
     # the one judge (engine/absorption.py), on upstream's tree below lucepatch's commits
     judge = UpstreamJudge(work.repo, base, up, work.path / "judge")
@@ -65,10 +76,14 @@ def compute_status(t, src, work, head: str, base: str, patches: list | None = No
             row.update(status=APPLIED, commit=applied[p.patch_id], detail="Patch-Id trailer reachable from HEAD")
         else:
             found = judge.code(p, f)
-            if found.upstream:
-                row.update(status=UPSTREAM, signal=found.signal, commit=found.commit, detail=found.detail)
+            kept, said = decided(found, p, f) if found.upstream else (False, "")
+            if found.upstream and not kept:
+                row.update(status=UPSTREAM, signal=found.signal, commit=found.commit,
+                           detail="; ".join(x for x in (found.detail, said) if x))
             elif ours is not None and (sig := ours.tree_has(p, f)):  # HEAD has it, upstream's tree does not
                 row.update(status=APPLIED, detail=f"its change ({sig}) is in {mine}")
+            elif kept:  # REF's tree has it, a scenario measured at REF still needs it: as not upstream
+                row.update(detail=said)
             elif found.took:  # taken upstream, then reverted or changed there
                 row.update(detail=found.detail)
             else:
@@ -87,26 +102,31 @@ def compute_status(t, src, work, head: str, base: str, patches: list | None = No
         elif status == "already-upstream" and up != head and not _three_way_noop(work, up, p, f):
             # HEAD has the change but upstream's tree below lucepatch's commits does not: lucepatch applied it
             row.update(status=APPLIED, detail=note + f"its change (3-way) is in {mine}")
+        elif status == ALREADY_UPSTREAM and (d := decided(judge.three_way(p, detail), p, f))[0]:
+            # re-applied it changes nothing, yet behaviour at REF needs it: a rebase stops here for a person
+            row.update(status=NOT_APPLIED, would="no change (3-way)", detail=note + d[1] + f"; {detail}")
         elif status == ALREADY_UPSTREAM:
-            row.update(status=UPSTREAM, signal="3-way", detail=note + detail)
+            said = decided(judge.three_way(p, detail), p, f)[1]
+            row.update(status=UPSTREAM, signal="3-way", detail=note + "; ".join(x for x in (detail, said) if x))
         else:
             row.update(status=NOT_APPLIED, would=status, detail=row["detail"])
     return rows
 
 
-def status_of(t, src: Path, cache: Path, *, fetch: bool = False) -> dict:
+def status_of(t, src: Path, cache: Path, *, fetch: bool = False, measured=None) -> dict:
     base = resolve_base(src, t.base, t.name, fetch=fetch, upstream=t.upstream_urls)
     head = git.resolve_commit(src, "HEAD", what="HEAD", remedy="the checkout has no commits")
     with WorkArea(cache, f"status-{t.name}") as work:
-        rows = compute_status(t, src, work, head, base)
+        rows = compute_status(t, src, work, head, base, measured=measured)
     return {"base": base, "head": head, "branch": git.current_branch(src), "patches": rows}
 
 
-def status_all(t, src: Path, cache: Path, *, fetch: bool = False) -> dict:
+def status_all(t, src: Path, cache: Path, *, fetch: bool = False, measured=None) -> dict:
     """The target's status, with `submodules`: each sub-target's where the checkout's HEAD holds
     it — a submodule at its own checkout's HEAD; a folder (vendored) or absent one in the
-    superproject at its HEAD, its patches re-rooted there (engine/layout.py)."""
-    doc = status_of(t, src, cache, fetch=fetch)
+    superproject at its HEAD, its patches re-rooted there (engine/layout.py). `measured`:
+    compute_status's, for the target and each sub-target."""
+    doc = status_of(t, src, cache, fetch=fetch, measured=measured)
     if t.submodules:
         subs = []
         for st in sub_targets(t)[1:]:
@@ -116,11 +136,11 @@ def status_all(t, src: Path, cache: Path, *, fetch: bool = False) -> dict:
             if pl.in_superproject:
                 moved = [layout.reroot(p, "", pl.path) for p in st.target.patches]
                 with WorkArea(cache, f"status-{st.target.name}") as work:
-                    rows = compute_status(st.target, src, work, doc["head"], doc["base"], moved)
+                    rows = compute_status(st.target, src, work, doc["head"], doc["base"], moved, measured)
                 sub = {"base": doc["base"], "head": doc["head"], "branch": doc["branch"], "patches": rows}
             else:
                 checkout = layout.checkout_of(src, st.submodule, pl) or st.source(src)
-                sub = status_of(st.target, checkout, cache, fetch=fetch)
+                sub = status_of(st.target, checkout, cache, fetch=fetch, measured=measured)
             subs.append({**st.to_json(), **sub, "place": pl.to_json()})
         doc["submodules"] = subs
     return doc

@@ -121,7 +121,8 @@ def placed(target: Target, source: Path, at: str | None, *, bases: dict[str, str
 def applied_each(target: Target, source: Path, cache: Path, stack: contextlib.ExitStack, *,
                  patches_for: Callable[[Target], list] | None = None, bases: dict[str, str] | None = None,
                  label: str = "apply", checkout: bool = False, write_objects: bool = True,
-                 fetch: bool | None = None, skip_empty: bool = True, at: str | None = None) -> list[Applied]:
+                 fetch: bool | None = None, skip_empty: bool = True, at: str | None = None,
+                 measured=None) -> list[Applied]:
     """Apply the superproject's and every submodule's series in private repositories (kept for
     the lifetime of `stack`). `patches_for(target)` picks the patches (default: the whole series;
     probes pass `lambda t: t.variant_patches(variant)`); `bases` maps a sub-target's path ("." for
@@ -129,8 +130,9 @@ def applied_each(target: Target, source: Path, cache: Path, stack: contextlib.Ex
     commit to apply on, where each sub-target is found as that commit holds it (`placed`).
     A sub-target in a submodule applies in its checkout at the gitlink's commit; one that is a
     folder (or absent) applies in the superproject, re-rooted under its path, after the
-    superproject's own patches (its outcomes reported as its own). Nothing is written in the
-    user's checkouts."""
+    superproject's own patches (its outcomes reported as its own). `measured(target, commit)`: the
+    saved retire report there (engine.status.compute_status's), for the one judge of what does not
+    apply. Nothing is written in the user's checkouts."""
     pick = patches_for or (lambda t: t.patches)
     spots = placed(target, source, at, bases=bases)
     own = pick(target)
@@ -147,7 +149,7 @@ def applied_each(target: Target, source: Path, cache: Path, stack: contextlib.Ex
     res = apply_series(target, source, own + [p for *_, moved in inside for p in moved], work, base=base,
                        checkout=checkout, write_objects=write_objects, fetch=fetch, alternates=alternates,
                        base_label="--onto" if at else None)
-    _judge(res, source, target, work)
+    _judge(res, source, target, work, measured)
     whole = list(res.outcomes)
     res.outcomes = whole[:len(own)]
     out = [Applied(SubTarget(target.name, ".", target), source, res, work, own)]
@@ -175,17 +177,19 @@ def applied_each(target: Target, source: Path, cache: Path, stack: contextlib.Ex
         swork = stack.enter_context(WorkArea(cache, f"{label}-{st.target.name}"))
         sres = apply_series(st.target, src, patches, swork, base=pl.commit, checkout=checkout,
                             write_objects=write_objects, fetch=fetch)
-        _judge(sres, src, st.target, swork)
+        _judge(sres, src, st.target, swork, measured)
         sres.place = pl
         out.append(Applied(st, src, sres, swork, patches, pl))
     return out
 
 
-def _judge(res, source: Path, target: Target, work) -> None:
+def _judge(res, source: Path, target: Target, work, measured=None) -> None:
     """What does not apply but the tree already has (a backport it contains, ...): the one judge,
-    as a rebase asks it, so apply, check, matrix and rebase agree (engine/absorption.py)."""
+    as a rebase asks it, so apply, check, matrix and rebase agree (engine/absorption.py); with
+    `measured`, decided with the retire report saved at the commit applied on, as a rebase decides."""
     pinned = git.try_resolve(source, target.base) or res.base
-    judge_conflicts(res.outcomes, work.repo, pinned, res.base, work.path / "judge")
+    judge_conflicts(res.outcomes, work.repo, pinned, res.base, work.path / "judge",
+                    (lambda: measured(target, res.base)) if measured is not None else None)
 
 
 def link_submodules(applied: list[Applied]) -> Path:
@@ -212,15 +216,17 @@ def gitlinks(repo: Path, commits: list[str], path: str) -> list[str | None]:
     return [e[1] if e and e[0] == "160000" else None for e in layout.entries(repo, commits, path)]
 
 
-def check_all(target: Target, source: Path, cache: Path, *, onto: str | None = None, fetch: bool = False):
+def check_all(target: Target, source: Path, cache: Path, *, onto: str | None = None, fetch: bool = False,
+              measured=None):
     """`check`: the superproject's SeriesResult with each sub-target's in `.subs`. With `onto`, each
     sub-target is checked where `onto` holds it: a submodule at the commit its gitlink names
-    there, a folder (vendored) or an absent one in the superproject, re-rooted (`applied_each`)."""
+    there, a folder (vendored) or an absent one in the superproject, re-rooted (`applied_each`).
+    `measured`: applied_each's (the saved retire reports, for the one judge)."""
     if onto:  # named by its flag, not as "base commit", and fetched in this checkout from the upstream
         onto = git.resolve_commit(source, onto, what="--onto", upstream=target.upstream_urls)
     with contextlib.ExitStack() as stack:
         applied = applied_each(target, source, cache, stack, label="check", write_objects=False, fetch=fetch,
-                               at=onto)
+                               at=onto, measured=measured)
     res = applied[0].result
     res.subs = [(a.sub, a.result) for a in applied[1:]]
     return res

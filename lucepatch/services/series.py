@@ -20,7 +20,7 @@ from lucepatch.engine.importer import import_patches
 from lucepatch.engine.onto import Applied, apply_onto_checkout as apply
 from lucepatch.engine.session import notice
 from lucepatch.engine.status import has_conflicts, status_all
-from lucepatch.engine.subtargets import check_all as check
+from lucepatch.engine.subtargets import check_all
 from lucepatch.errors import UsageError
 from lucepatch.series import UPSTREAM_STATUS, find_patch, rewrite_patch_file
 from lucepatch.target import Target, list_targets, load_target
@@ -80,12 +80,36 @@ def annotate_behaviour(rows: list[dict], judged: dict | None) -> None:
         r["detail"] = (r["detail"] + "; " if r["detail"] else "") + f"behaviour: {shown} ({b['scenario'] or '-'})"
 
 
+def saved_judgements(ws, cache: Path):
+    """engine.status.compute_status's `measured(target, commit)`: the retire report `verify --retire`
+    saved at that upstream commit (reproducers unchanged), read as the rebase session's judge reads
+    it (upstream.retire.judgements); None where there is none. Reads only: nothing is built or run.
+    `ws` None: the reproducers beside the target's folder."""
+    def measured(target, commit: str):
+        if not (Path(cache) / "retire").is_dir():
+            return None  # this cache never held a report
+        from lucepatch.upstream import retire  # lazy: only where a saved report may exist, 150 ms
+
+        doc = retire.load_saved(target, commit, cache, ws)
+        return retire.judgements(doc) if doc is not None else None
+    return measured
+
+
+def check(t, src: Path, cache: Path, *, onto: str | None = None, fetch: bool = False):
+    """`check`: the series at its base (or `onto`), nothing touched; a conflict the one judge finds
+    upstream is decided with the retire report saved at that commit, as a rebase decides it (kept,
+    and still a conflict, where behaviour measured there needs it; "by code alone" without a report)."""
+    return check_all(t, src, cache, onto=onto, fetch=fetch, measured=saved_judgements(None, cache))
+
+
 def status(t, src: Path, cache: Path, ws, *, fetch: bool = False, behaviour: bool = False) -> dict:
-    """`status`: per patch at the checkout's HEAD (and each sub-target's at its own); with
-    `behaviour`, the superproject's rows also judged by the retirement rule."""
+    """`status`: per patch at the checkout's HEAD (and each sub-target's at its own); what the one
+    judge finds upstream is decided with the retire report saved at upstream's commit, as a rebase
+    decides it (kept where behaviour measured there still needs it; "by code alone" where there is
+    no report); with `behaviour`, the superproject's rows also judged by the retirement rule."""
     open_checkout(src)
     with judged_by_behaviour(t, src, cache, ws) if behaviour else contextlib.nullcontext() as judged:
-        doc = status_all(t, src, cache, fetch=fetch)
+        doc = status_all(t, src, cache, fetch=fetch, measured=saved_judgements(ws, cache))
     annotate_behaviour(doc["patches"], judged)
     return doc
 

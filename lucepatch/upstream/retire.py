@@ -865,6 +865,12 @@ def judge(target: Target, source: Path, ref: str, patches, *, cache: Path | None
     if doc is None:
         why = f"not judged yet: lucepatch verify --retire {ref} --target {target.name} judges it (builds and runs)"
         return {p.name: needed.Judgement(needed.NOT_JUDGED, why) for p in patches}
+    return judgements(doc)
+
+
+def judgements(doc: dict) -> dict:
+    """{patch name: engine.needed.Judgement} of a saved retire report: what `judge` answers a rebase
+    session and what `status`/`check` hand the one judge (engine/absorption.decide) at REF."""
     kind = doc.get("driver", {}).get("kind")
     drv = "fake" if kind == "fake" else "real" if kind == "real" else None
     out = {}
@@ -904,6 +910,6 @@ def coverage_map_at(target, source, ref: str, cache: Path, driver="auto", *, wor
 
 
 __all__ = ["retire_report", "retire_exit_code", "format_retire_table", "review_lines", "report_hook", "content_key",
-           "behaviour_hook", "judge", "save_report", "load_saved", "reproducers_dir", "target_reproducers", "measure_behaviour", "Behaviour", "RETIRE_SCHEMA", "STATUSES", "SUPERSEDED", "RETIRE_CANDIDATE",
+           "behaviour_hook", "judge", "judgements", "save_report", "load_saved", "reproducers_dir", "target_reproducers", "measure_behaviour", "Behaviour", "RETIRE_SCHEMA", "STATUSES", "SUPERSEDED", "RETIRE_CANDIDATE",
            "STILL_NEEDED", "UNTESTABLE", "INCONCLUSIVE", "CONFLICT", "NO_LONGER_EFFECTIVE", "REGRESSION", "NOT_JUDGED",
            "Scenario", "list_reproducers"]
