@@ -5,8 +5,14 @@ The main line's build (HAMi-core 8f3a89c, region 1.2) and the v2.5 line's (54b13
 built from LUCEPATCH_SRC_HAMI_CORE, run one after the other with the same
 CUDA_DEVICE_MEMORY_SHARED_CACHE file (and one /tmp/vgpulock, in a private mount namespace where the
 machine allows one). The first creates the file; the second — either way round — logs HAMi-core's
-`The current version number A.B is different from the file's version number C.D` and then hangs
-in its initialisation: killed by the timeout, it never reaches the program's first allocation.
+`The current version number A.B is different from the file's version number C.D` and goes on (HAMi-core
+only logs the mismatch). What happens next depends on what the other version left at the offsets this
+one reads, so neither way is safe:
+- the v2.5 line (1.1) on the main line's region hangs in its initialisation: killed by the timeout, it
+  never reaches the program's first allocation;
+- the main line (1.2) on a region the v2.5 line made runs on and allocates, reading the file with its
+  own layout. Until the v2.5 line carried the env-less first writer's field (1.6.0, HAMi#2125) it hung
+  there too: measured with that line's series cut before that patch (23 of 24 patches: killed; 24: runs).
 """
 
 from __future__ import annotations
@@ -88,9 +94,12 @@ def test_two_region_versions_on_one_region_file(tmp_path, capsys):
     prog = tmp_path / "prog"
     subprocess.run(["gcc", "-I/usr/local/cuda/include", "-o", str(prog), str(tmp_path / "prog.c"), f"-L{fake}",
                     "-l:libcuda.so.1", f"-Wl,-rpath,{fake}"], check=True)
-    for first, second, a, b in ((main12, v25_11, "1.2", "1.1"), (v25_11, main12, "1.1", "1.2")):
+    for first, second, a, b, hangs in ((main12, v25_11, "1.2", "1.1", True), (v25_11, main12, "1.1", "1.2", False)):
         region = tmp_path / f"region-{a}-then-{b}.cache"
         one, two = _pair(first, second, prog, fake, region)
         assert one["rc"] == 0 and "@@region-test alloc 0" in one["log"], one  # the file's creator runs
         assert f"The current version number {b} is different from the file's version number {a}" in two["log"], two
-        assert two["rc"] == 137 and "@@region-test" not in two["log"], two  # hung until killed: no allocation
+        if hangs:
+            assert two["rc"] == 137 and "@@region-test" not in two["log"], two  # hung until killed: no allocation
+        else:  # runs on a region of the other layout: the mismatch is only logged, never refused
+            assert two["rc"] == 0 and "@@region-test alloc 0" in two["log"], two
